@@ -1,0 +1,43 @@
+# Two commands do all the set-up from a fresh clone:
+#   make demo   create .venv, install, run the whole study on the tiny model suite
+#   make test   same set-up, then the test suite
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+SHARED_DATA ?= $(abspath ../shared/data)
+
+# WikiText-2 from the shared copy when it is there (see resdyn/corpus.py for the fallback chain).
+ifneq ($(wildcard $(SHARED_DATA)/wikitext-2-raw/wiki.test.raw),)
+export RESDYN_WIKITEXT_DIR ?= $(SHARED_DATA)/wikitext-2-raw
+export RESDYN_WIKITEXT_TOKENIZED_DIR ?= $(SHARED_DATA)/wikitext-2-tokenized
+endif
+export DAGSTER_HOME ?= $(abspath .dagster_home)
+
+.PHONY: demo test ui lint bench install
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first: the CPU wheel on disk; a bare 'torch' would pull a multi-GB CUDA build
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[dev]'
+	touch $@
+
+demo: install
+	mkdir -p $(DAGSTER_HOME)
+	$(VENV)/bin/resdyn run --suite tiny
+
+test: install
+	mkdir -p $(DAGSTER_HOME)
+	$(PY) -m pytest
+
+ui: install
+	mkdir -p $(DAGSTER_HOME)
+	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -m dagster_project.definitions
+
+lint: install
+	$(VENV)/bin/ruff check resdyn dagster_project assets tests benchmarks
+
+bench: install
+	$(PY) benchmarks/jacobians.py

@@ -1,0 +1,63 @@
+"""Exact per-sample Jacobians by automatic differentiation (``torch.func``).
+
+For a batch map F: (N, d) -> (N, d) whose rows are independent (row n of the output depends only
+on row n of the input), the N per-sample Jacobians come from d vector products on the whole batch:
+
+- reverse mode ("jacrev"): one forward, then vmap over d cotangents e_i, giving rows  e_i^T J_n;
+- forward mode ("jacfwd"): vmap over d tangents e_i, giving columns  J_n e_i.
+
+Both are exact to rounding; which is faster depends on the map (benchmarks/jacobians.py measures
+it; reverse mode wins for the sublayers of the supported families on CPU).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.func import jvp, vjp, vmap
+
+
+def batch_jacobians(
+    function: Callable[[torch.Tensor], torch.Tensor],
+    inputs: torch.Tensor,
+    *,
+    mode: str = "jacrev",
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Per-row Jacobians d F(X)_n / d X_n, shape (N, d_out, d_in)."""
+    n, d = inputs.shape
+    basis = torch.eye(d, dtype=inputs.dtype, device=inputs.device)
+    if mode == "jacrev":
+        outputs, pullback = vjp(function, inputs)
+        cotangents = basis[:, None, :].expand(outputs.shape[-1], n, outputs.shape[-1])
+        (rows,) = vmap(pullback, chunk_size=chunk_size)(cotangents)  # (d_out, N, d_in)
+        return rows.permute(1, 0, 2)
+    if mode == "jacfwd":
+        tangents = basis[:, None, :].expand(d, n, d)
+
+        def push(tangent: torch.Tensor) -> torch.Tensor:
+            return jvp(function, (inputs,), (tangent,))[1]
+
+        columns = vmap(push, chunk_size=chunk_size)(tangents)  # (d_in, N, d_out)
+        return columns.permute(1, 2, 0)
+    raise ValueError(f"mode must be 'jacrev' or 'jacfwd', not {mode!r}")
+
+
+class AutodiffBackend:
+    """The reference backend: per-sample Jacobians by ``torch.func``, then streamed."""
+
+    name = "autodiff"
+
+    def __init__(self, mode: str = "jacrev", chunk_size: int | None = None) -> None:
+        self.mode = mode
+        self.chunk_size = chunk_size
+
+    def sample_jacobians(self, adapter, layer, inputs, sublayer: str, position: int) -> torch.Tensor:
+        function, x0 = adapter.positional_function(layer, inputs, sublayer, position)
+        return batch_jacobians(function, x0, mode=self.mode, chunk_size=self.chunk_size)
+
+    def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor:
+        jacobians = self.sample_jacobians(adapter, layer, inputs, sublayer, position)
+        moments.update(jacobians)
+        return jacobians

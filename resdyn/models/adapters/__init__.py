@@ -1,0 +1,14 @@
+"""Family adapters: the attention and MLP residual maps of every decoder layer."""
+
+from .base import BOUNDARIES, SUBLAYERS, FamilyAdapter, LayerInputs
+from .families import SUPPORTED_FAMILIES, UnsupportedArchitectureError, adapter_for
+
+__all__ = [
+    "BOUNDARIES",
+    "SUBLAYERS",
+    "SUPPORTED_FAMILIES",
+    "FamilyAdapter",
+    "LayerInputs",
+    "UnsupportedArchitectureError",
+    "adapter_for",
+]

@@ -1,0 +1,135 @@
+"""The two residual-stream maps of a decoder layer, built from the model's own submodules.
+
+Every decoder layer l is split at the paper's boundaries into
+
+    attn: h_l (pre-attention residual)  ->  m_l (pre-MLP residual)
+    mlp:  m_l (pre-MLP residual)        ->  h_{l+1} (next pre-attention residual)
+
+so that ``mlp(attn(h)) == layer(h)`` exactly. Where a family puts norms (pre-norm, post-norm,
+sandwich) or extra branches (Gemma 4's per-layer input, ``layer_scalar``) is the family adapter's
+business; everything else (capturing what the model passes to each layer, slicing positions) is
+shared here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+SUBLAYERS = ("attn", "mlp")
+BOUNDARIES = ("pre_attn", "pre_mlp")
+
+
+@dataclass
+class LayerInputs:
+    """What the model passed to one decoder layer during a forward pass."""
+
+    hidden: torch.Tensor  # (batch, tokens, d_model): the pre-attention residual
+    arguments: dict = field(default_factory=dict)  # mask, rotary tables, per-layer inputs, ...
+    output: torch.Tensor | None = None  # the layer's own output, kept for verification
+
+
+class FamilyAdapter:
+    """Base class: subclasses implement :meth:`attention_map` and :meth:`mlp_map`."""
+
+    families: tuple[str, ...] = ()
+    # arguments that hold one entry per token and must follow a position selection in the MLP map
+    per_token_arguments: tuple[str, ...] = ()
+
+    def attention_map(self, layer: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+    def mlp_map(self, layer: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- shared machinery -------------------------------------------------------------------
+
+    @staticmethod
+    def attention_arguments(arguments: dict) -> dict:
+        """The arguments the model passed to the layer, minus cache bookkeeping."""
+        skip = {"cache", "past_key_values", "past_key_value", "use_cache", "output_attentions"}
+        return {key: value for key, value in arguments.items() if key not in skip}
+
+    def decoder_layers(self, model: nn.Module) -> nn.ModuleList:
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+        layers = getattr(decoder, "layers", None)
+        if layers is None:
+            raise TypeError(f"{type(model).__name__} exposes no decoder layers (expected get_decoder().layers)")
+        return layers
+
+    @torch.no_grad()
+    def capture_layer_inputs(self, model: nn.Module, input_ids: torch.Tensor) -> list[LayerInputs]:
+        """Run the model once and record, per decoder layer, its input residual and arguments."""
+        layers = self.decoder_layers(model)
+        captured: list[LayerInputs | None] = [None] * len(layers)
+        handles = []
+
+        def before(index: int, module: nn.Module, args: tuple, kwargs: dict) -> None:
+            bound = inspect.signature(module.forward).bind(*args, **kwargs)
+            named = dict(bound.arguments)
+            named.update(named.pop("kwargs", {}))
+            hidden = named.pop("hidden_states")
+            captured[index] = LayerInputs(hidden, self.attention_arguments(named))
+
+        def after(index: int, module: nn.Module, args: tuple, output) -> None:
+            captured[index].output = output[0] if isinstance(output, tuple) else output
+
+        for index, layer in enumerate(layers):
+            handles.append(layer.register_forward_pre_hook(_bind(before, index), with_kwargs=True))
+            handles.append(layer.register_forward_hook(_bind(after, index)))
+        try:
+            decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+            decoder(input_ids=input_ids, use_cache=False)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return captured  # type: ignore[return-value]
+
+    def sublayer_input(self, inputs: LayerInputs, layer: nn.Module, boundary: str) -> torch.Tensor:
+        """The residual at ``boundary`` (pre_attn or pre_mlp) for every token."""
+        if boundary == "pre_attn":
+            return inputs.hidden
+        if boundary == "pre_mlp":
+            return self.attention_map(layer, inputs.hidden, inputs.arguments)
+        raise ValueError(f"unknown boundary {boundary!r}; expected one of {BOUNDARIES}")
+
+    def positional_function(
+        self, layer: nn.Module, inputs: LayerInputs, sublayer: str, position: int
+    ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]:
+        """``(f, x0)``: f maps the residual at ``position`` (batch, d) to the sublayer output there.
+
+        Every other position is held at its captured value, so the Jacobian of f is the diagonal
+        block d out_t / d h_t of the sublayer's full Jacobian.
+        """
+        if sublayer == "attn":
+            hidden = inputs.hidden
+            before, after = hidden[:, :position], hidden[:, position + 1 :]
+
+            def attention_at_position(x: torch.Tensor) -> torch.Tensor:
+                sequence = torch.cat([before, x.unsqueeze(1), after], dim=1)
+                return self.attention_map(layer, sequence, inputs.arguments)[:, position]
+
+            return attention_at_position, hidden[:, position]
+        if sublayer == "mlp":
+            pre_mlp = self.attention_map(layer, inputs.hidden, inputs.arguments)
+            arguments = {
+                key: (value[:, position : position + 1] if key in self.per_token_arguments else value)
+                for key, value in inputs.arguments.items()
+            }
+
+            def mlp_at_position(x: torch.Tensor) -> torch.Tensor:
+                return self.mlp_map(layer, x.unsqueeze(1), arguments)[:, 0]
+
+            return mlp_at_position, pre_mlp[:, position]
+        raise ValueError(f"unknown sublayer {sublayer!r}; expected one of {SUBLAYERS}")
+
+
+def _bind(function, index):
+    def hook(*args, **kwargs):
+        return function(index, *args, **kwargs)
+
+    return hook

@@ -1,0 +1,102 @@
+"""Full-precision RMSNorms and attention for float64 analysis.
+
+HF's RMSNorms cast their input to float32, and its eager attention takes the softmax in float32
+(both to be safe in bf16). Run in float64, those casts make every Jacobian exact only to ~1e-7
+and finite differences meaningless. :func:`use_full_precision` replaces both: the attention by
+the same eager formula with the softmax in max(input dtype, float32), registered with HF's
+``AttentionInterface``; the norms by the same formula in the input's own dtype:
+
+- Llama / Mistral / Qwen / OLMo style (``variance_epsilon``): w * x / sqrt(mean(x^2) + eps)
+- Gemma 3 style (``eps``, zero-initialised weight):           (1 + w) * x / sqrt(mean(x^2) + eps)
+- Gemma 4 style (``eps``, ``with_scale``):                     [w *] x / sqrt(mean(x^2) + eps)
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+def _inverse_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _scaled_weight_norm(self, x):
+    return self.weight * (x * _inverse_rms(x, self.variance_epsilon))
+
+
+def _one_plus_weight_norm(self, x):
+    return (x * _inverse_rms(x, self.eps)) * (1.0 + self.weight)
+
+
+def _optional_weight_norm(self, x):
+    normed = x * _inverse_rms(x, self.eps)
+    return normed * self.weight if self.with_scale else normed
+
+
+def use_full_precision_norms(model: nn.Module) -> int:
+    """Patch every RMSNorm of ``model`` in place; returns how many were patched."""
+    patched = 0
+    for module in model.modules():
+        name = type(module).__name__
+        if not name.endswith("RMSNorm"):
+            continue
+        if hasattr(module, "variance_epsilon"):
+            forward = _scaled_weight_norm
+        elif hasattr(module, "with_scale"):
+            forward = _optional_weight_norm
+        elif name.startswith("Gemma") and hasattr(module, "eps"):
+            forward = _one_plus_weight_norm
+        else:
+            log.warning("%s has an unknown RMSNorm form; left in HF's own precision", name)
+            continue
+        module.forward = types.MethodType(forward, module)
+        patched += 1
+    return patched
+
+
+FULL_PRECISION_ATTENTION = "resdyn_full_precision"
+
+
+def full_precision_eager_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                                   softcap=None, **kwargs):
+    """softmax(q k^T * scaling [softcapped] + mask) v, as HF's eager attention, minus the float32 cast."""
+    if scaling is None:
+        scaling = module.head_dim**-0.5
+    groups = query.shape[1] // key.shape[1]
+    key = key.repeat_interleave(groups, dim=1)
+    value = value.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, : key.shape[-2]]
+    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(query.dtype, torch.float32)).to(value.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(FULL_PRECISION_ATTENTION, full_precision_eager_attention)
+    AttentionMaskInterface.register(FULL_PRECISION_ATTENTION, eager_mask)
+
+
+def use_full_precision(model: nn.Module) -> int:
+    """Full-precision attention and norms for ``model`` (in place); returns the norms patched."""
+    _register_attention()
+    model.set_attn_implementation(FULL_PRECISION_ATTENTION)
+    return use_full_precision_norms(model)
+
+
+def full_precision_copy_is_consistent(module: nn.Module, x: torch.Tensor) -> bool:
+    """True when a patched norm agrees with HF's own forward to float32 accuracy (a self-check)."""
+    original = type(module).forward(module, x)
+    return bool(torch.allclose(module(x), original, rtol=1e-5, atol=1e-6))

@@ -1,0 +1,112 @@
+"""Known models: name -> (family, source, checkpoint -> revision).
+
+Built-in entries live in ``registry.toml`` beside this file; entries a user adds (``resdyn run
+--model PATH``) live in a JSON file the caller names (the warehouse keeps one), so a partition key
+``name@checkpoint`` always resolves to something loadable without a code change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+TINY_SUITE_SOURCE = "tiny-suite"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+BUILT_IN = Path(__file__).with_name("registry.toml")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    family: str
+    source: str  # hub id, local directory, or "tiny-suite"
+    checkpoints: dict[str, str] = field(default_factory=dict)  # checkpoint -> revision
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.source == TINY_SUITE_SOURCE
+
+
+def partition_key(model: str, checkpoint: str) -> str:
+    return f"{model}@{checkpoint}"
+
+
+def split_partition_key(key: str) -> tuple[str, str]:
+    model, separator, checkpoint = key.partition("@")
+    if not separator or not model or not checkpoint:
+        raise ValueError(f"partition key {key!r} is not of the form 'model@checkpoint'")
+    return model, checkpoint
+
+
+def check_name(value: str, what: str) -> str:
+    if not NAME_PATTERN.match(value):
+        raise ValueError(
+            f"{what} {value!r} may hold only letters, digits, '.', '_' and '-' (it names a warehouse "
+            "directory); pick another with --name / --checkpoint"
+        )
+    return value
+
+
+class ModelRegistry:
+    """Built-in specs plus user-added ones from ``user_file`` (JSON)."""
+
+    def __init__(self, user_file: Path | None = None) -> None:
+        self.user_file = Path(user_file) if user_file else None
+        data = tomllib.loads(BUILT_IN.read_text())["models"]
+        self.specs = {name: ModelSpec(name=name, **entry) for name, entry in data.items()}
+        if self.user_file and self.user_file.is_file():
+            for entry in json.loads(self.user_file.read_text()):
+                self.specs[entry["name"]] = ModelSpec(**entry)
+
+    def get(self, name: str) -> ModelSpec:
+        if name not in self.specs:
+            raise KeyError(
+                f"unknown model {name!r}. Known: {', '.join(sorted(self.specs))}. "
+                "Add one with `resdyn run --model PATH_OR_HUB_ID [--revision R]`."
+            )
+        return self.specs[name]
+
+    def resolve(self, key: str) -> tuple[ModelSpec, str]:
+        """The spec and the revision behind a partition key ``model@checkpoint``."""
+        name, checkpoint = split_partition_key(key)
+        spec = self.get(name)
+        if checkpoint not in spec.checkpoints:
+            raise KeyError(
+                f"model {name!r} has no checkpoint {checkpoint!r}; known: {', '.join(spec.checkpoints)}"
+            )
+        return spec, spec.checkpoints[checkpoint]
+
+    def partition_keys(self, models: list[str] | None = None) -> list[str]:
+        names = models if models is not None else sorted(self.specs)
+        return [partition_key(name, checkpoint) for name in names for checkpoint in self.get(name).checkpoints]
+
+    def tiny_suite(self) -> list[str]:
+        return sorted(name for name, spec in self.specs.items() if spec.is_tiny)
+
+    def add(self, spec: ModelSpec) -> None:
+        """Record (or extend) a user model; written atomically."""
+        if self.user_file is None:
+            raise ValueError("this registry has no user file to write to")
+        check_name(spec.name, "model name")
+        for checkpoint in spec.checkpoints:
+            check_name(checkpoint, "checkpoint")
+        existing = self.specs.get(spec.name)
+        if existing is not None and existing.source != spec.source:
+            raise ValueError(f"model name {spec.name!r} already means {existing.source}; choose another --name")
+        checkpoints = {**(existing.checkpoints if existing else {}), **spec.checkpoints}
+        self.specs[spec.name] = ModelSpec(spec.name, spec.family, spec.source, checkpoints)
+        users = [asdict(s) for s in self.specs.values() if s.name not in _built_in_names() or s.name == spec.name]
+        self.user_file.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=self.user_file.parent, suffix=".inprogress")
+        with os.fdopen(handle, "w") as stream:
+            json.dump(users, stream, indent=2)
+        os.replace(temporary, self.user_file)
+
+
+def _built_in_names() -> set[str]:
+    return set(tomllib.loads(BUILT_IN.read_text())["models"])

@@ -1,0 +1,128 @@
+"""The tiny model suite: small real-family models trained on CPU, saved as HF checkpoints.
+
+Each run starts from a seeded random init (checkpoint ``step-000000``: the null model, same
+architecture, nothing learned) and trains with AdamW (linear warm-up, cosine decay) on windows of
+byte tokens drawn from the training text, saving ``save_pretrained`` directories at the requested
+steps plus ``training.json`` with the loss curve. Same seed, same text -> same checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+from .byte_tokenizer import build_byte_tokenizer
+from .tiny_configs import tiny_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    steps: int = 400
+    batch_size: int = 32
+    sequence_length: int = 128
+    learning_rate: float = 3e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    seed: int = 0
+    hidden_size: int = 64
+    n_layers: int = 4
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def checkpoint_step(name: str) -> int:
+    if not name.startswith("step-") or not name[5:].isdigit():
+        raise ValueError(f"tiny-suite checkpoints are named step-NNNNNN, not {name!r}")
+    return int(name[5:])
+
+
+def _learning_rate(step: int, settings: TrainingSettings) -> float:
+    if step < settings.warmup_steps:
+        return settings.learning_rate * (step + 1) / settings.warmup_steps
+    progress = (step - settings.warmup_steps) / max(1, settings.steps - settings.warmup_steps)
+    return settings.learning_rate * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _save(model, tokenizer, directory: Path) -> None:
+    """save_pretrained into a temp directory, then rename: a checkpoint is whole or absent."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.inprogress-"))
+    model.save_pretrained(temporary)
+    tokenizer.save_pretrained(temporary)
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(temporary, directory)
+
+
+def train_tiny_model(
+    family: str,
+    text: str,
+    output_directory: Path,
+    *,
+    save_steps: list[int],
+    settings: TrainingSettings = TrainingSettings(),
+    corpus_label: str = "",
+    progress: Callable[[int, float], None] | None = None,
+) -> dict:
+    """Train one tiny ``family`` model; returns the record written to ``training.json``."""
+    save_steps = sorted(set(save_steps))
+    if save_steps and save_steps[-1] > settings.steps:
+        raise ValueError(f"save step {save_steps[-1]} is past the {settings.steps} training steps")
+    tokenizer = build_byte_tokenizer()
+    tokens = torch.tensor(np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64))
+    if len(tokens) <= settings.sequence_length + 1:
+        raise ValueError("the training text is shorter than one training window")
+    torch.manual_seed(settings.seed)
+    config = tiny_config(family, hidden_size=settings.hidden_size, n_layers=settings.n_layers)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    generator = torch.Generator().manual_seed(settings.seed)
+    offsets = torch.arange(settings.sequence_length)
+    losses: list[float] = []
+    started = time.perf_counter()
+    output_directory = Path(output_directory)
+    for step in range(settings.steps + 1):
+        if step in save_steps:
+            _save(model, tokenizer, output_directory / checkpoint_name(step))
+        if step == settings.steps:
+            break
+        starts = torch.randint(0, len(tokens) - settings.sequence_length, (settings.batch_size,), generator=generator)
+        batch = tokens[starts[:, None] + offsets]
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(step, settings)
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+        if progress is not None and (step % 50 == 0 or step == settings.steps - 1):
+            progress(step, losses[-1])
+    record = {
+        "family": family,
+        "settings": asdict(settings),
+        "corpus": corpus_label,
+        "losses": losses,
+        "checkpoints": [checkpoint_name(step) for step in save_steps],
+        "seconds": time.perf_counter() - started,
+    }
+    (output_directory / "training.json").write_text(json.dumps(record))
+    log.info("trained tiny %s: loss %.3f -> %.3f in %.0f s", family, losses[0] if losses else float("nan"),
+             losses[-1] if losses else float("nan"), record["seconds"])
+    return record

@@ -1,0 +1,51 @@
+"""Shared test set-up: offline hub, the shared WikiText-2 copy, small random models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if (SHARED_DATA / "wikitext-2-raw").is_dir():
+    os.environ.setdefault("RESDYN_WIKITEXT_DIR", str(SHARED_DATA / "wikitext-2-raw"))
+    os.environ.setdefault("RESDYN_WIKITEXT_TOKENIZED_DIR", str(SHARED_DATA / "wikitext-2-tokenized"))
+
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma3", "gemma4"]
+
+
+def random_tiny_model(family: str, seed: int, hidden_size: int = 32):
+    """A float64 full-precision tiny model whose every parameter and buffer is randomised.
+
+    Norm weights, Gemma's ``layer_scalar`` and the like start at constants; perturbing them makes
+    the tests see each term of every sublayer map.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from resdyn.models.precision import use_full_precision
+    from resdyn.models.tiny_configs import tiny_config
+
+    torch.manual_seed(seed)
+    config = tiny_config(family, hidden_size=hidden_size, n_layers=2)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name or "scalar" in name:
+                parameter.add_(0.3 * torch.randn_like(parameter))
+        for name, buffer in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                buffer.copy_(0.5 + torch.rand_like(buffer))
+    use_full_precision(model)
+    return model
+
+
+@pytest.fixture
+def fresh_seed() -> int:
+    """A different seed every run (printed on failure through the test id-free assertion messages)."""
+    return int.from_bytes(os.urandom(4), "little")

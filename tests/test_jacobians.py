@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+import torch
+
+from resdyn.corpus import Sample
+from resdyn.jacobians.autodiff import AutodiffBackend, batch_jacobians
+from resdyn.jacobians.engine import analyse_samples
+from resdyn.jacobians.streaming import RunningMoments
+from resdyn.models.adapters import adapter_for
+
+from .conftest import FAMILIES, random_tiny_model
+
+
+def _central_differences(function, x0, step=1e-5):
+    columns = []
+    with torch.no_grad():
+        for i in range(x0.shape[1]):
+            shift = torch.zeros_like(x0)
+            shift[:, i] = step
+            columns.append((function(x0 + shift) - function(x0 - shift)) / (2 * step))
+    return torch.stack(columns, dim=-1)
+
+
+def _relative(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("sublayer", ["attn", "mlp"])
+def test_jacobians_equal_finite_differences_and_autograd(family, sublayer, fresh_seed):
+    model = random_tiny_model(family, fresh_seed)
+    adapter = adapter_for(model.config.model_type)
+    generator = torch.Generator().manual_seed(fresh_seed)
+    inputs = adapter.capture_layer_inputs(model, torch.randint(0, 256, (3, 12), generator=generator))[1]
+    layer = adapter.decoder_layers(model)[1]
+    position = int(torch.randint(0, 12, (1,), generator=generator))
+    function, x0 = adapter.positional_function(layer, inputs, sublayer, position)
+    reverse = batch_jacobians(function, x0, mode="jacrev")
+    forward = batch_jacobians(function, x0, mode="jacfwd")
+    finite = _central_differences(function, x0)
+    assert _relative(reverse, finite) < 1e-6, f"seed {fresh_seed}"
+    assert _relative(forward, reverse) < 1e-12
+    for n in range(x0.shape[0]):
+        def single(x, n=n):
+            rows = x0.clone()
+            rows[n] = x
+            return function(rows)[n]
+
+        reference = torch.autograd.functional.jacobian(single, x0[n])
+        assert _relative(reverse[n], reference) < 1e-12
+
+
+def test_attention_jacobian_holds_other_positions_fixed(fresh_seed):
+    model = random_tiny_model("llama", fresh_seed)
+    adapter = adapter_for("llama")
+    inputs = adapter.capture_layer_inputs(model, torch.randint(0, 256, (1, 8)))[0]
+    layer = adapter.decoder_layers(model)[0]
+    function, x0 = adapter.positional_function(layer, inputs, "attn", 7)
+    with torch.no_grad():
+        full = adapter.attention_map(layer, inputs.hidden, inputs.arguments)[:, 7]
+    assert torch.allclose(function(x0), full, rtol=0, atol=1e-12)
+
+
+def test_running_moments_match_numpy(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    data = rng.normal(size=(37, 5, 4)) * rng.uniform(0.1, 10)
+    moments = RunningMoments()
+    for chunk in np.array_split(data, [3, 4, 20]):
+        moments.update(chunk)
+    assert moments.count == 37
+    np.testing.assert_allclose(moments.mean, data.mean(0), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(moments.variance, data.var(0), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("positions", ["last", "all"])
+def test_streamed_mean_equals_mean_of_stored_sample_jacobians(positions, fresh_seed):
+    model = random_tiny_model("olmo3", fresh_seed)
+    adapter = adapter_for("olmo3")
+    rng = np.random.default_rng(fresh_seed)
+    analysed = (9,) if positions == "last" else (6, 7, 8, 9)
+    samples = [Sample(i, tuple(int(t) for t in rng.integers(0, 256, 10)), analysed) for i in range(7)]
+    analysis = analyse_samples(model, adapter, samples, backend=AutodiffBackend(), batch_size=3,
+                               keep_sample_jacobians=7)
+    for key, moments in analysis.moments.items():
+        stored = np.stack([matrix for _, _, matrix in analysis.sample_jacobians[key]])
+        assert stored.shape[0] == 7 * len(analysed) == moments.count
+        np.testing.assert_allclose(moments.mean, stored.mean(0), rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(moments.variance, stored.var(0), rtol=1e-8, atol=1e-13)
+    pre_attn = analysis.activations[(0, "pre_attn")]
+    assert pre_attn.shape == (7 * len(analysed), model.config.hidden_size)
+    assert analysis.observation_index[:len(analysed)] == [(0, t) for t in analysed]

@@ -17,6 +17,7 @@ its token ids so that every downstream number can be recomputed from the warehou
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -82,7 +83,13 @@ def fallback_corpus() -> Corpus:
 
 
 def load_wikitext(split: str = "test", *, use_hub: bool = True) -> Corpus:
-    """WikiText-2 raw ``split`` through the local -> datasets -> fallback chain."""
+    """WikiText-2 raw ``split`` through the local -> datasets -> fallback chain (cached per process)."""
+    return _load_wikitext(split, use_hub, os.environ.get(WIKITEXT_DIR_VARIABLE))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_wikitext(split: str, use_hub: bool, directory: str | None) -> Corpus:
+    del directory  # part of the cache key only: a changed setting reloads
     directory = os.environ.get(WIKITEXT_DIR_VARIABLE)
     if directory:
         corpus = _read_local(Path(directory), split)

@@ -3,8 +3,8 @@
 For every sample s, analysed position t, layer l and sublayer k in {attn, mlp}, the exact
 Jacobian J = d out_t / d h_t of the sublayer map (other positions held fixed) is produced by a
 backend and folded into a streaming float64 mean and per-entry variance; per-sample matrices are
-kept only for an optional subsample (for per-sample metrics). The residuals at both boundaries
-(pre_attn, pre_mlp) at the analysed positions are captured on the way.
+kept only for an optional subsample (for per-sample metrics). :func:`capture_activations` records
+the residuals at both boundaries (pre_attn, pre_mlp) at the analysed positions.
 
 Backends implement ``accumulate(adapter, layer, inputs, sublayer, position, moments)`` and
 ``sample_jacobians(...)``; see :class:`resdyn.jacobians.autodiff.AutodiffBackend`.
@@ -45,8 +45,6 @@ class JacobianAnalysis:
     n_layers: int
     d_model: int
     moments: dict[tuple[int, str], RunningMoments] = field(default_factory=dict)
-    # (layer, boundary) -> (observations, d_model) float32, rows ordered like ``observation_index``
-    activations: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
     observation_index: list[tuple[int, int]] = field(default_factory=list)  # (sample_id, position)
     # (layer, sublayer) -> list of (sample_id, position, d x d float64) for the subsample
     sample_jacobians: dict[tuple[int, str], list[tuple[int, int, np.ndarray]]] = field(default_factory=dict)
@@ -76,9 +74,6 @@ def analyse_samples(
     for key in ((layer, sublayer) for layer in range(len(layers)) for sublayer in SUBLAYERS):
         analysis.moments[key] = RunningMoments()
         analysis.sample_jacobians[key] = []
-    activation_batches: dict[tuple[int, str], list[np.ndarray]] = {
-        (layer, boundary): [] for layer in range(len(layers)) for boundary in BOUNDARIES
-    }
     positions = samples[0].positions
     batches = [samples[start : start + batch_size] for start in range(0, len(samples), batch_size)]
     for batch_number, batch in enumerate(batches):
@@ -89,11 +84,6 @@ def analyse_samples(
         sample_ids = [sample.sample_id for sample in batch]
         analysis.observation_index.extend((s, t) for s in sample_ids for t in positions)
         for layer_index, (layer, inputs) in enumerate(zip(layers, captured)):
-            with torch.no_grad():
-                pre_mlp = adapter.sublayer_input(inputs, layer, "pre_mlp")
-            for boundary, residual in (("pre_attn", inputs.hidden), ("pre_mlp", pre_mlp)):
-                rows = residual[:, list(positions)].to(torch.float32).cpu().numpy()  # (B, P, d)
-                activation_batches[(layer_index, boundary)].append(rows.reshape(-1, d_model))
             for sublayer in SUBLAYERS:
                 key = (layer_index, sublayer)
                 for position in positions:
@@ -106,7 +96,6 @@ def analyse_samples(
         if progress is not None:
             progress(batch_number + 1, len(batches))
         log.info("jacobians: batch %d/%d done", batch_number + 1, len(batches))
-    analysis.activations = {key: np.concatenate(parts) for key, parts in activation_batches.items()}
     return analysis
 
 
@@ -128,3 +117,29 @@ def _check_finite(mean: np.ndarray, key: tuple[int, str], sample_ids: list[int])
             "the model overflowed. Run in float64 (dtype='float64'), check the checkpoint's weights for "
             "NaN/inf, or drop those samples."
         )
+
+
+@torch.no_grad()
+def capture_activations(
+    model: torch.nn.Module, adapter: FamilyAdapter, samples: Sequence[Sample], *, batch_size: int = 16
+) -> tuple[dict[tuple[int, str], np.ndarray], list[tuple[int, int]]]:
+    """Residuals at both boundaries of every layer at the analysed positions (forward passes only).
+
+    Returns ``{(layer, boundary): (observations, d_model) float32}`` and the observation index
+    ``[(sample_id, position), ...]`` giving each row's sample and position.
+    """
+    layers = adapter.decoder_layers(model)
+    device = next(model.parameters()).device
+    parts: dict[tuple[int, str], list[np.ndarray]] = {}
+    index: list[tuple[int, int]] = []
+    for start in range(0, len(samples), batch_size):
+        batch = samples[start : start + batch_size]
+        positions = list(batch[0].positions)
+        captured = adapter.capture_layer_inputs(model, torch.tensor([s.token_ids for s in batch], device=device))
+        index.extend((s.sample_id, t) for s in batch for t in positions)
+        for layer_index, (layer, inputs) in enumerate(zip(layers, captured)):
+            for boundary in BOUNDARIES:
+                residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
+                rows = residual.to(torch.float32).cpu().numpy().reshape(-1, residual.shape[-1])
+                parts.setdefault((layer_index, boundary), []).append(rows)
+    return {key: np.concatenate(value) for key, value in parts.items()}, index

@@ -122,7 +122,47 @@ def train_tiny_model(
         "checkpoints": [checkpoint_name(step) for step in save_steps],
         "seconds": time.perf_counter() - started,
     }
-    (output_directory / "training.json").write_text(json.dumps(record))
+    curve = output_directory / "training.json"
+    if not curve.is_file() or len(json.loads(curve.read_text())["losses"]) <= len(losses):
+        curve.write_text(json.dumps(record))  # keep the longest run's curve
     log.info("trained tiny %s: loss %.3f -> %.3f in %.0f s", family, losses[0] if losses else float("nan"),
              losses[-1] if losses else float("nan"), record["seconds"])
     return record
+
+
+def ensure_tiny_checkpoint(
+    family: str,
+    model_directory: Path,
+    checkpoint: str,
+    *,
+    save_checkpoints: list[str],
+    text_loader: Callable[[], tuple[str, str]],
+    settings: TrainingSettings = TrainingSettings(),
+    progress: Callable[[int, float], None] | None = None,
+) -> Path:
+    """The directory of a tiny-suite checkpoint, training the run first if it is not there yet.
+
+    A file lock makes concurrent requests for checkpoints of one model train it once.
+    ``text_loader`` returns ``(text, corpus_label)`` and is called only when training is needed.
+    """
+    import fcntl
+
+    model_directory = Path(model_directory)
+    target = model_directory / checkpoint
+    if (target / "config.json").is_file():
+        return target
+    model_directory.mkdir(parents=True, exist_ok=True)
+    with open(model_directory / ".train.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "config.json").is_file():
+            return target
+        # train only as far as asked; checkpoints already on disk are never overwritten (training
+        # is deterministic, so a longer run later reproduces them anyway)
+        final = checkpoint_step(checkpoint)
+        steps = sorted(step for step in map(checkpoint_step, set(save_checkpoints) | {checkpoint})
+                       if step <= final and not (model_directory / checkpoint_name(step) / "config.json").is_file())
+        text, label = text_loader()
+        train_tiny_model(family, text, model_directory, save_steps=steps,
+                         settings=TrainingSettings(**{**asdict(settings), "steps": final}),
+                         corpus_label=label, progress=progress)
+    return target

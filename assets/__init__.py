@@ -1,0 +1,1 @@
+"""Thin Dagster assets, one module per stage: read inputs, call resdyn, write a table, report."""

@@ -1,0 +1,1 @@
+"""Orchestration, storage, DuckDB and the CLI around the framework-free ``resdyn`` package."""

@@ -1,0 +1,8 @@
+"""``python -m resdyn``: the CLI (which lives in dagster_project; imported only when run)."""
+
+import sys
+
+if __name__ == "__main__":
+    from dagster_project.cli import main
+
+    sys.exit(main())

@@ -57,7 +57,7 @@ def _sql_text(argument: str) -> str:
         if not path.is_file():
             path = SQL_DIRECTORY / "questions" / argument
         if not path.is_file():
-            raise SystemExit(f"no SQL file {argument} (looked here and in sql/questions/)")
+            raise FileNotFoundError(f"no SQL file {argument} (looked here and in sql/questions/)")
         return path.read_text()
     return argument
 
@@ -95,7 +95,7 @@ def command_models(arguments) -> int:
 def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
     if arguments.suite:
         if arguments.suite != "tiny":
-            raise SystemExit(f"unknown suite {arguments.suite!r}; the embedded suite is 'tiny'")
+            raise ValueError(f"unknown suite {arguments.suite!r}; the embedded suite is 'tiny'")
         names = registry.tiny_suite()
         return [key for key in registry.partition_keys(names)
                 if not arguments.checkpoint or key.split("@")[1] in arguments.checkpoint]
@@ -105,9 +105,10 @@ def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
         checkpoints = arguments.checkpoint or list(spec.checkpoints)
         unknown = [c for c in checkpoints if c not in spec.checkpoints]
         if unknown:
-            raise SystemExit(f"model {model} has no checkpoint {unknown}; known: {list(spec.checkpoints)}")
+            raise ValueError(f"model {model} has no checkpoint {unknown}; known: {list(spec.checkpoints)}")
         return [partition_key(model, c) for c in checkpoints]
     # a path or hub id the registry does not know yet: record it, then run it
+    from resdyn.models.adapters import family_of
     from resdyn.models.loading import load_config
 
     config = load_config(model, arguments.revision)
@@ -115,9 +116,9 @@ def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
     source = str(Path(model).expanduser().resolve()) if is_directory else model
     name = check_name(arguments.name or Path(source.rstrip("/")).name, "model name")
     revisions = arguments.checkpoint or [arguments.revision or ("local" if is_directory else "main")]
-    spec = ModelSpec(name, config.model_type, source, {check_name(r, "checkpoint"): r for r in revisions})
+    spec = ModelSpec(name, family_of(config.model_type), source, {check_name(r, "checkpoint"): r for r in revisions})
     registry.add(spec)
-    print(f"registered {name} -> {source} ({config.model_type}), checkpoints {list(spec.checkpoints)}")
+    print(f"registered {name} -> {source} ({spec.family}), checkpoints {list(spec.checkpoints)}")
     return [partition_key(name, c) for c in spec.checkpoints]
 
 

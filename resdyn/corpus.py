@@ -128,7 +128,7 @@ def sample_windows(
     """
     if positions not in ("last", "all"):
         raise ValueError(f"positions must be 'last' or 'all', not {positions!r}")
-    if not 0 <= warmup < sequence_length:
+    if positions == "all" and not 0 <= warmup < sequence_length:
         raise ValueError(f"warmup must lie in [0, sequence_length), got {warmup}")
     n_starts = len(token_ids) - sequence_length + 1
     if n_starts < n_samples:

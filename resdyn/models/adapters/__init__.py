@@ -1,7 +1,7 @@
 """Family adapters: the attention and MLP residual maps of every decoder layer."""
 
 from .base import BOUNDARIES, SUBLAYERS, FamilyAdapter, LayerInputs
-from .families import SUPPORTED_FAMILIES, UnsupportedArchitectureError, adapter_for
+from .families import SUPPORTED_FAMILIES, UnsupportedArchitectureError, adapter_for, family_of
 
 __all__ = [
     "BOUNDARIES",
@@ -11,4 +11,5 @@ __all__ = [
     "LayerInputs",
     "UnsupportedArchitectureError",
     "adapter_for",
+    "family_of",
 ]

@@ -85,6 +85,12 @@ class UnsupportedArchitectureError(ValueError):
     pass
 
 
+def family_of(model_type: str) -> str:
+    """The family name of a config's ``model_type`` (``gemma3_text`` -> ``gemma3``)."""
+    adapter_for(model_type)  # unsupported types fail here, with the list of supported ones
+    return model_type.removesuffix("_text")
+
+
 def adapter_for(model_type: str) -> FamilyAdapter:
     """The adapter for a config's ``model_type``; a clear error for anything else."""
     for adapter in ADAPTERS:

@@ -1,0 +1,36 @@
+"""The CLI on a model the suite did not train, SQL in and out, and clear errors."""
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from dagster_project.cli import main
+from dagster_project.warehouse import Warehouse
+from resdyn.models.byte_tokenizer import build_byte_tokenizer
+from resdyn.models.tiny_configs import tiny_config
+
+
+def test_run_on_a_saved_model_directory_then_sql(tmp_path, capsys, fresh_seed):
+    torch.manual_seed(fresh_seed)
+    directory = tmp_path / "my-gemma"
+    AutoModelForCausalLM.from_config(tiny_config("gemma3", hidden_size=32, n_layers=2)).save_pretrained(directory)
+    build_byte_tokenizer().save_pretrained(directory)
+    warehouse = tmp_path / "warehouse"
+    code = main(["run", "--model", str(directory), "--samples", "6", "--seq-len", "16",
+                 "--warehouse", str(warehouse), "--log-level", "WARNING"])
+    output = capsys.readouterr().out
+    assert code == 0, output
+    assert "registered my-gemma" in output and "checks 4/4 passed" in output
+    rows = Warehouse(warehouse).query("SELECT model, checkpoint, family, d_model, n_layers FROM model_checkpoints")
+    assert rows.to_pylist() == [{"model": "my-gemma", "checkpoint": "local", "family": "gemma3",
+                                 "d_model": 32, "n_layers": 2}]
+    assert main(["sql", "SELECT count(*) AS n FROM jacobians", "--warehouse", str(warehouse), "--csv"]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == ['"n"', str(2 * 2 * 32)]
+    assert main(["models", "--warehouse", str(warehouse)]) == 0
+    assert "my-gemma@local" in capsys.readouterr().out
+
+
+def test_clear_errors_for_unknown_models(tmp_path, capsys):
+    assert main(["run", "--model", str(tmp_path / "nowhere"), "--warehouse", str(tmp_path)]) == 2
+    assert "no model directory" in capsys.readouterr().err
+    assert main(["run", "--model", "tiny-llama", "--checkpoint", "step-999", "--warehouse", str(tmp_path)]) != 0
+    assert main(["sql", "no_such_file.sql", "--warehouse", str(tmp_path)]) != 0

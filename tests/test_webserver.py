@@ -1,0 +1,110 @@
+"""The Definitions load as `dagster dev` loads them, and the webserver runs a partition end to end."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+KEY = "tiny-llama@step-000000"
+
+
+def _environment(tmp_path: Path) -> dict:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    # launch runs straight away (no daemon needed for the queue)
+    (home / "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+        "telemetry:\n  enabled: false\n")
+    return {**os.environ, "DAGSTER_HOME": str(home), "RESDYN_WAREHOUSE": str(tmp_path / "warehouse"),
+            "RESDYN_SAMPLES": "8", "RESDYN_SEQ_LEN": "16"}
+
+
+def test_definitions_load_like_dagster_dev(tmp_path):
+    completed = subprocess.run(
+        [str(BIN / "dagster"), "definitions", "validate", "-m", "dagster_project.definitions"],
+        cwd=REPOSITORY, env=_environment(tmp_path), capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "passed validation" in completed.stdout + completed.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _graphql(port: int, query: str, variables: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        body = json.loads(response.read())
+    assert "errors" not in body, body
+    return body["data"]
+
+
+def test_webserver_launches_a_partition_materialization(tmp_path):
+    port = _free_port()
+    environment = _environment(tmp_path)
+    log = open(tmp_path / "webserver.log", "w")
+    server = subprocess.Popen(
+        [str(BIN / "dagster-webserver"), "-m", "dagster_project.definitions", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPOSITORY, env=environment, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                repositories = _graphql(port, "{ repositoriesOrError { ... on RepositoryConnection "
+                                              "{ nodes { name location { name } } } } }")
+                nodes = repositories["repositoriesOrError"]["nodes"]
+                if nodes:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline or server.poll() is not None:
+                pytest.fail("webserver did not come up:\n" + (tmp_path / "webserver.log").read_text()[-3000:])
+            time.sleep(1)
+        repository = {"repositoryName": nodes[0]["name"], "repositoryLocationName": nodes[0]["location"]["name"]}
+        added = _graphql(port, """
+            mutation($repositorySelector: RepositorySelector!, $partitionsDefName: String!, $partitionKey: String!) {
+              addDynamicPartition(repositorySelector: $repositorySelector, partitionsDefName: $partitionsDefName,
+                                  partitionKey: $partitionKey) { __typename }
+            }""", {"repositorySelector": repository, "partitionsDefName": "model_checkpoint", "partitionKey": KEY})
+        assert added["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess"
+        launched = _graphql(port, """
+            mutation($executionParams: ExecutionParams!) {
+              launchRun(executionParams: $executionParams) {
+                __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+              }
+            }""", {"executionParams": {
+                "selector": {**repository, "jobName": "resdyn_job"}, "runConfigData": {},
+                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": KEY}]}}})
+        assert launched["launchRun"]["__typename"] == "LaunchRunSuccess", launched
+        run_id = launched["launchRun"]["run"]["runId"]
+        status = None
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            status = _graphql(port, "query($runId: ID!) { runOrError(runId: $runId) { ... on Run { status } } }",
+                              {"runId": run_id})["runOrError"]["status"]
+            if status in ("SUCCESS", "FAILURE", "CANCELED"):
+                break
+            time.sleep(2)
+        assert status == "SUCCESS", (tmp_path / "webserver.log").read_text()[-4000:]
+        warehouse = tmp_path / "warehouse"
+        for table in ("model_checkpoints", "samples", "activations", "jacobians"):
+            assert (warehouse / table / "model=tiny-llama" / "checkpoint=step-000000" / "data.parquet").is_file()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()

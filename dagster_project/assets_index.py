@@ -1,8 +1,12 @@
-"""Every asset of the study, in pipeline order (derived stages append themselves here)."""
+"""Every asset of the study, in pipeline order."""
 
 from assets.activations import activations
 from assets.checkpoints import model_checkpoints
+from assets.depth import cumulative_rank, schur_surgery
 from assets.jacobians import jacobians
+from assets.per_sample import layer_metrics_per_sample
 from assets.samples import samples
+from assets.spectra import spectral_tables
 
-ALL_ASSETS = [model_checkpoints, samples, activations, jacobians]
+ALL_ASSETS = [model_checkpoints, samples, activations, jacobians, spectral_tables, cumulative_rank, schur_surgery,
+              layer_metrics_per_sample]

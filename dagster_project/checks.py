@@ -68,5 +68,33 @@ def activations_are_finite_and_complete(context, warehouse: WarehouseResource) -
                                                         "expected": n_layers * 2 * observations})
 
 
+
+
+@dg.asset_check(asset="layer_metrics", description="One row per sublayer; every metric finite except an "
+                                                   "infinite condition number of a singular Jacobian.")
+def layer_metrics_complete(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    model, checkpoint = partition(context)
+    store = warehouse.open()
+    n_layers, _ = _n_layers_and_width(store, model, checkpoint)
+    rows = store.read("layer_metrics", model, checkpoint).to_pylist()
+    bad = [(r["depth"], k) for r in rows for k, v in r.items()
+           if isinstance(v, float) and not np.isfinite(v) and k not in ("condition_number", "log10_condition")]
+    return dg.AssetCheckResult(passed=len(rows) == 2 * n_layers and not bad,
+                               metadata={"rows": len(rows), "non_finite": str(bad[:10])})
+
+
+@dg.asset_check(asset="schur_surgery", description="alpha = 1 reproduces cumulative_rank; no eigenvalue moved.")
+def surgery_identity_reproduces_cumulative_rank(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    model, checkpoint = partition(context)
+    store = warehouse.open()
+    plain = {r["depth"]: r["effective_rank"] for r in store.read("cumulative_rank", model, checkpoint).to_pylist()}
+    surgery = store.read("schur_surgery", model, checkpoint).to_pylist()
+    identity = {r["depth"]: r["effective_rank"] for r in surgery if r["alpha"] == 1.0}
+    worst = max(abs(identity[d] - plain[d]) / plain[d] for d in plain)
+    drift = max(r["max_eigenvalue_drift"] for r in surgery)
+    return dg.AssetCheckResult(passed=set(identity) == set(plain) and worst < 1e-8 and drift < 1e-8,
+                               metadata={"worst_relative_difference": worst, "max_eigenvalue_drift": drift})
+
+
 ALL_CHECKS = [jacobians_are_finite, jacobians_row_count, jacobians_match_finite_differences,
-              activations_are_finite_and_complete]
+              activations_are_finite_and_complete, layer_metrics_complete, surgery_identity_reproduces_cumulative_rank]

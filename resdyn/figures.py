@@ -44,3 +44,44 @@ def jacobian_heatmaps(means: dict[tuple[int, str], np.ndarray], directory: Path,
         axis.set_yticks([])
     figure.suptitle(title)
     return _save(figure, directory, "mean_jacobians")
+
+
+def eigenvalue_clouds(eigenvalues: dict[int, np.ndarray], directory: Path, *, title: str) -> Path:
+    """Eigenvalues of every sublayer's mean Jacobian in the complex plane, unit circle drawn."""
+    depths = sorted(eigenvalues)
+    columns = min(4, len(depths))
+    rows = (len(depths) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.6 * rows), squeeze=False)
+    circle = np.exp(1j * np.linspace(0, 2 * np.pi, 256))
+    for axis in axes.ravel()[len(depths):]:
+        axis.axis("off")
+    for axis, depth in zip(axes.ravel(), depths):
+        values = eigenvalues[depth]
+        axis.plot(circle.real, circle.imag, color="0.6", lw=0.8)
+        axis.scatter(values.real, values.imag, s=5, alpha=0.7)
+        axis.set_aspect("equal")
+        axis.set_title(f"depth {depth} ({'attn' if depth % 2 == 0 else 'mlp'})", fontsize=8)
+        axis.tick_params(labelsize=6)
+    figure.suptitle(title)
+    return _save(figure, directory, "eigenvalue_clouds")
+
+
+def metrics_by_depth(curves: dict[str, dict[str, tuple[list, list]]], directory: Path, *, title: str,
+                     name: str = "metrics_by_depth", log_y: tuple[str, ...] = ()) -> Path:
+    """One panel per metric: value vs depth, one line per checkpoint. curves[metric][label] = (x, y)."""
+    metrics = list(curves)
+    columns = min(3, len(metrics))
+    rows = (len(metrics) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.8 * rows), squeeze=False)
+    for axis in axes.ravel()[len(metrics):]:
+        axis.axis("off")
+    for axis, metric in zip(axes.ravel(), metrics):
+        for label, (x, y) in sorted(curves[metric].items()):
+            axis.plot(x, y, marker="o", ms=3, lw=1, label=label)
+        axis.set_title(metric, fontsize=9)
+        axis.set_xlabel("depth (2 layer + [mlp])", fontsize=8)
+        if metric in log_y:
+            axis.set_yscale("log")
+        axis.legend(fontsize=6)
+    figure.suptitle(title)
+    return _save(figure, directory, name)

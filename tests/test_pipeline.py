@@ -8,7 +8,8 @@ from dagster_project.warehouse import Warehouse
 from .pipeline_helpers import materialize_partition
 
 KEY = "tiny-olmo3@step-000000"
-TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians"]
+TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "eigenvalues",
+          "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery", "layer_metrics_per_sample"]
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +72,29 @@ def test_sample_jacobians_cover_every_sublayer(warehouse):
     assert {(k[0], k[1]) for k in per_sample} == set(mean)
     for key, matrix in mean.items():
         assert matrix.shape == (64, 64) and np.isfinite(matrix).all()
+
+
+def test_every_named_question_answers_for_the_partition(warehouse):
+    from dagster_project.warehouse import SQL_DIRECTORY
+
+    store, _, _ = warehouse
+    questions = sorted((SQL_DIRECTORY / "questions").glob("*.sql"))
+    assert len(questions) >= 5
+    for path in questions:
+        rows = store.query(path.read_text()).to_pylist()
+        assert {(r["model"], r["checkpoint"]) for r in rows} == {("tiny-olmo3", "step-000000")}, path.name
+
+
+def test_spectral_tables_agree_with_numpy_on_the_stored_jacobians(warehouse):
+    from assets.common import read_matrices
+
+    store, _, _ = warehouse
+    matrices = read_matrices(store, "jacobians", "tiny-olmo3", "step-000000")
+    jacobian = matrices[(1, "mlp")]
+    stored = store.query("SELECT sigma FROM singular_values WHERE depth = 3 ORDER BY idx").column("sigma").to_numpy()
+    np.testing.assert_allclose(stored, np.linalg.svd(jacobian, compute_uv=False), rtol=1e-12)
+    moduli = store.query("SELECT modulus FROM eigenvalues WHERE depth = 3 ORDER BY idx").column("modulus").to_numpy()
+    np.testing.assert_allclose(np.sort(moduli), np.sort(np.abs(np.linalg.eigvals(jacobian))), rtol=1e-10)
+    first = store.query("SELECT effective_rank FROM cumulative_rank WHERE depth = 0").to_pylist()[0]
+    single = store.query("SELECT effective_rank FROM layer_metrics WHERE depth = 0").to_pylist()[0]
+    assert first["effective_rank"] == pytest.approx(single["effective_rank"], rel=1e-12)

@@ -70,6 +70,16 @@ def _save(model, tokenizer, directory: Path) -> None:
     os.replace(temporary, directory)
 
 
+def _state_path(output_directory: Path, step: int) -> Path:
+    return output_directory / ".training_state" / f"{checkpoint_name(step)}.pt"
+
+
+def _latest_resumable(output_directory: Path, save_steps: list[int], stop_at: int) -> int | None:
+    candidates = [step for step in save_steps if step <= stop_at and _state_path(output_directory, step).is_file()
+                  and (output_directory / checkpoint_name(step) / "config.json").is_file()]
+    return max(candidates) if candidates else None
+
+
 def train_tiny_model(
     family: str,
     text: str,
@@ -77,13 +87,21 @@ def train_tiny_model(
     *,
     save_steps: list[int],
     settings: TrainingSettings = TrainingSettings(),
+    stop_at: int | None = None,
     corpus_label: str = "",
     progress: Callable[[int, float], None] | None = None,
 ) -> dict:
-    """Train one tiny ``family`` model; returns the record written to ``training.json``."""
+    """Train one tiny ``family`` model; returns the record written to ``training.json``.
+
+    The schedule always spans ``settings.steps``; ``stop_at`` ends the run early. Each saved
+    checkpoint also stores the optimizer and data-order state, so a later call resumes from the
+    latest checkpoint bit-for-bit instead of starting over.
+    """
     save_steps = sorted(set(save_steps))
-    if save_steps and save_steps[-1] > settings.steps:
-        raise ValueError(f"save step {save_steps[-1]} is past the {settings.steps} training steps")
+    stop_at = settings.steps if stop_at is None else stop_at
+    if save_steps and save_steps[-1] > settings.steps or stop_at > settings.steps:
+        raise ValueError(f"save/stop step past the {settings.steps} training steps")
+    output_directory = Path(output_directory)
     tokenizer = build_byte_tokenizer()
     tokens = torch.tensor(np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64))
     if len(tokens) <= settings.sequence_length + 1:
@@ -93,14 +111,28 @@ def train_tiny_model(
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     generator = torch.Generator().manual_seed(settings.seed)
-    offsets = torch.arange(settings.sequence_length)
     losses: list[float] = []
+    first_step = 0
+    resume = _latest_resumable(output_directory, save_steps, stop_at)
+    if resume is not None:
+        model = AutoModelForCausalLM.from_pretrained(output_directory / checkpoint_name(resume), dtype=torch.float32)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate,
+                                      weight_decay=settings.weight_decay)
+        state = torch.load(_state_path(output_directory, resume), weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        losses, first_step = list(state["losses"]), resume
+        log.info("resuming tiny %s from %s", family, checkpoint_name(resume))
+    model.train()
+    offsets = torch.arange(settings.sequence_length)
     started = time.perf_counter()
-    output_directory = Path(output_directory)
-    for step in range(settings.steps + 1):
-        if step in save_steps:
+    for step in range(first_step, stop_at + 1):
+        if step in save_steps and step != resume:
             _save(model, tokenizer, output_directory / checkpoint_name(step))
-        if step == settings.steps:
+            _state_path(output_directory, step).parent.mkdir(exist_ok=True)
+            torch.save({"optimizer": optimizer.state_dict(), "generator": generator.get_state(), "losses": losses},
+                       _state_path(output_directory, step))
+        if step == stop_at:
             break
         starts = torch.randint(0, len(tokens) - settings.sequence_length, (settings.batch_size,), generator=generator)
         batch = tokens[starts[:, None] + offsets]
@@ -112,14 +144,14 @@ def train_tiny_model(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(loss.item())
-        if progress is not None and (step % 50 == 0 or step == settings.steps - 1):
+        if progress is not None and (step % 50 == 0 or step == stop_at - 1):
             progress(step, losses[-1])
     record = {
         "family": family,
         "settings": asdict(settings),
         "corpus": corpus_label,
         "losses": losses,
-        "checkpoints": [checkpoint_name(step) for step in save_steps],
+        "checkpoints": [checkpoint_name(step) for step in save_steps if step <= stop_at],
         "seconds": time.perf_counter() - started,
     }
     curve = output_directory / "training.json"
@@ -156,13 +188,11 @@ def ensure_tiny_checkpoint(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / "config.json").is_file():
             return target
-        # train only as far as asked; checkpoints already on disk are never overwritten (training
-        # is deterministic, so a longer run later reproduces them anyway)
-        final = checkpoint_step(checkpoint)
-        steps = sorted(step for step in map(checkpoint_step, set(save_checkpoints) | {checkpoint})
-                       if step <= final and not (model_directory / checkpoint_name(step) / "config.json").is_file())
+        # the schedule spans the suite's last checkpoint; train only as far as asked, resuming
+        # from the latest checkpoint already on disk
+        steps = sorted(map(checkpoint_step, set(save_checkpoints) | {checkpoint}))
         text, label = text_loader()
         train_tiny_model(family, text, model_directory, save_steps=steps,
-                         settings=TrainingSettings(**{**asdict(settings), "steps": final}),
-                         corpus_label=label, progress=progress)
+                         settings=TrainingSettings(**{**asdict(settings), "steps": steps[-1]}),
+                         stop_at=checkpoint_step(checkpoint), corpus_label=label, progress=progress)
     return target

@@ -1,0 +1,220 @@
+"""Spectral geometry of one matrix (a mean sublayer Jacobian J), in float64.
+
+Every function states its formula; definitions, known answers and pitfalls follow
+``shared/docs/METHODS.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+COMPLEX_TOLERANCE = 1e-6
+NEUTRAL_TOLERANCE = 1e-6
+NEAR_SYMMETRIC_HENRICI = 0.5  # henrici_rel_j_minus_i below this (Ginibre matrices sit near 0.71)
+ROTATIONAL_COMPLEX_FRACTION = 0.5
+
+
+def _float64(matrix) -> np.ndarray:
+    return np.asarray(matrix, dtype=np.float64)
+
+
+def schur_blocks(schur_form: np.ndarray) -> list[tuple[int, int]]:
+    """(start, size) of the diagonal blocks of a real Schur form: size 1, or 2 for a complex pair."""
+    blocks, i, n = [], 0, len(schur_form)
+    while i < n:
+        size = 2 if i + 1 < n and schur_form[i + 1, i] != 0.0 else 1
+        blocks.append((i, size))
+        i += size
+    return blocks
+
+
+def henrici_departure(matrix) -> float:
+    """Henrici's departure from normality dep(A) = sqrt(||A||_F^2 - sum |lambda_i|^2) = ||N||_F.
+
+    Computed from the real Schur form A = Z T Z^T (LAPACK's standardised 2x2 blocks
+    [[a, b], [c, a]]): the squared strictly block-upper part of T, plus (b + c)^2 for every 2x2
+    block, whose own departure is |b + c|. Never by subtracting eigenvalue moduli from ||A||_F^2,
+    which loses everything below ~1e-7 relative. Henrici (1962), Numer. Math. 4, 24-40.
+    """
+    schur_form, _ = scipy.linalg.schur(_float64(matrix), output="real")
+    return _departure_of_schur_form(schur_form)
+
+
+def _departure_of_schur_form(schur_form: np.ndarray) -> float:
+    blocks = schur_blocks(schur_form)
+    block_of = np.empty(len(schur_form), dtype=int)
+    total = 0.0
+    for index, (start, size) in enumerate(blocks):
+        block_of[start : start + size] = index
+        if size == 2:
+            total += (schur_form[start, start + 1] + schur_form[start + 1, start]) ** 2
+    strictly_block_upper = block_of[None, :] > block_of[:, None]
+    total += float(np.sum(schur_form[strictly_block_upper] ** 2))
+    return float(np.sqrt(total))
+
+
+def complex_fraction(eigenvalues, tolerance: float = COMPLEX_TOLERANCE) -> float:
+    """Fraction of eigenvalues with |Im lambda| > tolerance * spectral radius (rotation content).
+
+    The relative tolerance keeps a defective real double eigenvalue, which rounding splits into
+    a pair ~1e-8 off the axis, from counting as a rotation.
+    """
+    eigenvalues = np.asarray(eigenvalues)
+    radius = np.abs(eigenvalues).max()
+    if radius == 0:
+        return 0.0
+    return float(np.mean(np.abs(eigenvalues.imag) > tolerance * radius))
+
+
+def expanding_fraction(eigenvalues, tolerance: float = NEUTRAL_TOLERANCE) -> float:
+    """Fraction of modes with |lambda| > 1 + tolerance."""
+    return float(np.mean(np.abs(eigenvalues) > 1 + tolerance))
+
+
+def neutral_fraction(eigenvalues, tolerance: float = NEUTRAL_TOLERANCE) -> float:
+    """Fraction of modes with ||lambda| - 1| <= tolerance."""
+    return float(np.mean(np.abs(np.abs(eigenvalues) - 1) <= tolerance))
+
+
+def condition_number(singular_values) -> float:
+    """sigma_max / sigma_min, or inf when sigma_min <= d eps sigma_max (numerically singular)."""
+    s = np.sort(np.asarray(singular_values))[::-1]
+    if s[-1] <= len(s) * np.finfo(np.float64).eps * s[0]:
+        return float("inf")
+    return float(s[0] / s[-1])
+
+
+def log10_condition(singular_values) -> float:
+    """log10(sigma_max / sigma_min), finite whenever sigma_min > 0."""
+    s = np.asarray(singular_values)
+    return float(np.log10(s.max()) - np.log10(s.min())) if s.min() > 0 else float("inf")
+
+
+def default_alignment_rank(d: int) -> int:
+    return max(1, min(32, d // 4))
+
+
+def subspace_overlap(matrix, k: int | None = None) -> float:
+    """Mean squared cosine of the principal angles between the top-k left and right singular subspaces.
+
+    With M = U S V^T: ||U_k^T V_k||_F^2 / k. 1 when M maps its top input subspace onto itself
+    (symmetric PSD; rotation inside invariant planes), 0 when it maps it to an orthogonal one;
+    random subspaces give k / d.
+    """
+    u, _, vt = np.linalg.svd(_float64(matrix))
+    k = k or default_alignment_rank(len(u))
+    return float(np.sum((u[:, :k].T @ vt[:k].T) ** 2) / k)
+
+
+def signed_alignment(matrix, k: int | None = None) -> float:
+    """sum_i sigma_i <u_i, v_i> / sum_i sigma_i over the top k pairs: +1 stretches along itself,
+    -1 reflects, 0 rotates each direction away (pairwise, unlike :func:`subspace_overlap`)."""
+    u, s, vt = np.linalg.svd(_float64(matrix))
+    k = k or default_alignment_rank(len(u))
+    cosines = np.einsum("ij,ji->i", u[:, :k].T, vt[:k].T)
+    return float(np.sum(s[:k] * cosines) / np.sum(s[:k])) if np.sum(s[:k]) > 0 else 0.0
+
+
+def self_alignment(jacobian, k: int | None = None) -> float:
+    """:func:`subspace_overlap` of J - I: on J itself a near-identity map is trivially aligned."""
+    jacobian = _float64(jacobian)
+    return subspace_overlap(jacobian - np.eye(len(jacobian)), k)
+
+
+def effective_rank(singular_values) -> float:
+    """Roy & Vetterli (2007) effective rank exp(H(p)), p_i = sigma_i / sum_j sigma_j."""
+    s = np.asarray(singular_values, dtype=np.float64)
+    p = s[s > 0] / s.sum()
+    return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def participation_ratio(singular_values) -> float:
+    """(sum sigma^2)^2 / sum sigma^4."""
+    s2 = np.asarray(singular_values, dtype=np.float64) ** 2
+    return float(s2.sum() ** 2 / np.sum(s2**2))
+
+
+def stable_rank(singular_values) -> float:
+    """||A||_F^2 / ||A||_2^2 = sum sigma^2 / sigma_max^2."""
+    s = np.asarray(singular_values, dtype=np.float64)
+    return float(np.sum(s**2) / s.max() ** 2)
+
+
+def numerical_rank(singular_values) -> int:
+    """Number of sigma > d eps sigma_max (numpy.linalg.matrix_rank's default threshold)."""
+    s = np.asarray(singular_values, dtype=np.float64)
+    return int(np.sum(s > len(s) * np.finfo(np.float64).eps * s.max()))
+
+
+def operator_type(henrici_rel_j_minus_i: float, frac_complex: float) -> str:
+    """near_symmetric: dep/||J - I||_F < 0.5 and fewer than half the eigenvalues complex;
+    rotational_non_normal: dep/||J - I||_F >= 0.5 and at least half complex; other: the rest."""
+    non_normal = henrici_rel_j_minus_i >= NEAR_SYMMETRIC_HENRICI
+    rotational = frac_complex >= ROTATIONAL_COMPLEX_FRACTION
+    if not non_normal and not rotational:
+        return "near_symmetric"
+    if non_normal and rotational:
+        return "rotational_non_normal"
+    return "other"
+
+
+def spectrum(jacobian) -> tuple[np.ndarray, np.ndarray]:
+    """(eigenvalues sorted by decreasing modulus, singular values decreasing) of J, float64."""
+    jacobian = _float64(jacobian)
+    eigenvalues = np.linalg.eigvals(jacobian)
+    eigenvalues = eigenvalues[np.argsort(-np.abs(eigenvalues), kind="stable")]
+    return eigenvalues, np.linalg.svd(jacobian, compute_uv=False)
+
+
+def sublayer_metrics(jacobian, k: int | None = None) -> dict:
+    """Every per-sublayer metric of the study for one (mean) Jacobian J."""
+    jacobian = _float64(jacobian)
+    if not np.isfinite(jacobian).all():
+        raise FloatingPointError("the Jacobian has non-finite entries; rematerialize the jacobians partition")
+    d = len(jacobian)
+    eigenvalues, singular_values = spectrum(jacobian)
+    schur_form, _ = scipy.linalg.schur(jacobian, output="real")
+    henrici = _departure_of_schur_form(schur_form)
+    deviation = jacobian - np.eye(d)
+    k = k or default_alignment_rank(d)
+    radius = float(np.abs(eigenvalues).max())
+    deviation_norm = float(np.linalg.norm(deviation))
+    metrics = {
+        "spectral_radius": radius,
+        "sigma_max": float(singular_values[0]),
+        "sigma_min": float(singular_values[-1]),
+        "condition_number": condition_number(singular_values),
+        "log10_condition": log10_condition(singular_values),
+        "henrici": henrici,
+        "henrici_rel_j": henrici / float(np.linalg.norm(jacobian)),
+        "henrici_rel_j_minus_i": henrici / deviation_norm if deviation_norm > 0 else 0.0,
+        "frac_complex": complex_fraction(eigenvalues),
+        "frac_complex_1e8": complex_fraction(eigenvalues, 1e-8),
+        "frac_complex_1e4": complex_fraction(eigenvalues, 1e-4),
+        "frac_complex_schur": 2 * sum(size == 2 for _, size in schur_blocks(schur_form)) / d,
+        "frac_expanding": expanding_fraction(eigenvalues),
+        "frac_neutral": neutral_fraction(eigenvalues),
+        "self_alignment": subspace_overlap(deviation, k),
+        "self_alignment_signed": signed_alignment(deviation, k),
+        "self_alignment_k": k,
+        "self_alignment_baseline": k / d,
+        "effective_rank": effective_rank(singular_values),
+        "participation_ratio": participation_ratio(singular_values),
+        "stable_rank": stable_rank(singular_values),
+        "numerical_rank": numerical_rank(singular_values),
+    }
+    metrics["operator_type"] = operator_type(metrics["henrici_rel_j_minus_i"], metrics["frac_complex"])
+    return metrics
+
+
+def bootstrap_interval(values, *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (Efron & Tibshirani 1993)."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(n_resamples, len(values)))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))

@@ -1,0 +1,99 @@
+"""Spectral metrics on METHODS.md's known answers and against independent references."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from resdyn import spectra
+
+
+@pytest.mark.parametrize("matrix, expected", [
+    ([[1, 1], [0, 1]], 1.0),
+    ([[1, 2], [0, 3]], 2.0),
+    (np.eye(5, k=1), 2.0),
+    ([[0, 4], [-1, 0]], 3.0),
+    ([[2, 1], [1, 2]], 0.0),
+    ([[np.cos(0.3), -np.sin(0.3)], [np.sin(0.3), np.cos(0.3)]], 0.0),
+])
+def test_henrici_known_answers(matrix, expected):
+    assert spectra.henrici_departure(matrix) == pytest.approx(expected, abs=1e-12)
+
+
+def test_henrici_normalisations():
+    jordan = np.array([[1.0, 1.0], [0.0, 1.0]])
+    metrics = spectra.sublayer_metrics(jordan, k=1)
+    assert metrics["henrici_rel_j"] == pytest.approx(1 / np.sqrt(3), abs=1e-12)  # 0.577
+    shift = np.eye(5, k=1)
+    assert spectra.henrici_departure(shift) / np.linalg.norm(shift) == pytest.approx(1.0)
+
+
+def test_henrici_matches_the_complex_schur_form_and_survives_tiny_departures(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    a = rng.normal(size=(40, 40))
+    schur_form, _ = scipy.linalg.schur(a.astype(complex), output="complex")
+    reference = np.linalg.norm(np.triu(schur_form, 1))
+    assert spectra.henrici_departure(a) == pytest.approx(reference, rel=1e-10)
+    # a normal matrix plus a 1e-9 non-normal nudge: subtraction of moduli would return noise
+    q, _ = np.linalg.qr(rng.normal(size=(30, 30)))
+    upper = np.triu(rng.normal(size=(30, 30)), 1)
+    nudged = q @ (np.diag(rng.normal(size=30)) + 1e-9 * upper) @ q.T
+    assert spectra.henrici_departure(nudged) == pytest.approx(1e-9 * np.linalg.norm(upper), rel=1e-3)
+
+
+def test_spectral_fractions():
+    rotation = scipy.linalg.block_diag([[0.0, -2.0], [2.0, 0.0]], [[0.5]], [[1.0]])
+    eigenvalues = np.linalg.eigvals(rotation)
+    assert spectra.complex_fraction(eigenvalues) == pytest.approx(0.5)
+    assert spectra.expanding_fraction(eigenvalues) == pytest.approx(0.5)
+    assert spectra.neutral_fraction(eigenvalues) == pytest.approx(0.25)
+    # a defective double eigenvalue splits by ~1e-8: not a rotation at the 1e-6 tolerance
+    defective = np.linalg.eigvals(np.array([[1.0, 1.0], [1e-16, 1.0]]))
+    assert spectra.complex_fraction(defective) == 0.0
+
+
+def test_conditioning():
+    assert spectra.condition_number([4.0, 2.0, 0.5]) == 8.0
+    assert spectra.condition_number([1.0, 1e-20]) == np.inf
+    assert spectra.log10_condition([1.0, 1e-20]) == pytest.approx(20.0)
+
+
+def test_alignment_known_answers(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    x = rng.normal(size=(8, 8))
+    assert spectra.subspace_overlap(x @ x.T, k=3) == pytest.approx(1.0)
+    rotated = np.array([[0.0, -1.0], [1.0, 0.0]]) @ np.diag([3.0, 1.0])
+    assert spectra.subspace_overlap(rotated, k=1) == pytest.approx(0.0, abs=1e-12)
+    skew = scipy.linalg.block_diag(*[[[0.0, -s], [s, 0.0]] for s in (3.0, 2.0, 1.0)])
+    assert spectra.subspace_overlap(skew, k=2) == pytest.approx(1.0)
+    assert spectra.signed_alignment(skew, k=2) == pytest.approx(0.0, abs=1e-12)
+    assert spectra.signed_alignment(x @ x.T, k=3) == pytest.approx(1.0)
+    # self-alignment is of J - I
+    assert spectra.self_alignment(np.eye(8) + x @ x.T, k=3) == pytest.approx(1.0)
+
+
+def test_ranks_known_answers():
+    identity = np.ones(10)
+    for rank in (spectra.effective_rank, spectra.participation_ratio, spectra.stable_rank):
+        assert rank(identity) == pytest.approx(10.0)
+    assert spectra.numerical_rank(identity) == 10
+    assert spectra.effective_rank([3.0, 1.0]) == pytest.approx(1.7548, abs=1e-4)
+    assert spectra.participation_ratio([3.0, 1.0]) == pytest.approx(1.2195, abs=1e-4)
+    assert spectra.stable_rank([3.0, 1.0]) == pytest.approx(1.1111, abs=1e-4)
+    assert spectra.numerical_rank([1.0, 1e-3, 1e-20]) == 2
+
+
+def test_sublayer_metrics_agree_with_numpy(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    jacobian = np.eye(24) + 0.3 * rng.normal(size=(24, 24))
+    metrics = spectra.sublayer_metrics(jacobian)
+    assert metrics["spectral_radius"] == pytest.approx(np.abs(np.linalg.eigvals(jacobian)).max())
+    assert metrics["condition_number"] == pytest.approx(np.linalg.cond(jacobian))
+    assert metrics["stable_rank"] == pytest.approx(np.linalg.norm(jacobian) ** 2 / np.linalg.norm(jacobian, 2) ** 2)
+    assert metrics["frac_complex_schur"] == pytest.approx(metrics["frac_complex"])
+    assert metrics["self_alignment_k"] == 6
+    symmetric = spectra.sublayer_metrics(np.eye(24) + 0.1 * (jacobian + jacobian.T))
+    assert symmetric["operator_type"] == "near_symmetric" and symmetric["henrici"] < 1e-10
+    skew = spectra.sublayer_metrics(np.eye(24) + np.triu(rng.normal(size=(24, 24)), 1) * 2 - np.eye(24, k=-1) * 3)
+    assert skew["operator_type"] in ("rotational_non_normal", "other")
+    with pytest.raises(FloatingPointError, match="rematerialize"):
+        spectra.sublayer_metrics(np.full((3, 3), np.nan))

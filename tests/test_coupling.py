@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+import scipy.stats
+
+from resdyn import coupling, topology
+
+from .synthetic import jacobian_with_boundary_gain, planted_activations
+
+
+def _benjamini_hochberg(p):
+    """Step-up BH from its definition: q_(i) = min_{j >= i} p_(j) m / j."""
+    order = np.argsort(p)
+    m = len(p)
+    ranked = p[order] * m / np.arange(1, m + 1)
+    q = np.minimum.accumulate(ranked[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(q, 1.0)
+    return out
+
+
+def test_fdr_equals_scipy_and_the_definition(fresh_seed):
+    p = np.random.default_rng(fresh_seed).uniform(size=57) ** 2
+    np.testing.assert_allclose(coupling.false_discovery(p), scipy.stats.false_discovery_control(p), rtol=1e-12)
+    np.testing.assert_allclose(coupling.false_discovery(p), _benjamini_hochberg(p), rtol=1e-12)
+    harmonic = np.sum(1.0 / np.arange(1, 58))
+    np.testing.assert_allclose(coupling.false_discovery(p, "by"), np.minimum(_benjamini_hochberg(p) * harmonic, 1),
+                               rtol=1e-12)
+
+
+def test_rank_biserial_matches_its_definition(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    a, b = rng.normal(0.5, 1, 15), rng.normal(0, 1, 40)
+    u, effect, p = coupling.rank_biserial(a, b)
+    pairs = (a[:, None] > b[None, :]).mean() - (a[:, None] < b[None, :]).mean()
+    assert effect == pytest.approx(pairs, abs=1e-12)
+    assert p == pytest.approx(scipy.stats.mannwhitneyu(a, b).pvalue)
+
+
+def test_empty_boundary_group_gives_p_one():
+    result = coupling.coupling_test(np.arange(10.0), np.zeros(10, bool), np.ones(10))
+    assert (result.p_value, result.p_permutation, result.effect, result.n_boundary) == (1.0, 1.0, 0.0, 0)
+    result = coupling.coupling_test(np.arange(10.0), np.ones(10, bool))
+    assert result.p_value == 1.0
+
+
+def test_unit_amplification_columns(fresh_seed):
+    jacobian = np.random.default_rng(fresh_seed).normal(size=(5, 5))
+    amplification = coupling.unit_amplification(jacobian)
+    assert amplification["log_column_norm"][2] == pytest.approx(np.log(np.linalg.norm(jacobian[:, 2])))
+    assert amplification["row_norm"][1] == pytest.approx(np.linalg.norm(jacobian[1]))
+    assert amplification["deviation_column_norm"][0] == pytest.approx(np.linalg.norm(jacobian[:, 0] - np.eye(5)[0]))
+
+
+def _synthetic_study(rng, gains):
+    """Communities from planted activations, then one Jacobian per layer with the given boundary gains."""
+    activations, _ = planted_activations(rng, n_communities=4, size=25, n_boundary=20)
+    edges = topology.signed_graph(topology.correlation_matrix(activations), "knn", k=12)
+    gamma, _ = topology.scan_gamma(edges, seeds=(0, 1, 2))
+    membership = topology.signed_leiden(edges, gamma, seed=0)
+    participation, _ = topology.participation_coefficient(edges, membership)
+    is_boundary = topology.boundary_units(participation)
+    degree = topology.unit_degree(edges)
+    results = []
+    for gain in gains:
+        jacobian = jacobian_with_boundary_gain(rng, is_boundary, gain)
+        results.append(coupling.coupling_test(coupling.unit_amplification(jacobian)["log_column_norm"],
+                                              is_boundary, degree, n_permutations=300, seed=1))
+    return results, is_boundary
+
+
+def test_planted_amplification_and_suppression_are_found_with_their_signs(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    gains = [1.4, 0.6, 1.5, 0.7, 1.3, 0.5]
+    results, is_boundary = _synthetic_study(rng, gains)
+    assert 4 <= is_boundary.sum() <= 40
+    assert is_boundary[-20:].mean() > 4 * is_boundary[:-20].mean()  # enriched in the 20 planted mixers
+    q = coupling.false_discovery([r.p_value for r in results])
+    assert np.all(q < 0.05)
+    assert [r.direction for r in results] == ["amplified" if g > 1 else "suppressed" for g in gains]
+
+
+def test_null_model_flags_almost_nothing(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    results, _ = _synthetic_study(rng, [1.0] * 20)
+    q = coupling.false_discovery([r.p_value for r in results])
+    assert np.sum(q < 0.05) <= 1
+    assert np.mean([r.p_permutation for r in results]) > 0.2

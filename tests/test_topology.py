@@ -1,0 +1,88 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from resdyn import topology
+
+from .synthetic import planted_activations
+
+
+def test_correlation_matches_numpy_and_handles_constant_units(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    x = rng.normal(size=(50, 6))
+    np.testing.assert_allclose(topology.correlation_matrix(x), np.corrcoef(x, rowvar=False), atol=1e-12)
+    x[:, 2] = 3.0
+    correlation = topology.correlation_matrix(x)
+    assert np.isfinite(correlation).all() and correlation[2, 0] == 0.0 and correlation[2, 2] == 1.0
+
+
+@pytest.mark.parametrize("construction", ["knn", "threshold", "dense"])
+def test_planted_partition_is_recovered(construction, fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    activations, truth = planted_activations(rng)
+    edges = topology.signed_graph(topology.correlation_matrix(activations), construction, k=10, threshold=0.2)
+    gamma, scan = topology.scan_gamma(edges, seeds=(0, 1, 2))
+    membership = topology.signed_leiden(edges, gamma, seed=0)
+    assert topology.normalized_mutual_information(membership, truth) > 0.9, (gamma, scan)
+
+
+def test_graph_constructions(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    correlation = topology.correlation_matrix(rng.normal(size=(40, 12)))
+    knn = topology.signed_graph(correlation, "knn", k=3)
+    assert np.all(knn.source < knn.target)
+    degree = topology.unit_degree(knn)
+    assert degree.min() >= 3  # every unit keeps its own 3 strongest links
+    for unit in range(12):  # and those are its largest |r|
+        row = np.abs(correlation[unit])
+        row[unit] = 0.0
+        strongest = np.argsort(-row)[:3]
+        linked = set(knn.target[knn.source == unit].tolist()) | set(knn.source[knn.target == unit].tolist())
+        assert set(strongest.tolist()) <= linked
+    dense = topology.signed_graph(correlation, "dense")
+    assert len(dense.weight) == 12 * 11 // 2
+    threshold = topology.signed_graph(correlation, "threshold", threshold=0.2)
+    assert np.all(np.abs(threshold.weight) > 0.2)
+    assert len(threshold.weight) == np.sum(np.triu(np.abs(correlation) > 0.2, 1))
+    with pytest.raises(ValueError, match="knn"):
+        topology.signed_graph(correlation, "spectral")
+
+
+def test_negative_correlations_separate_units():
+    # two anti-correlated blocks: positive CPM alone at gamma 0 merges everything; the signed
+    # negative layer keeps them apart
+    rng = np.random.default_rng(7)
+    factor = rng.normal(size=(400, 1))
+    x = np.hstack([factor + 0.3 * rng.normal(size=(400, 6)), -factor + 0.3 * rng.normal(size=(400, 6))])
+    edges = topology.signed_graph(topology.correlation_matrix(x), "dense")
+    membership = topology.signed_leiden(edges, 0.0, seed=1)
+    assert len(set(membership[:6])) == 1 and len(set(membership[6:])) == 1 and membership[0] != membership[6]
+
+
+def test_participation_and_boundary_rules():
+    # unit 0: strength 1 to community 0 and 1 to community 1 -> P = 0.5; unit 1: one community -> 0
+    edges = topology.SignedEdges(5, np.array([0, 0, 1, 3]), np.array([1, 3, 2, 4]), np.array([1.0, 1.0, 0.5, 0.9]))
+    membership = np.array([0, 0, 0, 1, 1])
+    participation, share = topology.participation_coefficient(edges, membership)
+    unit_3 = 1 - ((1 / 1.9) ** 2 + (0.9 / 1.9) ** 2)
+    np.testing.assert_allclose(participation, [0.5, 0.0, 0.0, unit_3, 0.0], rtol=1e-12)
+    assert list(topology.boundary_units(participation)) == [True, False, False, True, False]
+    assert not topology.robust_boundary_units(share, membership).any()  # only one *other* community each
+
+
+def test_same_seed_same_membership_across_processes(fresh_seed):
+    script = (
+        "import numpy as np, json\n"
+        "from resdyn import topology\n"
+        "from tests.synthetic import planted_activations\n"
+        f"x, _ = planted_activations(np.random.default_rng({fresh_seed % 1000}), n_boundary=6)\n"
+        "e = topology.signed_graph(topology.correlation_matrix(x), 'knn', k=8)\n"
+        "print(json.dumps(topology.signed_leiden(e, 0.05, seed=11).tolist()))\n"
+    )
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                      check=True).stdout) for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert len(set(runs[0])) > 1

@@ -35,6 +35,11 @@ class AnalysisSettings(dg.ConfigurableResource):
     dtype: str = "float64"
     backend: str = "autodiff"
     per_sample_subsample: int = 8
+    graph_construction: str = "knn"  # or "threshold", "dense"
+    graph_k: int = 0  # 0: min(30, max(5, d_model // 4))
+    graph_threshold: float = 0.3
+    leiden_seeds: int = 5
+    n_permutations: int = 1000
 
 
 def _environment(name: str, default):
@@ -52,6 +57,7 @@ def default_resources() -> dict:
         "positions": _environment("RESDYN_POSITIONS", "last"),
         "dtype": _environment("RESDYN_DTYPE", "float64"),
         "backend": _environment("RESDYN_BACKEND", "autodiff"),
+        "graph_construction": _environment("RESDYN_GRAPH", "knn"),
     }
     return {
         "warehouse": WarehouseResource(root=_environment("RESDYN_WAREHOUSE", "")),

@@ -85,3 +85,37 @@ def metrics_by_depth(curves: dict[str, dict[str, tuple[list, list]]], directory:
         axis.legend(fontsize=6)
     figure.suptitle(title)
     return _save(figure, directory, name)
+
+
+def community_distributions(sizes: dict[int, list[int]], participation: dict[int, np.ndarray], directory: Path, *,
+                            title: str) -> Path:
+    """Community sizes (left) and participation coefficients (right) per boundary depth."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+    depths = sorted(sizes)
+    left.boxplot([sizes[d] for d in depths], positions=depths, widths=0.6)
+    left.set_xlabel("boundary depth (2 layer + [pre_mlp])")
+    left.set_ylabel("community size (units)")
+    right.violinplot([participation[d] for d in depths], positions=depths, widths=0.8, showmedians=True)
+    right.axhline(0.3, color="red", lw=0.8, ls="--", label="boundary rule P > 0.3")
+    right.set_xlabel("boundary depth")
+    right.set_ylabel("participation coefficient")
+    right.legend(fontsize=7)
+    figure.suptitle(title)
+    return _save(figure, directory, "communities")
+
+
+def coupling_by_depth(series: dict[str, tuple[list, list, list]], directory: Path, *, title: str) -> Path:
+    """Rank-biserial effect vs depth per checkpoint; FDR-significant sublayers filled."""
+    figure, axis = plt.subplots(figsize=(6, 3.2))
+    for label, (depths, effects, significant) in sorted(series.items()):
+        line, = axis.plot(depths, effects, lw=1, label=label)
+        marked = np.asarray(significant, dtype=bool)
+        axis.scatter(np.asarray(depths)[marked], np.asarray(effects)[marked], color=line.get_color(), s=30, zorder=3)
+        axis.scatter(np.asarray(depths)[~marked], np.asarray(effects)[~marked], facecolors="none",
+                     edgecolors=line.get_color(), s=30, zorder=3)
+    axis.axhline(0, color="0.5", lw=0.8)
+    axis.set_xlabel("depth (2 layer + [mlp])")
+    axis.set_ylabel("boundary effect (rank-biserial)\n> 0 amplified, < 0 suppressed")
+    axis.legend(fontsize=7, title="filled: q < 0.05", title_fontsize=7)
+    axis.set_title(title)
+    return _save(figure, directory, "coupling_by_depth")

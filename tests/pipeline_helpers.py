@@ -9,7 +9,7 @@ from dagster_project.checks import ALL_CHECKS
 from dagster_project.partitions import register_partitions
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 
-SMALL = dict(n_samples=12, sequence_length=24, batch_size=6, per_sample_subsample=3)
+SMALL = dict(n_samples=12, sequence_length=24, batch_size=6, per_sample_subsample=3, leiden_seeds=3, n_permutations=200)
 
 
 def materialize_partition(root, key: str, instance: dg.DagsterInstance | None = None, **settings):

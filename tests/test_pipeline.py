@@ -9,7 +9,8 @@ from .pipeline_helpers import materialize_partition
 
 KEY = "tiny-olmo3@step-000000"
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "eigenvalues",
-          "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery", "layer_metrics_per_sample"]
+          "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery", "layer_metrics_per_sample",
+          "graph_edges", "communities", "gamma_scan", "unit_amplification", "coupling_tests"]
 
 
 @pytest.fixture(scope="module")

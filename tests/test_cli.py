@@ -1,3 +1,5 @@
+import re
+
 """The CLI on a model the suite did not train, SQL in and out, and clear errors."""
 
 import torch
@@ -19,7 +21,9 @@ def test_run_on_a_saved_model_directory_then_sql(tmp_path, capsys, fresh_seed):
                  "--warehouse", str(warehouse), "--log-level", "WARNING"])
     output = capsys.readouterr().out
     assert code == 0, output
-    assert "registered my-gemma" in output and "checks 4/4 passed" in output
+    assert "registered my-gemma" in output
+    passed = re.search(r"checks (\d+)/(\d+) passed", output)
+    assert passed and passed.group(1) == passed.group(2) and int(passed.group(2)) >= 6, output
     rows = Warehouse(warehouse).query("SELECT model, checkpoint, family, d_model, n_layers FROM model_checkpoints")
     assert rows.to_pylist() == [{"model": "my-gemma", "checkpoint": "local", "family": "gemma3",
                                  "d_model": 32, "n_layers": 2}]

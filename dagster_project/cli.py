@@ -160,7 +160,9 @@ def command_run(arguments) -> int:
         if not result.success or failing:
             for event in result.all_events:
                 if event.is_step_failure:
-                    print(f"    {event.step_key}: {event.event_specific_data.error.message.strip()}")
+                    error = event.event_specific_data.error
+                    error = error.cause or error  # Dagster wraps the user's exception: show that one
+                    print(f"    {event.step_key}: {error.message.strip()}")
             failed.append(key)
     if arguments.suite:
         command_questions(argparse.Namespace(warehouse=str(store.root)))

@@ -15,6 +15,7 @@ def _save(figure, directory: Path, name: str) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
+    figure.tight_layout()
     figure.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(figure)
     return path

@@ -38,3 +38,12 @@ def test_clear_errors_for_unknown_models(tmp_path, capsys):
     assert "no model directory" in capsys.readouterr().err
     assert main(["run", "--model", "tiny-llama", "--checkpoint", "step-999", "--warehouse", str(tmp_path)]) != 0
     assert main(["sql", "no_such_file.sql", "--warehouse", str(tmp_path)]) != 0
+
+
+def test_registered_paper_model_fails_clearly_without_its_weights(tmp_path, capsys):
+    code = main(["run", "--model", "olmo-3-7b", "--checkpoint", "stage1-step0", "--warehouse", str(tmp_path),
+                 "--log-level", "CRITICAL"])
+    output = capsys.readouterr().out
+    assert code == 1
+    assert "olmo-3-7b@stage1-step0 FAILED" in output
+    assert "hf download allenai/Olmo-3-1025-7B --revision stage1-step0" in output

@@ -50,12 +50,14 @@ def jacobians(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
     )
     keys = sorted(analysis.moments)
     columns = _matrix_rows([(key, analysis.moments[key].mean) for key in keys])
-    variance = np.concatenate([analysis.moments[key].variance for key in keys])
-    columns["variance"] = pa.FixedSizeListArray.from_arrays(pa.array(variance.ravel()), variance.shape[1]).cast(
-        pa.list_(pa.float64()))
+    d = analysis.d_model
+    # per-entry variance; null where a closed-form backend streamed means only
+    columns["variance"] = pa.array([None if analysis.moments[key].variance is None else
+                                    [float(v) for v in analysis.moments[key].variance[row]]
+                                    for key in keys for row in range(d)], pa.list_(pa.float64()))
     n_rows = len(columns["row"])
     columns["n_observations"] = pa.array([analysis.moments[keys[0]].count] * n_rows, pa.int32())
-    columns["backend"] = [backend.name] * n_rows
+    columns["backend"] = [analysis.backend_by_sublayer[key] for key in keys for _ in range(d)]
     table = pa.table(columns)
     path = store.write("jacobians", model, checkpoint, table)
 
@@ -63,7 +65,6 @@ def jacobians(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
             for (layer, sublayer), entries in analysis.sample_jacobians.items()
             for sample_id, position, matrix in entries]
     per_sample = _matrix_rows([(key, matrix) for key, _, _, matrix in kept])
-    d = analysis.d_model
     per_sample["sample_id"] = pa.array([s for _, s, _, _ in kept for _ in range(d)], pa.int32())
     per_sample["position"] = pa.array([t for _, _, t, _ in kept for _ in range(d)], pa.int32())
     store.write("sample_jacobians", model, checkpoint, pa.table(per_sample))
@@ -72,6 +73,8 @@ def jacobians(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                             store.artefact_directory("figures", model, checkpoint), title=context.partition_key)
     return dg.MaterializeResult(
         metadata={**table_metadata(table, path), **figure(png), "backend": backend.name,
+                  "backend_by_sublayer": dg.MetadataValue.json(
+                      {f"{layer}/{sublayer}": name for (layer, sublayer), name in analysis.backend_by_sublayer.items()}),
                   "n_observations": analysis.moments[keys[0]].count, "d_model": d},
         data_version=dg.DataVersion(store.content_hash("jacobians", model, checkpoint)),
     )

@@ -99,3 +99,14 @@ def test_spectral_tables_agree_with_numpy_on_the_stored_jacobians(warehouse):
     first = store.query("SELECT effective_rank FROM cumulative_rank WHERE depth = 0").to_pylist()[0]
     single = store.query("SELECT effective_rank FROM layer_metrics WHERE depth = 0").to_pylist()[0]
     assert first["effective_rank"] == pytest.approx(single["effective_rank"], rel=1e-12)
+
+
+def test_structured_backend_through_the_pipeline_passes_the_finite_difference_probe(tmp_path):
+    result, checks, _ = materialize_partition(tmp_path, "tiny-llama@step-000000", backend="structured")
+    assert result.success
+    assert all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    backends = Warehouse(tmp_path).query(
+        "SELECT sublayer, any_value(backend) AS backend, bool_and(variance IS NULL) AS no_variance "
+        "FROM jacobians GROUP BY sublayer ORDER BY sublayer").to_pylist()
+    assert backends == [{"sublayer": "attn", "backend": "autodiff (structured fallback)", "no_variance": False},
+                        {"sublayer": "mlp", "backend": "structured", "no_variance": True}]

@@ -49,6 +49,7 @@ class JacobianAnalysis:
     # (layer, sublayer) -> list of (sample_id, position, d x d float64) for the subsample
     sample_jacobians: dict[tuple[int, str], list[tuple[int, int, np.ndarray]]] = field(default_factory=dict)
     backend: str = ""
+    backend_by_sublayer: dict[tuple[int, str], str] = field(default_factory=dict)  # which one made each mean
 
 
 def analyse_samples(
@@ -74,6 +75,8 @@ def analyse_samples(
     for key in ((layer, sublayer) for layer in range(len(layers)) for sublayer in SUBLAYERS):
         analysis.moments[key] = RunningMoments()
         analysis.sample_jacobians[key] = []
+        describe = getattr(backend, "backend_for", None)
+        analysis.backend_by_sublayer[key] = describe(adapter, layers[key[0]], key[1]) if describe else backend.name
     positions = samples[0].positions
     batches = [samples[start : start + batch_size] for start in range(0, len(samples), batch_size)]
     for batch_number, batch in enumerate(batches):

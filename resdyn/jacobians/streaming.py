@@ -21,6 +21,19 @@ class RunningMoments:
         self.count = 0
         self.mean: np.ndarray | None = None
         self.sum_squared_deviations: np.ndarray | None = None
+        self.has_variance = True
+
+    def add_sum(self, total: torch.Tensor | np.ndarray, count: int) -> None:
+        """Fold in a batch known only by its sum (a closed-form backend): the mean stays exact,
+        the variance becomes unknown."""
+        total = total.detach().to(torch.float64).cpu().numpy() if isinstance(total, torch.Tensor) else total
+        total = np.asarray(total, dtype=np.float64)
+        self.has_variance = False
+        if self.count == 0:
+            self.count, self.mean = count, total / count
+        else:
+            self.mean = self.mean + (total - count * self.mean) / (self.count + count)
+            self.count += count
 
     def update(self, batch: torch.Tensor | np.ndarray) -> None:
         """Fold in a batch of shape (n_b, *matrix_shape)."""
@@ -43,7 +56,8 @@ class RunningMoments:
         self.count = total
 
     @property
-    def variance(self) -> np.ndarray:
+    def variance(self) -> np.ndarray | None:
+        """Per-entry population variance; None when a batch arrived as a sum only."""
         if self.count == 0:
             raise ValueError("no observations")
-        return self.sum_squared_deviations / self.count
+        return self.sum_squared_deviations / self.count if self.has_variance else None

@@ -39,6 +39,21 @@ def _optional_weight_norm(self, x):
     return normed * self.weight if self.with_scale else normed
 
 
+def rms_norm_gain(module: nn.Module) -> tuple[torch.Tensor, float] | None:
+    """(g, eps) with module(x) = g * x / sqrt(mean(x^2) + eps), or None for an unknown norm form."""
+    name = type(module).__name__
+    if not name.endswith("RMSNorm"):
+        return None
+    if hasattr(module, "variance_epsilon"):
+        return module.weight, module.variance_epsilon
+    if hasattr(module, "with_scale"):
+        gain = module.weight if module.with_scale else None
+        return gain, module.eps
+    if name.startswith("Gemma") and hasattr(module, "eps"):
+        return 1.0 + module.weight, module.eps
+    return None
+
+
 def use_full_precision_norms(model: nn.Module) -> int:
     """Patch every RMSNorm of ``model`` in place; returns how many were patched."""
     patched = 0

@@ -1,0 +1,144 @@
+"""Exact mean Jacobians in closed form: weight matrices times averaged per-sample diagonals.
+
+Gated MLP sublayer out = x + N2(M(N1(x))), with M(n) = W_down (phi(a) * u), a = W_gate n + b,
+u = W_up n + b, and optional RMSNorms N(z) = g * z / r(z), r = sqrt(mean(z^2) + eps) before
+(pre-norm, sandwich) and after (post-norm, sandwich). With c1 = 1/r(x), c2 = 1/r(y), y = M(N1(x)),
+dN/dz = c diag(g) - c^3 (g * z) z^T / d, and W_in(s) = diag(phi'(a) u) W_gate + diag(phi(a)) W_up:
+
+    J_s - I = [c2 diag(g2) - c2^3 (g2 y) y^T / d] W_down W_in(s) [c1 diag(g1) - c1^3 (g1 x) x^T / d]
+
+so the mean over samples is, exactly,
+
+    E[J - I] = diag(g2) W_down [diag(E[c1 c2 phi'(a) u]) W_gate + diag(E[c1 c2 phi(a)]) W_up] diag(g1)
+             - diag(g2) W_down E[c1^3 c2 w x^T] / d                  w = W_in(s) (g1 x)      (d_ff)
+             - E[c1 c2^3 (g2 y) z^T] / d                             z = diag(g1) W_in(s)^T W_down^T y
+             + E[c1^3 c2^3 (y^T W_down w) (g2 y) x^T] / d^2
+
+(absent norms: c = 1, g = 1, and their rank-one terms drop). Cost: two d x d_ff x d products for
+the whole sample set plus O(n d d_ff) per batch, instead of n d^2 d_ff for per-sample Jacobians.
+
+Sublayers this does not cover (attention, Gemma 4's MLP map with its per-layer-input branch, MoE
+blocks, ungated MLPs, unknown norms) fall back to the autodiff backend, logged once per kind.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from ..models.adapters.families import Gemma3Adapter, Gemma4Adapter, PostNormAdapter, PreNormAdapter
+from ..models.precision import rms_norm_gain
+from .autodiff import AutodiffBackend
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GatedMlp:
+    """The pieces of one gated-MLP residual map (None: that norm is absent)."""
+
+    mlp: torch.nn.Module
+    norm_in: torch.nn.Module | None
+    norm_out: torch.nn.Module | None
+
+
+def gated_mlp_of(adapter, layer) -> GatedMlp | None:
+    """The closed-form view of ``layer``'s MLP map, or None when the closed form does not apply."""
+    mlp = getattr(layer, "mlp", None)
+    if isinstance(adapter, Gemma4Adapter) or mlp is None:
+        return None
+    if not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+        return None
+    if type(adapter) is PreNormAdapter:
+        pieces = GatedMlp(mlp, layer.post_attention_layernorm, None)
+    elif type(adapter) is PostNormAdapter:
+        pieces = GatedMlp(mlp, None, layer.post_feedforward_layernorm)
+    elif type(adapter) is Gemma3Adapter:
+        pieces = GatedMlp(mlp, layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm)
+    else:
+        return None
+    for norm in (pieces.norm_in, pieces.norm_out):
+        if norm is not None and rms_norm_gain(norm) is None:
+            return None
+    return pieces
+
+
+def _norm_terms(norm, z: torch.Tensor):
+    """(gain g, per-sample c = 1 / r(z)) of an RMSNorm; (1, 1) when the norm is absent."""
+    if norm is None:
+        return torch.ones(z.shape[-1], dtype=z.dtype), torch.ones(z.shape[0], dtype=z.dtype)
+    gain, eps = rms_norm_gain(norm)
+    gain = torch.ones(z.shape[-1], dtype=z.dtype) if gain is None else gain.to(z.dtype)
+    return gain, torch.rsqrt(z.pow(2).mean(-1) + eps)
+
+
+@torch.no_grad()
+def mlp_jacobian_sum(pieces: GatedMlp, x: torch.Tensor) -> torch.Tensor:
+    """sum_s (J_s - I) over the rows x_s of ``x`` (n, d), by the closed form in the module docstring."""
+    n, d = x.shape
+    mlp = pieces.mlp
+    g1, c1 = _norm_terms(pieces.norm_in, x)
+    normed = pieces.norm_in(x) if pieces.norm_in is not None else x
+    a = mlp.gate_proj(normed)
+    u = mlp.up_proj(normed)
+    with torch.enable_grad():
+        a_leaf = a.detach().requires_grad_(True)
+        phi = mlp.act_fn(a_leaf)
+        (phi_prime,) = torch.autograd.grad(phi.sum(), a_leaf)
+    phi = phi.detach()
+    d1, d2 = phi_prime * u, phi  # dM/dn = W_down [diag(d1) W_gate + diag(d2) W_up]
+    y = mlp.down_proj(phi * u)
+    g2, c2 = _norm_terms(pieces.norm_out, y)
+    w_gate, w_up, w_down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
+
+    weight = c1 * c2
+    core = w_down @ ((weight @ d1)[:, None] * w_gate + (weight @ d2)[:, None] * w_up)  # d x d
+    total = g2[:, None] * core * g1[None, :]
+    if pieces.norm_in is not None:
+        gx = g1 * x
+        w = d1 * (gx @ w_gate.T) + d2 * (gx @ w_up.T)  # (n, d_ff)
+        total -= g2[:, None] * (w_down @ ((c1**3 * c2)[:, None] * w).T @ x) / d
+    if pieces.norm_out is not None:
+        back = y @ w_down  # rows: W_down^T y_s, (n, d_ff)
+        z = ((back * d1) @ w_gate + (back * d2) @ w_up) * g1  # (n, d)
+        total -= ((c1 * c2**3)[:, None] * (g2 * y)).T @ z / d
+        if pieces.norm_in is not None:
+            sigma = (back * w).sum(-1)  # y^T W_down w
+            total += ((sigma * c1**3 * c2**3)[:, None] * (g2 * y)).T @ x / d**2
+    return total
+
+
+class StructuredBackend:
+    """Closed-form mean Jacobians where they apply; the autodiff backend elsewhere."""
+
+    name = "structured"
+
+    def __init__(self, fallback: AutodiffBackend | None = None) -> None:
+        self.fallback = fallback or AutodiffBackend()
+        self._reported: set[tuple[str, str]] = set()
+
+    def covers(self, adapter, layer, sublayer: str) -> bool:
+        return sublayer == "mlp" and gated_mlp_of(adapter, layer) is not None
+
+    def backend_for(self, adapter, layer, sublayer: str) -> str:
+        return self.name if self.covers(adapter, layer, sublayer) else f"{self.fallback.name} (structured fallback)"
+
+    def sample_jacobians(self, adapter, layer, inputs, sublayer: str, position: int) -> torch.Tensor:
+        return self.fallback.sample_jacobians(adapter, layer, inputs, sublayer, position)
+
+    def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor | None:
+        pieces = gated_mlp_of(adapter, layer) if sublayer == "mlp" else None
+        if pieces is None:
+            kind = (type(adapter).__name__, sublayer)
+            if kind not in self._reported:
+                self._reported.add(kind)
+                log.warning("structured backend: no closed form for the %s sublayer of %s; using autodiff",
+                            sublayer, type(adapter).__name__)
+            return self.fallback.accumulate(adapter, layer, inputs, sublayer, position, moments)
+        _, x = adapter.positional_function(layer, inputs, sublayer, position)
+        n, d = x.shape
+        total = mlp_jacobian_sum(pieces, x) + n * torch.eye(d, dtype=x.dtype)
+        moments.add_sum(total, n)
+        return None

@@ -1,0 +1,44 @@
+"""The structured backend's closed-form means equal the mean of per-sample autodiff Jacobians."""
+
+import numpy as np
+import pytest
+
+from resdyn.corpus import Sample
+from resdyn.jacobians.autodiff import AutodiffBackend
+from resdyn.jacobians.engine import analyse_samples
+from resdyn.jacobians.streaming import RunningMoments
+from resdyn.jacobians.structured import StructuredBackend, gated_mlp_of
+from resdyn.models.adapters import adapter_for
+
+from .conftest import FAMILIES, random_tiny_model
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("positions", ["last", "all"])
+def test_structured_mean_equals_mean_of_autodiff_jacobians(family, positions, fresh_seed):
+    model = random_tiny_model(family, fresh_seed)
+    adapter = adapter_for(model.config.model_type)
+    rng = np.random.default_rng(fresh_seed)
+    analysed = (11,) if positions == "last" else (8, 9, 10, 11)
+    samples = [Sample(i, tuple(int(t) for t in rng.integers(0, 256, 12)), analysed) for i in range(9)]
+    structured = analyse_samples(model, adapter, samples, backend=StructuredBackend(), batch_size=4)
+    reference = analyse_samples(model, adapter, samples, backend=AutodiffBackend(), batch_size=4)
+    for key, moments in reference.moments.items():
+        mean = structured.moments[key].mean
+        assert structured.moments[key].count == moments.count
+        relative = np.linalg.norm(mean - moments.mean) / np.linalg.norm(moments.mean)
+        assert relative < 1e-10, (key, relative, fresh_seed)
+    layer = adapter.decoder_layers(model)[0]
+    covered = structured.backend_by_sublayer[(0, "mlp")] == "structured"
+    assert covered == (gated_mlp_of(adapter, layer) is not None) == (family != "gemma4")
+    assert structured.backend_by_sublayer[(0, "attn")].startswith("autodiff")
+
+
+def test_sum_only_batches_keep_the_mean_and_drop_the_variance(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    data = rng.normal(size=(11, 3, 3))
+    moments = RunningMoments()
+    moments.update(data[:4])
+    moments.add_sum(data[4:].sum(0), 7)
+    np.testing.assert_allclose(moments.mean, data.mean(0), rtol=1e-12, atol=1e-14)
+    assert moments.count == 11 and moments.variance is None

@@ -108,5 +108,5 @@ def test_structured_backend_through_the_pipeline_passes_the_finite_difference_pr
     backends = Warehouse(tmp_path).query(
         "SELECT sublayer, any_value(backend) AS backend, bool_and(variance IS NULL) AS no_variance "
         "FROM jacobians GROUP BY sublayer ORDER BY sublayer").to_pylist()
-    assert backends == [{"sublayer": "attn", "backend": "autodiff (structured fallback)", "no_variance": False},
+    assert backends == [{"sublayer": "attn", "backend": "structured", "no_variance": True},
                         {"sublayer": "mlp", "backend": "structured", "no_variance": True}]

@@ -8,6 +8,7 @@ from resdyn.jacobians.autodiff import AutodiffBackend
 from resdyn.jacobians.engine import analyse_samples
 from resdyn.jacobians.streaming import RunningMoments
 from resdyn.jacobians.structured import StructuredBackend, gated_mlp_of
+from resdyn.jacobians.structured_attention import attention_view_of
 from resdyn.models.adapters import adapter_for
 
 from .conftest import FAMILIES, random_tiny_model
@@ -19,8 +20,8 @@ def test_structured_mean_equals_mean_of_autodiff_jacobians(family, positions, fr
     model = random_tiny_model(family, fresh_seed)
     adapter = adapter_for(model.config.model_type)
     rng = np.random.default_rng(fresh_seed)
-    analysed = (11,) if positions == "last" else (8, 9, 10, 11)
-    samples = [Sample(i, tuple(int(t) for t in rng.integers(0, 256, 12)), analysed) for i in range(9)]
+    analysed = (39,) if positions == "last" else (20, 33, 38, 39)  # beyond the 32-token sliding window
+    samples = [Sample(i, tuple(int(t) for t in rng.integers(0, 256, 40)), analysed) for i in range(9)]
     structured = analyse_samples(model, adapter, samples, backend=StructuredBackend(), batch_size=4)
     reference = analyse_samples(model, adapter, samples, backend=AutodiffBackend(), batch_size=4)
     for key, moments in reference.moments.items():
@@ -29,9 +30,9 @@ def test_structured_mean_equals_mean_of_autodiff_jacobians(family, positions, fr
         relative = np.linalg.norm(mean - moments.mean) / np.linalg.norm(moments.mean)
         assert relative < 1e-10, (key, relative, fresh_seed)
     layer = adapter.decoder_layers(model)[0]
-    covered = structured.backend_by_sublayer[(0, "mlp")] == "structured"
-    assert covered == (gated_mlp_of(adapter, layer) is not None) == (family != "gemma4")
-    assert structured.backend_by_sublayer[(0, "attn")].startswith("autodiff")
+    expected = "structured" if family != "gemma4" else "autodiff (structured fallback)"
+    assert structured.backend_by_sublayer[(0, "mlp")] == structured.backend_by_sublayer[(0, "attn")] == expected
+    assert (gated_mlp_of(adapter, layer) is not None) == (attention_view_of(adapter, layer) is not None)
 
 
 def test_sum_only_batches_keep_the_mean_and_drop_the_variance(fresh_seed):

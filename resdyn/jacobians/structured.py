@@ -17,7 +17,8 @@ so the mean over samples is, exactly,
 (absent norms: c = 1, g = 1, and their rank-one terms drop). Cost: two d x d_ff x d products for
 the whole sample set plus O(n d d_ff) per batch, instead of n d^2 d_ff for per-sample Jacobians.
 
-Sublayers this does not cover (attention, Gemma 4's MLP map with its per-layer-input branch, MoE
+The attention sublayer's closed form lives in :mod:`resdyn.jacobians.structured_attention`.
+Sublayers neither covers (Gemma 4's maps with its per-layer-input branch, MoE
 blocks, ungated MLPs, unknown norms) fall back to the autodiff backend, logged once per kind.
 """
 
@@ -120,7 +121,15 @@ class StructuredBackend:
         self._reported: set[tuple[str, str]] = set()
 
     def covers(self, adapter, layer, sublayer: str) -> bool:
-        return sublayer == "mlp" and gated_mlp_of(adapter, layer) is not None
+        return self._closed_form(adapter, layer, sublayer) is not None
+
+    @staticmethod
+    def _closed_form(adapter, layer, sublayer: str):
+        from .structured_attention import attention_view_of
+
+        if sublayer == "mlp":
+            return gated_mlp_of(adapter, layer)
+        return attention_view_of(adapter, layer)
 
     def backend_for(self, adapter, layer, sublayer: str) -> str:
         return self.name if self.covers(adapter, layer, sublayer) else f"{self.fallback.name} (structured fallback)"
@@ -129,7 +138,7 @@ class StructuredBackend:
         return self.fallback.sample_jacobians(adapter, layer, inputs, sublayer, position)
 
     def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor | None:
-        pieces = gated_mlp_of(adapter, layer) if sublayer == "mlp" else None
+        pieces = self._closed_form(adapter, layer, sublayer)
         if pieces is None:
             kind = (type(adapter).__name__, sublayer)
             if kind not in self._reported:
@@ -137,8 +146,14 @@ class StructuredBackend:
                 log.warning("structured backend: no closed form for the %s sublayer of %s; using autodiff",
                             sublayer, type(adapter).__name__)
             return self.fallback.accumulate(adapter, layer, inputs, sublayer, position, moments)
-        _, x = adapter.positional_function(layer, inputs, sublayer, position)
-        n, d = x.shape
-        total = mlp_jacobian_sum(pieces, x) + n * torch.eye(d, dtype=x.dtype)
+        if sublayer == "mlp":
+            _, x = adapter.positional_function(layer, inputs, sublayer, position)
+            deviation = mlp_jacobian_sum(pieces, x)
+        else:
+            from .structured_attention import attention_jacobian_sum
+
+            deviation = attention_jacobian_sum(pieces, inputs.hidden, inputs.arguments, position)
+        n, d = inputs.hidden.shape[0], deviation.shape[0]
+        total = deviation + n * torch.eye(d, dtype=deviation.dtype)
         moments.add_sum(total, n)
         return None

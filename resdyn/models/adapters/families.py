@@ -17,12 +17,17 @@ from .base import FamilyAdapter
 
 
 def _attention(layer: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
+    return attention_output(layer.self_attn, hidden, arguments)
+
+
+def attention_output(attention: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
+    """The attention module's output (after o_proj) for a whole sequence."""
     arguments = dict(arguments)
     if "shared_kv_states" in arguments and isinstance(arguments["shared_kv_states"], dict):
         # Gemma 4 layers that own a KV cache write into this dict; a private copy keeps the
         # captured states of the original forward intact for the layers that read them.
         arguments["shared_kv_states"] = dict(arguments["shared_kv_states"])
-    output = layer.self_attn(hidden_states=hidden, **arguments)
+    output = attention(hidden_states=hidden, **arguments)
     return output[0] if isinstance(output, tuple) else output
 
 

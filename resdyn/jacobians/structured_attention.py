@@ -9,8 +9,8 @@ Core = dy/dn. With c = 1/r and gains g as for the MLP,
              - E[c2^3 c1 (g2 y) (Core^T y)^T] diag(g1) / d
              + E[c2^3 c1^3 (y . Core (g1 x)) (g2 y) x^T] / d^2.
 
-The last three need Core times one vector per sample: one batched JVP and one batched VJP of the
-model's own attention module. The first is the closed form. Per head h (KV group k), with
+The last three need Core times one vector per sample, applied from the per-sample factors below
+(no autodiff). Per head h (KV group k), with
 post-RoPE query q_h, keys K_k and values V_k over the visible positions, weights p_h and output
 o_h = V_k^T p_h, and R_t the (linear) RoPE map at position t:
 
@@ -30,9 +30,7 @@ import sys
 from dataclasses import dataclass
 
 import torch
-from torch.func import jvp, vjp
-
-from ..models.adapters.families import Gemma3Adapter, PostNormAdapter, PreNormAdapter, attention_output
+from ..models.adapters.families import Gemma3Adapter, PostNormAdapter, PreNormAdapter
 from ..models.precision import rms_norm_gain
 from .structured import _norm_terms
 
@@ -89,119 +87,158 @@ def _norm_vector_jacobian(norm, z: torch.Tensor, v: torch.Tensor) -> torch.Tenso
     return c * gain * v - c**3 * z * ((gain * z * v).sum(-1, keepdim=True)) / z.shape[-1]
 
 
+@dataclass
+class AttentionPieces:
+    """Per-sample factors of d o / d n at one position (o: the heads' outputs before W_o)."""
+
+    blocks: torch.Tensor  # (B, H, hd, hd): s sum_j p_j (v_j - o) k_j^T
+    rope: torch.Tensor  # (hd, hd): R_t
+    qk_norm: str
+    q_gain: torch.Tensor | None  # (H, hd)
+    q_scale: torch.Tensor | None  # (B, H): c of the q norm (per head or shared)
+    q_raw: torch.Tensor  # (B, H, hd): q~ before the q norm
+    w_q: torch.Tensor  # (H, hd, d)
+    k_left: torch.Tensor  # (B, H, hd): s p_t (v_t - o)
+    k_right: torch.Tensor  # (B, H, d): q^T R_t dk/dk~ W_k
+    p_t: torch.Tensor  # (B, H)
+    w_v: torch.Tensor  # (H, hd, d)
+    output: torch.Tensor  # (B, H, hd): o
+
+    def _q_norm(self, u: torch.Tensor, transpose: bool) -> torch.Tensor:
+        """(dq/dq~) u or its transpose, per head; dq/dq~ = c diag(g) - c^3 (g q~) q~^T / m."""
+        if self.qk_norm == "none":
+            return u
+        c = self.q_scale[:, :, None]
+        gq = self.q_gain[None] * self.q_raw
+        if self.qk_norm == "per_head":
+            width = u.shape[-1]
+            along = ((self.q_raw if not transpose else gq) * u).sum(-1, keepdim=True)
+        else:
+            width = u.shape[-1] * u.shape[-2]
+            along = ((self.q_raw if not transpose else gq) * u).sum((-1, -2), keepdim=True)
+        return c * self.q_gain[None] * u - c**3 * (gq if not transpose else self.q_raw) * along / width
+
+    def apply(self, v: torch.Tensor) -> torch.Tensor:
+        """(d o / d n) v for a per-sample vector v (B, d) -> (B, H, hd)."""
+        q_direction = self._q_norm(torch.einsum("hfx,bx->bhf", self.w_q, v), transpose=False)
+        out = torch.einsum("bhde,ef,bhf->bhd", self.blocks, self.rope, q_direction)
+        out = out + self.k_left * (self.k_right * v[:, None]).sum(-1, keepdim=True)
+        return out + self.p_t[:, :, None] * torch.einsum("hfx,bx->bhf", self.w_v, v)
+
+    def apply_transpose(self, w: torch.Tensor) -> torch.Tensor:
+        """(d o / d n)^T w for per-sample w (B, H, hd) -> (B, d)."""
+        back = torch.einsum("bhde,bhd->bhe", self.blocks, w)
+        back = self._q_norm(torch.einsum("ef,bhe->bhf", self.rope, back), transpose=True)
+        out = torch.einsum("hfx,bhf->bx", self.w_q, back)
+        out = out + torch.einsum("bhx,bh->bx", self.k_right, (self.k_left * w).sum(-1))
+        return out + torch.einsum("hfx,bhf->bx", self.w_v, self.p_t[:, :, None] * w)
+
+    def weighted_sum(self, weights: torch.Tensor) -> torch.Tensor:
+        """sum_s weights_s (d o / d n)_s as a (H hd) x d matrix."""
+        n_heads, head_dim, d = self.w_q.shape
+        if self.qk_norm == "none":
+            scaled, gain = weights[:, None, None, None] * self.blocks, torch.ones(n_heads, head_dim,
+                                                                                  dtype=self.blocks.dtype)
+        else:
+            scaled, gain = (weights[:, None] * self.q_scale)[:, :, None, None] * self.blocks, self.q_gain
+        total = torch.einsum("bhde,ef,hf,hfx->hdx", scaled, self.rope, gain, self.w_q)
+        if self.qk_norm != "none":  # rank-one part of the q norm: -c^3 / m (M R (g q~)) (q~^T W_q)
+            left = torch.einsum("bhde,ef,bhf->bhd", self.blocks, self.rope, self.q_gain[None] * self.q_raw)
+            if self.qk_norm == "per_head":
+                right = torch.einsum("bhf,hfx->bhx", self.q_raw, self.w_q)
+                total -= torch.einsum("bh,bhd,bhx->hdx", weights[:, None] * self.q_scale**3 / head_dim, left, right)
+            else:
+                right = torch.einsum("bhf,hfx->bx", self.q_raw, self.w_q)
+                coefficient = weights * self.q_scale[:, 0] ** 3 / (n_heads * head_dim)
+                total -= torch.einsum("b,bhd,bx->hdx", coefficient, left, right)
+        total += torch.einsum("b,bhd,bhx->hdx", weights, self.k_left, self.k_right)
+        total += torch.einsum("h,hdx->hdx", (weights[:, None] * self.p_t).sum(0), self.w_v)
+        return total.reshape(n_heads * head_dim, d)
+
+
 @torch.no_grad()
-def attention_core_mean_parts(view: AttentionView, hidden: torch.Tensor, arguments: dict, position: int,
-                              weights: torch.Tensor) -> torch.Tensor:
-    """sum_s weights_s d o_s / d n_s, as a (H hd) x d matrix (before W_o), for the batch ``hidden``."""
+def attention_pieces(view: AttentionView, hidden: torch.Tensor, arguments: dict, position: int) -> AttentionPieces:
+    """The per-sample factors of the attention map's diagonal block at ``position``."""
     attention = view.attention
     batch, tokens, d = hidden.shape
     head_dim = attention.head_dim
     normed = view.norm_in(hidden) if view.norm_in is not None else hidden
-    q_raw, k_raw, v = attention.q_proj(normed), attention.k_proj(normed), attention.v_proj(normed)
+    q_raw = attention.q_proj(normed[:, position])  # only the analysed position's query is needed
+    k_raw, v = attention.k_proj(normed), attention.v_proj(normed)
+    n_heads, n_kv = q_raw.shape[-1] // head_dim, k_raw.shape[-1] // head_dim
+    group = n_heads // n_kv
     q_pre, k_pre = q_raw, k_raw
     if view.qk_norm == "full":
         q_pre, k_pre = attention.q_norm(q_raw), attention.k_norm(k_raw)
-    n_heads, n_kv = q_raw.shape[-1] // head_dim, k_raw.shape[-1] // head_dim
-    group = n_heads // n_kv
-    q_heads = q_pre.view(batch, tokens, n_heads, head_dim)
+    q_heads = q_pre.view(batch, 1, n_heads, head_dim)
     k_heads = k_pre.view(batch, tokens, n_kv, head_dim)
     if view.qk_norm == "per_head":
         q_heads, k_heads = attention.q_norm(q_heads), attention.k_norm(k_heads)
     cos, sin = arguments["position_embeddings"]
     apply = sys.modules[type(attention).__module__].apply_rotary_pos_emb
-    q_rot, k_rot = apply(q_heads.transpose(1, 2), k_heads.transpose(1, 2), cos, sin)  # (B, H, T, hd)
-    v_heads = v.view(batch, tokens, n_kv, head_dim).transpose(1, 2)
+    _, k_rot = apply(k_heads.transpose(1, 2), k_heads.transpose(1, 2), cos, sin)  # (B, Hkv, T, hd)
+    q_rot, _ = apply(q_heads.transpose(1, 2), q_heads.transpose(1, 2), cos[:, position : position + 1],
+                     sin[:, position : position + 1])
+    q_t = q_rot[:, :, 0]  # (B, H, hd)
     k_rot = k_rot.repeat_interleave(group, dim=1)
-    v_heads = v_heads.repeat_interleave(group, dim=1)
-    q_t = q_rot[:, :, position]  # (B, H, hd)
+    v_heads = v.view(batch, tokens, n_kv, head_dim).transpose(1, 2).repeat_interleave(group, dim=1)
     mask = arguments["attention_mask"][:, 0, position]  # (B, T) additive
     scores = torch.einsum("bhe,bhje->bhj", q_t, k_rot) * attention.scaling + mask[:, None, :]
     p = torch.softmax(scores, dim=-1)  # (B, H, T)
-    o = torch.einsum("bhj,bhje->bhe", p, v_heads)  # (B, H, hd)
-    rope = _rope_matrix(attention, cos[0, position], sin[0, position], hidden.dtype)  # same rotation for every sample
+    o = torch.einsum("bhj,bhje->bhe", p, v_heads)
+    rope = _rope_matrix(attention, cos[0, position], sin[0, position], hidden.dtype)
     scale = attention.scaling
-    p_t = p[:, :, position]  # (B, H)
-    w = weights.to(hidden.dtype)
-
-    # q path: block (hd x hd) per head, M = s sum_j p_j (v_j - o) k_j^T, then R_t and the q norm
-    blocks = scale * torch.einsum("bhj,bhjd,bhje->bhde", p, v_heads - o[:, :, None], k_rot)  # (B,H,hd,hd)
-    q_raw_t = q_raw[:, position]  # (B, H hd)
-    w_q = attention.q_proj.weight.view(n_heads, head_dim, d)
-    total = torch.zeros(n_heads, head_dim, d, dtype=hidden.dtype)
-    if view.qk_norm == "none":
-        total += torch.einsum("bhde,ef,hfx->hdx", w[:, None, None, None] * blocks, rope, w_q)
-    else:
+    p_t = p[:, :, position]
+    blocks = scale * torch.einsum("bhj,bhjd,bhje->bhde", p, v_heads - o[:, :, None], k_rot)
+    q_by_head = q_raw.view(batch, n_heads, head_dim)
+    q_gain = q_scale = None
+    if view.qk_norm != "none":
         gain_q, eps_q = rms_norm_gain(attention.q_norm)
         if view.qk_norm == "per_head":
-            q_by_head = q_raw_t.view(batch, n_heads, head_dim)
-            c_q = torch.rsqrt(q_by_head.pow(2).mean(-1) + eps_q)  # (B, H)
-            gain_by_head = gain_q.to(hidden.dtype).expand(n_heads, head_dim)
-            width = head_dim
+            q_gain = gain_q.to(hidden.dtype).expand(n_heads, head_dim)
+            q_scale = torch.rsqrt(q_by_head.pow(2).mean(-1) + eps_q)
         else:
-            c_q = torch.rsqrt(q_raw_t.pow(2).mean(-1) + eps_q)[:, None].expand(batch, n_heads)
-            gain_by_head = gain_q.to(hidden.dtype).view(n_heads, head_dim)
-            q_by_head = q_raw_t.view(batch, n_heads, head_dim)
-            width = n_heads * head_dim
-        weighted = (w[:, None] * c_q)[:, :, None, None] * blocks
-        total += torch.einsum("bhde,ef,hf,hfx->hdx", weighted, rope, gain_by_head, w_q)
-        # rank-one part of the q norm: -c^3 / m (M R (g q~)) (q~^T W_q)
-        left = torch.einsum("bhde,ef,bhf->bhd", blocks, rope, gain_by_head[None] * q_by_head)
-        if view.qk_norm == "per_head":
-            right = torch.einsum("bhf,hfx->bhx", q_by_head, w_q)  # q~_h^T W_q^(h)
-            total -= torch.einsum("bh,bhd,bhx->hdx", w[:, None] * c_q**3 / width, left, right)
-        else:
-            right = q_raw_t @ attention.q_proj.weight  # q~^T W_q, (B, d)
-            total -= torch.einsum("b,bhd,bx->hdx", w * c_q[:, 0] ** 3 / width, left, right)
-
-    # k path: rank one per head, s p_t (v_t - o) (q^T R_t dk/dk~ W_k)
-    row = torch.einsum("bhe,ef->bhf", q_t, rope)  # R_t^T q_h as rows, (B, H, hd)
+            q_gain = gain_q.to(hidden.dtype).view(n_heads, head_dim)
+            q_scale = torch.rsqrt(q_raw.pow(2).mean(-1) + eps_q)[:, None].expand(batch, n_heads)
+    # k path: the row q^T R_t through the k norm and W_k
+    row = torch.einsum("bhe,ef->bhf", q_t, rope)
     k_raw_t = k_raw[:, position]
-    if view.qk_norm == "per_head":
-        k_by_group = k_raw_t.view(batch, n_kv, head_dim).repeat_interleave(group, dim=1)
-        row = _norm_vector_jacobian(attention.k_norm, k_by_group, row)
-    elif view.qk_norm == "full":
+    if view.qk_norm == "full":
         slots = torch.zeros(batch, n_heads, n_kv, head_dim, dtype=hidden.dtype)
         slots[:, torch.arange(n_heads), torch.arange(n_heads) // group] = row
         full = _norm_vector_jacobian(attention.k_norm, k_raw_t[:, None].expand(batch, n_heads, -1),
                                      slots.view(batch, n_heads, n_kv * head_dim))
-        k_right = full @ attention.k_proj.weight  # (B, H, d)
-    if view.qk_norm != "full":
+        k_right = full @ attention.k_proj.weight
+    else:
+        if view.qk_norm == "per_head":
+            k_by_group = k_raw_t.view(batch, n_kv, head_dim).repeat_interleave(group, dim=1)
+            row = _norm_vector_jacobian(attention.k_norm, k_by_group, row)
         w_k = attention.k_proj.weight.view(n_kv, head_dim, d).repeat_interleave(group, dim=0)
         k_right = torch.einsum("bhf,hfx->bhx", row, w_k)
-    k_left = scale * p_t[:, :, None] * (v_heads[:, :, position] - o)  # (B, H, hd)
-    total += torch.einsum("b,bhd,bhx->hdx", w, k_left, k_right)
-
-    # v path: p_t W_v per head
-    w_v = attention.v_proj.weight.view(n_kv, head_dim, d).repeat_interleave(group, dim=0)
-    total += torch.einsum("h,hdx->hdx", (w[:, None] * p_t).sum(0), w_v)
-
-    return total.reshape(n_heads * head_dim, d)
+    return AttentionPieces(
+        blocks=blocks, rope=rope, qk_norm=view.qk_norm, q_gain=q_gain, q_scale=q_scale, q_raw=q_by_head,
+        w_q=attention.q_proj.weight.view(n_heads, head_dim, d),
+        k_left=scale * p_t[:, :, None] * (v_heads[:, :, position] - o), k_right=k_right, p_t=p_t,
+        w_v=attention.v_proj.weight.view(n_kv, head_dim, d).repeat_interleave(group, dim=0), output=o,
+    )
 
 
+@torch.no_grad()
 def attention_jacobian_sum(view: AttentionView, hidden: torch.Tensor, arguments: dict, position: int) -> torch.Tensor:
     """sum_s (J_s - I) of the attention map at ``position`` over the batch (module docstring)."""
-    normed_sequence = view.norm_in(hidden) if view.norm_in is not None else hidden
-    before, after = normed_sequence[:, :position], normed_sequence[:, position + 1 :]
-
-    def core_function(n: torch.Tensor) -> torch.Tensor:
-        """The normalised residual at ``position`` (B, d) -> y = W_o o + b there."""
-        sequence = torch.cat([before, n.unsqueeze(1), after], dim=1)
-        return attention_output(view.attention, sequence, arguments)[:, position]
-
     x = hidden[:, position]
     batch, d = x.shape
-    g1, c1 = _norm_terms(view.norm_in, x)
-    normed = view.norm_in(x) if view.norm_in is not None else x
-    y, pullback = vjp(core_function, normed)
-    g2, c2 = _norm_terms(view.norm_out, y)
-    core = attention_core_mean_parts(view, hidden, arguments, position, c1 * c2)
+    pieces = attention_pieces(view, hidden, arguments, position)
     w_o = view.attention.o_proj.weight
-    total = g2[:, None] * (w_o @ core) * g1[None, :]
+    y = view.attention.o_proj(pieces.output.reshape(batch, -1))
+    g1, c1 = _norm_terms(view.norm_in, x)
+    g2, c2 = _norm_terms(view.norm_out, y)
+    total = g2[:, None] * (w_o @ pieces.weighted_sum(c1 * c2)) * g1[None, :]
     if view.norm_in is not None:
-        _, pushed = jvp(core_function, (normed,), (g1 * x,))  # Core (g1 x)
+        pushed = pieces.apply(g1 * x).reshape(batch, -1) @ w_o.T  # Core (g1 x)
         total -= g2[:, None] * (((c2 * c1**3)[:, None] * pushed).T @ x) / d
     if view.norm_out is not None:
-        (pulled,) = pullback(y)  # Core^T y
+        pulled = pieces.apply_transpose((y @ w_o).view_as(pieces.output))  # Core^T y
         total -= ((c2**3 * c1)[:, None] * (g2 * y)).T @ (pulled * g1) / d
         if view.norm_in is not None:
             sigma = (y * pushed).sum(-1)

@@ -31,6 +31,7 @@ class LayerInputs:
     hidden: torch.Tensor  # (batch, tokens, d_model): the pre-attention residual
     arguments: dict = field(default_factory=dict)  # mask, rotary tables, per-layer inputs, ...
     output: torch.Tensor | None = None  # the layer's own output, kept for verification
+    pre_mlp: torch.Tensor | None = None  # the attention map's output, computed once when first needed
 
 
 class FamilyAdapter:
@@ -94,8 +95,15 @@ class FamilyAdapter:
         if boundary == "pre_attn":
             return inputs.hidden
         if boundary == "pre_mlp":
-            return self.attention_map(layer, inputs.hidden, inputs.arguments)
+            return self.pre_mlp(layer, inputs)
         raise ValueError(f"unknown boundary {boundary!r}; expected one of {BOUNDARIES}")
+
+    def pre_mlp(self, layer: nn.Module, inputs: LayerInputs) -> torch.Tensor:
+        """The pre-MLP residual of every token (cached on ``inputs``)."""
+        if inputs.pre_mlp is None:
+            with torch.no_grad():
+                inputs.pre_mlp = self.attention_map(layer, inputs.hidden, inputs.arguments)
+        return inputs.pre_mlp
 
     def positional_function(
         self, layer: nn.Module, inputs: LayerInputs, sublayer: str, position: int
@@ -115,7 +123,7 @@ class FamilyAdapter:
 
             return attention_at_position, hidden[:, position]
         if sublayer == "mlp":
-            pre_mlp = self.attention_map(layer, inputs.hidden, inputs.arguments)
+            pre_mlp = self.pre_mlp(layer, inputs)
             arguments = {
                 key: (value[:, position : position + 1] if key in self.per_token_arguments else value)
                 for key, value in inputs.arguments.items()

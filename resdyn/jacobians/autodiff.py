@@ -55,7 +55,11 @@ class AutodiffBackend:
 
     def sample_jacobians(self, adapter, layer, inputs, sublayer: str, position: int) -> torch.Tensor:
         function, x0 = adapter.positional_function(layer, inputs, sublayer, position)
-        return batch_jacobians(function, x0, mode=self.mode, chunk_size=self.chunk_size)
+        chunk_size = self.chunk_size
+        if chunk_size is None:  # vmap materialises (chunk x batch x tokens x d) intermediates: cap ~0.5 GB
+            batch, tokens, d = inputs.hidden.shape
+            chunk_size = max(1, min(d, 2**26 // (batch * tokens * d)))
+        return batch_jacobians(function, x0, mode=self.mode, chunk_size=chunk_size)
 
     def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor:
         jacobians = self.sample_jacobians(adapter, layer, inputs, sublayer, position)

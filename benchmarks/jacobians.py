@@ -128,7 +128,7 @@ def measure(backend: str, shape: dict, n: int, tokens: int, measured: int) -> di
     queue = context.Queue()
     process = context.Process(target=_run, args=(backend, shape, n, tokens, measured, queue))
     process.start()
-    result = queue.get()
+    result = queue.get(timeout=3600)
     process.join()
     result["seconds"] = result["seconds_measured"] * n / result["samples_measured"]
     result["extrapolated"] = result["samples_measured"] < n
@@ -152,7 +152,7 @@ def measure_forward(shape: dict, n: int, tokens: int) -> dict:
     queue = context.Queue()
     process = context.Process(target=_forward_only, args=(shape, n, tokens, queue))
     process.start()
-    result = queue.get()
+    result = queue.get(timeout=3600)
     process.join()
     return result
 

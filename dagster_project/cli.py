@@ -189,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--positions", choices=["last", "all"], default="last")
     run.add_argument("--warmup", type=int, default=16, help="first analysed position when --positions all")
     run.add_argument("--dtype", choices=["float64", "float32", "bfloat16"], default="float64")
-    run.add_argument("--backend", default=os.environ.get("RESDYN_BACKEND", "autodiff"),
-                     help="autodiff (default), autodiff-forward, or structured (closed-form MLP means)")
+    run.add_argument("--backend", default=os.environ.get("RESDYN_BACKEND", "structured"),
+                     help="structured (default: closed-form exact means, autodiff where no closed form "
+                          "applies), autodiff (adds per-entry variance), or autodiff-forward")
     run.add_argument("--warehouse", help="warehouse root (default: $RESDYN_WAREHOUSE or ./warehouse)")
     run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
     run.set_defaults(handler=command_run)

@@ -33,7 +33,7 @@ class AnalysisSettings(dg.ConfigurableResource):
     warmup: int = 16
     batch_size: int = 16
     dtype: str = "float64"
-    backend: str = "autodiff"
+    backend: str = "structured"  # closed-form means where they apply, autodiff elsewhere
     per_sample_subsample: int = 8
     graph_construction: str = "knn"  # or "threshold", "dense"
     graph_k: int = 0  # 0: min(30, max(5, d_model // 4))
@@ -56,7 +56,7 @@ def default_resources() -> dict:
         "seed": _environment("RESDYN_SEED", 0),
         "positions": _environment("RESDYN_POSITIONS", "last"),
         "dtype": _environment("RESDYN_DTYPE", "float64"),
-        "backend": _environment("RESDYN_BACKEND", "autodiff"),
+        "backend": _environment("RESDYN_BACKEND", "structured"),
         "graph_construction": _environment("RESDYN_GRAPH", "knn"),
     }
     return {

@@ -35,7 +35,8 @@ def _matrix_rows(keys_and_matrices, extra_columns: dict | None = None) -> dict:
 
 @dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="measurements", deps=[samples],
           description="Mean Jacobian d out_t / d h_t of every sublayer map, one row per matrix row; "
-                      "per-entry variance beside it. Also writes sample_jacobians for a subsample.")
+                      "per-entry variance beside it where the backend streams it (autodiff). Also writes "
+                      "sample_jacobians for a subsample.")
 def jacobians(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
               settings: AnalysisSettings) -> dg.MaterializeResult:
     model, checkpoint = partition(context)

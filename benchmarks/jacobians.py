@@ -13,7 +13,8 @@ forward pass that captures the layer inputs, which every backend shares) of
   (b) ``autodiff``: the batched ``torch.func`` reverse-mode backend (resdyn's reference);
   (c) ``structured``: resdyn's closed-form backend.
 
-(a) and (b) are timed on ``--autograd-samples`` samples and ``--autodiff-batches`` batches of 16
+(a) and (b) are timed on ``--autograd-samples`` samples and ``--autodiff-batches`` batches (of 16,
+fewer at large d where the vmapped backward would not fit in memory; not run at d = 1024)
 and scaled linearly to n (their cost is linear in n by construction); (c) runs on all n. Each
 (d, backend) runs in its own process so that its peak resident memory is its own. The FLOP floor
 is one forward pass of the layer over the n x T tokens; fraction_of_flop_floor = floor /
@@ -77,11 +78,17 @@ def forward_flops(shape: dict, n: int, tokens: int) -> float:
     return float(n * tokens * (projections + attention))
 
 
-def _captured_batches(model, adapter, n: int, tokens: int, seed: int):
+def _captured_batches(model, adapter, n: int, tokens: int, seed: int, batch: int = BATCH):
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 256, (n, tokens), generator=generator)
-    for start in range(0, n, BATCH):
-        yield adapter.capture_layer_inputs(model, ids[start : start + BATCH])[0]
+    for start in range(0, n, batch):
+        yield adapter.capture_layer_inputs(model, ids[start : start + batch])[0]
+
+
+def autodiff_batch(d: int) -> int:
+    """The vmapped backward holds O(batch T d^2) floats (about 1.2 GB per sample at d 256, T 128):
+    shrink the batch with d^2 so that it fits in 24 GB; 0 = does not fit even one sample."""
+    return min(BATCH, (BATCH * 128 * 128) // (d * d))
 
 
 def _run(backend: str, shape: dict, n: int, tokens: int, measured: int, queue) -> None:
@@ -111,7 +118,8 @@ def _run(backend: str, shape: dict, n: int, tokens: int, measured: int, queue) -
     else:
         engine = make_backend(backend)
         moments = {sublayer: RunningMoments() for sublayer in ("attn", "mlp")}
-        for number, inputs in enumerate(_captured_batches(model, adapter, n, tokens, 1)):
+        batch = autodiff_batch(shape["d"]) if backend == "autodiff" else BATCH
+        for number, inputs in enumerate(_captured_batches(model, adapter, n, tokens, 1, batch)):
             if backend == "autodiff" and number >= measured:
                 break
             started = time.perf_counter()
@@ -123,13 +131,26 @@ def _run(backend: str, shape: dict, n: int, tokens: int, measured: int, queue) -
                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
 
+def _collect(process, queue, what: str) -> dict:
+    """The child's result, or an error as soon as it dies without one (e.g. killed for memory)."""
+    import queue as queues
+
+    while True:
+        try:
+            result = queue.get(timeout=5)
+            process.join()
+            return result
+        except queues.Empty:
+            if not process.is_alive():
+                raise RuntimeError(f"{what} died (exit code {process.exitcode}); out of memory?") from None
+
+
 def measure(backend: str, shape: dict, n: int, tokens: int, measured: int) -> dict:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_run, args=(backend, shape, n, tokens, measured, queue))
     process.start()
-    result = queue.get(timeout=3600)
-    process.join()
+    result = _collect(process, queue, f"{backend} at d={shape['d']}")
     result["seconds"] = result["seconds_measured"] * n / result["samples_measured"]
     result["extrapolated"] = result["samples_measured"] < n
     return result
@@ -152,9 +173,7 @@ def measure_forward(shape: dict, n: int, tokens: int) -> dict:
     queue = context.Queue()
     process = context.Process(target=_forward_only, args=(shape, n, tokens, queue))
     process.start()
-    result = queue.get(timeout=3600)
-    process.join()
-    return result
+    return _collect(process, queue, "forward")
 
 
 def main() -> None:
@@ -181,6 +200,10 @@ def main() -> None:
         results = {}
         for backend, measured in (("autograd", arguments.autograd_samples),
                                   ("autodiff", arguments.autodiff_batches), ("structured", 0)):
+            if backend == "autodiff" and autodiff_batch(d) == 0:
+                print(f"{d:5d} {arguments.samples:5d} {backend:>10} not run: one sample's vmapped backward "
+                      "exceeds this machine's memory", flush=True)
+                continue
             results[backend] = measure(backend, shape, arguments.samples, arguments.tokens, measured)
         for backend, result in results.items():
             record = {"d": d, "n": arguments.samples, "tokens": arguments.tokens, "d_ff": shape["d_ff"],

@@ -56,9 +56,9 @@ class AutodiffBackend:
     def sample_jacobians(self, adapter, layer, inputs, sublayer: str, position: int) -> torch.Tensor:
         function, x0 = adapter.positional_function(layer, inputs, sublayer, position)
         chunk_size = self.chunk_size
-        if chunk_size is None:  # vmap keeps ~a dozen (chunk x batch x tokens x d) intermediates alive
+        if chunk_size is None:  # bound vmap's (chunk x batch x tokens x d) intermediates
             batch, tokens, d = inputs.hidden.shape
-            chunk_size = max(1, min(d, 2**23 // (batch * tokens * d)))
+            chunk_size = max(1, min(d, 2**26 // (batch * tokens * d)))
         return batch_jacobians(function, x0, mode=self.mode, chunk_size=chunk_size)
 
     def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor:

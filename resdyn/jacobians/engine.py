@@ -93,12 +93,17 @@ def analyse_samples(
                     jacobians = backend.accumulate(
                         adapter, layer, inputs, sublayer, position, analysis.moments[key]
                     )
-                    _check_finite(analysis.moments[key].mean, key, sample_ids)
+                    if analysis.moments[key].mean is not None:
+                        _check_finite(analysis.moments[key].mean, key, sample_ids)
                     _keep_subsample(analysis, key, batch, position, jacobians, backend, adapter, layer,
                                     inputs, sublayer, keep_sample_jacobians)
         if progress is not None:
             progress(batch_number + 1, len(batches))
         log.info("jacobians: batch %d/%d done", batch_number + 1, len(batches))
+    if hasattr(backend, "finish"):  # backends that defer their weight products to the end
+        backend.finish()
+    for key, moments in analysis.moments.items():
+        _check_finite(moments.mean, key, [samples[0].sample_id, samples[-1].sample_id])
     return analysis
 
 

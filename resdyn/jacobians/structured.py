@@ -75,8 +75,69 @@ def _norm_terms(norm, z: torch.Tensor):
     return gain, torch.rsqrt(z.pow(2).mean(-1) + eps)
 
 
+@dataclass
+class PartialSum:
+    """sum_s (J_s - I) over some samples, kept factored so the big weight products happen once:
+
+        total = diag(row_gain) left [diag(gate_weights) w_gate + diag(up_weights) w_up + core] diag(column_gain)
+                + sum_k outer_left_k outer_right_k
+
+    (an absent core or gate/up part counts as zero; the outer terms stay as low-rank factor pairs,
+    d x n and n x d, until they are added into one d x d buffer). Partial sums of one sublayer
+    share left, w_gate, w_up and the gains; :class:`PartialSumAccumulator` adds them.
+    """
+
+    left: torch.Tensor  # d x m (W_down or W_o)
+    core: torch.Tensor | None  # m x d
+    outer: list  # [(d x n, n x d), ...]
+    row_gain: torch.Tensor  # d
+    column_gain: torch.Tensor  # d
+    gate_weights: torch.Tensor | None = None  # m
+    up_weights: torch.Tensor | None = None  # m
+    w_gate: torch.Tensor | None = None  # m x d
+    w_up: torch.Tensor | None = None  # m x d
+
+    def total(self) -> torch.Tensor:
+        core = self.core if self.core is not None else 0
+        if self.gate_weights is not None:
+            core = core + self.gate_weights[:, None] * self.w_gate + self.up_weights[:, None] * self.w_up
+        total = self.row_gain[:, None] * (self.left @ (core * self.column_gain[None, :]))
+        for left, right in self.outer:
+            total.addmm_(left, right)
+        return total
+
+
+class PartialSumAccumulator:
+    """Running sum of one sublayer's PartialSums with one d x d buffer for all low-rank terms."""
+
+    def __init__(self) -> None:
+        self.first: PartialSum | None = None
+        self.outer: torch.Tensor | None = None
+        self.count = 0
+
+    def add(self, partial: PartialSum, count: int) -> None:
+        self.count += count
+        factors = partial.outer
+        if self.first is None:
+            self.first = PartialSum(partial.left, partial.core, [], partial.row_gain, partial.column_gain,
+                                    partial.gate_weights, partial.up_weights, partial.w_gate, partial.w_up)
+            d = partial.left.shape[0]
+            self.outer = torch.zeros(d, d, dtype=partial.left.dtype)
+        else:
+            if partial.core is not None:
+                self.first.core += partial.core
+            if partial.gate_weights is not None:
+                self.first.gate_weights += partial.gate_weights
+                self.first.up_weights += partial.up_weights
+        for left, right in factors:
+            self.outer.addmm_(left, right)
+
+    def total(self) -> torch.Tensor:
+        return self.first.total() + self.outer
+
+
 @torch.no_grad()
-def mlp_jacobian_sum(pieces: GatedMlp, x: torch.Tensor) -> torch.Tensor:
+def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor) -> PartialSum:
     """sum_s (J_s - I) over the rows x_s of ``x`` (n, d), by the closed form in the module docstring."""
     n, d = x.shape
     mlp = pieces.mlp
@@ -95,20 +156,26 @@ def mlp_jacobian_sum(pieces: GatedMlp, x: torch.Tensor) -> torch.Tensor:
     w_gate, w_up, w_down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
 
     weight = c1 * c2
-    core = w_down @ ((weight @ d1)[:, None] * w_gate + (weight @ d2)[:, None] * w_up)  # d x d
-    total = g2[:, None] * core * g1[None, :]
+    outer = []
     if pieces.norm_in is not None:
-        gx = g1 * x
-        w = d1 * (gx @ w_gate.T) + d2 * (gx @ w_up.T)  # (n, d_ff)
-        total -= g2[:, None] * (w_down @ ((c1**3 * c2)[:, None] * w).T @ x) / d
+        # W (g1 x) from the projections already made: (a - b) / c1, without another d x d_ff product
+        gate_x = (a - (mlp.gate_proj.bias if mlp.gate_proj.bias is not None else 0)) / c1[:, None]
+        up_x = (u - (mlp.up_proj.bias if mlp.up_proj.bias is not None else 0)) / c1[:, None]
+        w = d1 * gate_x + d2 * up_x  # W_in(s) (g1 x_s), (n, d_ff)
+        outer.append((-(g2 / d)[:, None] * (w_down @ ((c1**3 * c2)[:, None] * w).T), x))
     if pieces.norm_out is not None:
         back = y @ w_down  # rows: W_down^T y_s, (n, d_ff)
         z = ((back * d1) @ w_gate + (back * d2) @ w_up) * g1  # (n, d)
-        total -= ((c1 * c2**3)[:, None] * (g2 * y)).T @ z / d
+        outer.append((-((c1 * c2**3 / d)[:, None] * (g2 * y)).T, z))
         if pieces.norm_in is not None:
             sigma = (back * w).sum(-1)  # y^T W_down w
-            total += ((sigma * c1**3 * c2**3)[:, None] * (g2 * y)).T @ x / d**2
-    return total
+            outer.append((((sigma * c1**3 * c2**3 / d**2)[:, None] * (g2 * y)).T, x))
+    return PartialSum(w_down, None, outer, g2, g1, weight @ d1, weight @ d2, w_gate, w_up)
+
+
+def mlp_jacobian_sum(pieces: GatedMlp, x: torch.Tensor) -> torch.Tensor:
+    """sum_s (J_s - I) over the rows of ``x`` as one d x d matrix."""
+    return mlp_partial_sum(pieces, x).total()
 
 
 class StructuredBackend:
@@ -119,6 +186,7 @@ class StructuredBackend:
     def __init__(self, fallback: AutodiffBackend | None = None) -> None:
         self.fallback = fallback or AutodiffBackend()
         self._reported: set[tuple[str, str]] = set()
+        self._pending: dict[int, tuple] = {}  # id(moments) -> (moments, PartialSumAccumulator)
 
     def covers(self, adapter, layer, sublayer: str) -> bool:
         return self._closed_form(adapter, layer, sublayer) is not None
@@ -138,6 +206,8 @@ class StructuredBackend:
         return self.fallback.sample_jacobians(adapter, layer, inputs, sublayer, position)
 
     def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor | None:
+        """Add this batch to ``moments``: at once through the fallback, or as a partial sum that
+        :meth:`finish` turns into the mean (the d x d_ff x d weight products happen there, once)."""
         pieces = self._closed_form(adapter, layer, sublayer)
         if pieces is None:
             kind = (type(adapter).__name__, sublayer)
@@ -147,13 +217,24 @@ class StructuredBackend:
                             sublayer, type(adapter).__name__)
             return self.fallback.accumulate(adapter, layer, inputs, sublayer, position, moments)
         if sublayer == "mlp":
-            _, x = adapter.positional_function(layer, inputs, sublayer, position)
-            deviation = mlp_jacobian_sum(pieces, x)
+            x = inputs.pre_mlp_rows.get(position)
+            if x is None:
+                x = adapter.positional_function(layer, inputs, sublayer, position)[1]
+            partial = mlp_partial_sum(pieces, x)
         else:
-            from .structured_attention import attention_jacobian_sum
+            from .structured_attention import attention_partial_sum
 
-            deviation = attention_jacobian_sum(pieces, inputs.hidden, inputs.arguments, position)
-        n, d = inputs.hidden.shape[0], deviation.shape[0]
-        total = deviation + n * torch.eye(d, dtype=deviation.dtype)
-        moments.add_sum(total, n)
+            partial, pre_mlp_row = attention_partial_sum(pieces, inputs.hidden, inputs.arguments, position)
+            inputs.pre_mlp_rows[position] = pre_mlp_row  # the MLP step needs exactly this row
+        if id(moments) not in self._pending:
+            self._pending[id(moments)] = (moments, PartialSumAccumulator())
+        self._pending[id(moments)][1].add(partial, inputs.hidden.shape[0])
         return None
+
+    def finish(self) -> None:
+        """Turn every pending partial sum into its mean (call once, after the last batch)."""
+        for moments, accumulator in self._pending.values():
+            deviation = accumulator.total()
+            count = accumulator.count
+            moments.add_sum(deviation + count * torch.eye(deviation.shape[0], dtype=deviation.dtype), count)
+        self._pending.clear()

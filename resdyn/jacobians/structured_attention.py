@@ -101,7 +101,7 @@ class AttentionPieces:
     k_left: torch.Tensor  # (B, H, hd): s p_t (v_t - o)
     k_right: torch.Tensor  # (B, H, d): q^T R_t dk/dk~ W_k
     p_t: torch.Tensor  # (B, H)
-    w_v: torch.Tensor  # (H, hd, d)
+    w_v: torch.Tensor  # (H_kv, hd, d): one block per KV group, shared by its query heads
     output: torch.Tensor  # (B, H, hd): o
 
     def _q_norm(self, u: torch.Tensor, transpose: bool) -> torch.Tensor:
@@ -123,7 +123,9 @@ class AttentionPieces:
         q_direction = self._q_norm(torch.einsum("hfx,bx->bhf", self.w_q, v), transpose=False)
         out = torch.einsum("bhde,ef,bhf->bhd", self.blocks, self.rope, q_direction)
         out = out + self.k_left * (self.k_right * v[:, None]).sum(-1, keepdim=True)
-        return out + self.p_t[:, :, None] * torch.einsum("hfx,bx->bhf", self.w_v, v)
+        group = self.p_t.shape[1] // self.w_v.shape[0]
+        values = torch.einsum("kfx,bx->bkf", self.w_v, v).repeat_interleave(group, dim=1)
+        return out + self.p_t[:, :, None] * values
 
     def apply_transpose(self, w: torch.Tensor) -> torch.Tensor:
         """(d o / d n)^T w for per-sample w (B, H, hd) -> (B, d)."""
@@ -131,7 +133,9 @@ class AttentionPieces:
         back = self._q_norm(torch.einsum("ef,bhe->bhf", self.rope, back), transpose=True)
         out = torch.einsum("hfx,bhf->bx", self.w_q, back)
         out = out + torch.einsum("bhx,bh->bx", self.k_right, (self.k_left * w).sum(-1))
-        return out + torch.einsum("hfx,bhf->bx", self.w_v, self.p_t[:, :, None] * w)
+        n_kv = self.w_v.shape[0]
+        by_group = (self.p_t[:, :, None] * w).view(w.shape[0], n_kv, -1, w.shape[-1]).sum(2)
+        return out + torch.einsum("kfx,bkf->bx", self.w_v, by_group)
 
     def weighted_sum(self, weights: torch.Tensor) -> torch.Tensor:
         """sum_s weights_s (d o / d n)_s as a (H hd) x d matrix."""
@@ -141,18 +145,23 @@ class AttentionPieces:
                                                                                   dtype=self.blocks.dtype)
         else:
             scaled, gain = (weights[:, None] * self.q_scale)[:, :, None, None] * self.blocks, self.q_gain
-        total = torch.einsum("bhde,ef,hf,hfx->hdx", scaled, self.rope, gain, self.w_q)
+        # sum over samples first: (H, hd, hd) blocks, then R_t, the gain and W_q once per head
+        averaged = torch.einsum("bhde->hde", scaled) @ self.rope * gain[:, None, :]
+        total = torch.bmm(averaged, self.w_q)
         if self.qk_norm != "none":  # rank-one part of the q norm: -c^3 / m (M R (g q~)) (q~^T W_q)
             left = torch.einsum("bhde,ef,bhf->bhd", self.blocks, self.rope, self.q_gain[None] * self.q_raw)
             if self.qk_norm == "per_head":
                 right = torch.einsum("bhf,hfx->bhx", self.q_raw, self.w_q)
-                total -= torch.einsum("bh,bhd,bhx->hdx", weights[:, None] * self.q_scale**3 / head_dim, left, right)
+                total -= torch.einsum("bhd,bhx->hdx", (weights[:, None] * self.q_scale**3 / head_dim)[:, :, None] * left,
+                                      right)
             else:
                 right = torch.einsum("bhf,hfx->bx", self.q_raw, self.w_q)
                 coefficient = weights * self.q_scale[:, 0] ** 3 / (n_heads * head_dim)
-                total -= torch.einsum("b,bhd,bx->hdx", coefficient, left, right)
-        total += torch.einsum("b,bhd,bhx->hdx", weights, self.k_left, self.k_right)
-        total += torch.einsum("h,hdx->hdx", (weights[:, None] * self.p_t).sum(0), self.w_v)
+                total -= torch.einsum("bhd,bx->hdx", coefficient[:, None, None] * left, right)
+        total += torch.einsum("bhd,bhx->hdx", weights[:, None, None] * self.k_left, self.k_right)
+        n_kv = self.w_v.shape[0]
+        value_weights = (weights[:, None] * self.p_t).sum(0).view(n_kv, -1)  # (H_kv, group)
+        total += (value_weights[:, :, None, None] * self.w_v[:, None]).reshape(n_heads, head_dim, d)
         return total.reshape(n_heads * head_dim, d)
 
 
@@ -213,19 +222,21 @@ def attention_pieces(view: AttentionView, hidden: torch.Tensor, arguments: dict,
         if view.qk_norm == "per_head":
             k_by_group = k_raw_t.view(batch, n_kv, head_dim).repeat_interleave(group, dim=1)
             row = _norm_vector_jacobian(attention.k_norm, k_by_group, row)
-        w_k = attention.k_proj.weight.view(n_kv, head_dim, d).repeat_interleave(group, dim=0)
-        k_right = torch.einsum("bhf,hfx->bhx", row, w_k)
+        w_k = attention.k_proj.weight.view(n_kv, head_dim, d)
+        k_right = torch.einsum("bkgf,kfx->bkgx", row.view(batch, n_kv, group, head_dim), w_k).reshape(batch, n_heads, d)
     return AttentionPieces(
         blocks=blocks, rope=rope, qk_norm=view.qk_norm, q_gain=q_gain, q_scale=q_scale, q_raw=q_by_head,
         w_q=attention.q_proj.weight.view(n_heads, head_dim, d),
         k_left=scale * p_t[:, :, None] * (v_heads[:, :, position] - o), k_right=k_right, p_t=p_t,
-        w_v=attention.v_proj.weight.view(n_kv, head_dim, d).repeat_interleave(group, dim=0), output=o,
+        w_v=attention.v_proj.weight.view(n_kv, head_dim, d), output=o,
     )
 
 
 @torch.no_grad()
-def attention_jacobian_sum(view: AttentionView, hidden: torch.Tensor, arguments: dict, position: int) -> torch.Tensor:
-    """sum_s (J_s - I) of the attention map at ``position`` over the batch (module docstring)."""
+def attention_partial_sum(view: AttentionView, hidden: torch.Tensor, arguments: dict, position: int):
+    """sum_s (J_s - I) of the attention map at ``position`` over the batch (module docstring), factored."""
+    from .structured import PartialSum
+
     x = hidden[:, position]
     batch, d = x.shape
     pieces = attention_pieces(view, hidden, arguments, position)
@@ -233,14 +244,20 @@ def attention_jacobian_sum(view: AttentionView, hidden: torch.Tensor, arguments:
     y = view.attention.o_proj(pieces.output.reshape(batch, -1))
     g1, c1 = _norm_terms(view.norm_in, x)
     g2, c2 = _norm_terms(view.norm_out, y)
-    total = g2[:, None] * (w_o @ pieces.weighted_sum(c1 * c2)) * g1[None, :]
+    core = pieces.weighted_sum(c1 * c2)
+    outer = []
     if view.norm_in is not None:
-        pushed = pieces.apply(g1 * x).reshape(batch, -1) @ w_o.T  # Core (g1 x)
-        total -= g2[:, None] * (((c2 * c1**3)[:, None] * pushed).T @ x) / d
+        applied = pieces.apply(g1 * x).reshape(batch, -1)  # (d o / d n)(g1 x), before W_o
+        outer.append((-(g2 / d)[:, None] * (w_o @ ((c2 * c1**3)[:, None] * applied).T), x))
     if view.norm_out is not None:
         pulled = pieces.apply_transpose((y @ w_o).view_as(pieces.output))  # Core^T y
-        total -= ((c2**3 * c1)[:, None] * (g2 * y)).T @ (pulled * g1) / d
+        outer.append((-((c2**3 * c1 / d)[:, None] * (g2 * y)).T, pulled * g1))
         if view.norm_in is not None:
-            sigma = (y * pushed).sum(-1)
-            total += ((sigma * c2**3 * c1**3)[:, None] * (g2 * y)).T @ x / d**2
-    return total
+            sigma = (y * (applied @ w_o.T)).sum(-1)  # y . Core (g1 x)
+            outer.append((((sigma * c2**3 * c1**3 / d**2)[:, None] * (g2 * y)).T, x))
+    return PartialSum(w_o, core, outer, g2, g1), x + (view.norm_out(y) if view.norm_out is not None else y)
+
+
+def attention_jacobian_sum(view: AttentionView, hidden: torch.Tensor, arguments: dict, position: int) -> torch.Tensor:
+    """sum_s (J_s - I) of the attention map at ``position`` as one d x d matrix."""
+    return attention_partial_sum(view, hidden, arguments, position)[0].total()

@@ -32,6 +32,7 @@ class LayerInputs:
     arguments: dict = field(default_factory=dict)  # mask, rotary tables, per-layer inputs, ...
     output: torch.Tensor | None = None  # the layer's own output, kept for verification
     pre_mlp: torch.Tensor | None = None  # the attention map's output, computed once when first needed
+    pre_mlp_rows: dict = field(default_factory=dict)  # position -> pre-MLP residual there (batch, d)
 
 
 class FamilyAdapter:

@@ -6,12 +6,12 @@ import json
 import dagster as dg
 import pyarrow as pa
 
+from dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.corpus import load_training_text, load_wikitext
 from resdyn.figures import training_loss_figure
 from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
 
 from .common import PARTITIONS, figure, load_partition_model, partition, table_metadata
-from dagster_project.resources import AnalysisSettings, WarehouseResource
 
 
 def _training_text() -> tuple[str, str]:

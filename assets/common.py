@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import pyarrow as pa
 
 from dagster_project.partitions import model_checkpoint_partitions
@@ -80,10 +81,8 @@ def table_metadata(table: pa.Table, path: Path) -> dict:
 
 
 def read_matrices(store: Warehouse, table: str, model: str, checkpoint: str,
-                  group: tuple[str, ...] = ("layer", "sublayer")) -> dict[tuple, "np.ndarray"]:
+                  group: tuple[str, ...] = ("layer", "sublayer")) -> dict[tuple, np.ndarray]:
     """Matrix-per-group tables (jacobians, sample_jacobians) back to float64 arrays, rows in order."""
-    import numpy as np
-
     data = store.read(table, model, checkpoint)
     keys = list(zip(*(data.column(name).to_pylist() for name in group)))
     rows = np.asarray(data.column("row").to_numpy())

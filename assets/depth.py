@@ -6,8 +6,7 @@ import pyarrow as pa
 
 from dagster_project.resources import WarehouseResource
 from resdyn import spectra
-from resdyn.depth import (SCHUR_ORDERING, SURGERY_BLOCK_RULE, SchurDecomposition, cumulative_products,
-                          eigenvalue_drift)
+from resdyn.depth import SCHUR_ORDERING, SURGERY_BLOCK_RULE, SchurDecomposition, cumulative_products, eigenvalue_drift
 from resdyn.figures import metrics_by_depth
 
 from .common import PARTITIONS, figure, partition, read_matrices, table_metadata

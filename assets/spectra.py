@@ -1,7 +1,6 @@
 """Stage 5: spectral geometry of every mean sublayer Jacobian (eigenvalues, SVD, metrics)."""
 
 import dagster as dg
-import numpy as np
 import pyarrow as pa
 
 from dagster_project.resources import WarehouseResource

@@ -106,7 +106,7 @@ def _run(backend: str, shape: dict, n: int, tokens: int, measured: int, queue) -
         for sublayer in ("attn", "mlp"):
             function, x0 = adapter.positional_function(layer, batch, sublayer, position)
             for sample in range(measured):
-                def single(x, sample=sample):
+                def single(x, sample=sample, x0=x0, function=function):
                     rows = x0.clone()
                     rows[sample] = x
                     return function(rows)[sample]

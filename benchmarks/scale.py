@@ -39,7 +39,7 @@ def main() -> None:
     jacobian = np.eye(d) + rng.normal(size=(d, d)) / np.sqrt(d) + np.triu(rng.normal(size=(d, d)), 1) * 0.3 / np.sqrt(d)
     _, seconds = timed(spectra.spectrum, jacobian)
     records.append({"stage": "eigenvalues + singular_values", "d": d, "seconds": seconds})
-    metrics, seconds = timed(spectra.sublayer_metrics, jacobian)
+    _, seconds = timed(spectra.sublayer_metrics, jacobian)
     records.append({"stage": "layer_metrics (all, incl. Schur and SVD of J - I)", "d": d, "seconds": seconds})
     _, seconds = timed(lambda: list(cumulative_products([jacobian, jacobian])))
     records.append({"stage": "cumulative_rank (2 steps)", "d": d, "seconds": seconds})
@@ -58,7 +58,7 @@ def main() -> None:
     correlation, seconds = timed(topology.correlation_matrix, activations)
     records.append({"stage": "correlation matrix", "d": d, "seconds": seconds})
     edges, seconds = timed(topology.signed_graph, correlation, "knn", k=30)
-    records.append({"stage": "kNN graph (k = 30)", "d": d, "seconds": seconds, "edges": int(len(edges.weight))})
+    records.append({"stage": "kNN graph (k = 30)", "d": d, "seconds": seconds, "edges": len(edges.weight)})
     found, seconds = timed(topology.signed_leiden, edges, 0.01, 0)
     records.append({"stage": "signed Leiden CPM (one gamma, one seed)", "d": d, "seconds": seconds,
                     "nmi_vs_planted": topology.normalized_mutual_information(found, membership)})

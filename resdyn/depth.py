@@ -17,8 +17,8 @@ with t^alpha at alpha = 0 and 1 and gives dep(J(alpha)) = alpha dep(J) exactly.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 import scipy.linalg
@@ -68,7 +68,7 @@ class SchurDecomposition:
     basis: np.ndarray
 
     @classmethod
-    def of(cls, jacobian) -> "SchurDecomposition":
+    def of(cls, jacobian) -> SchurDecomposition:
         schur_form, basis = scipy.linalg.schur(np.asarray(jacobian, dtype=np.float64), output="real")
         return cls(schur_form, basis)
 

@@ -1,6 +1,6 @@
-import re
-
 """The CLI on a model the suite did not train, SQL in and out, and clear errors."""
+
+import re
 
 import torch
 from transformers import AutoModelForCausalLM

@@ -14,7 +14,7 @@ def test_rescaled_product_matches_a_product_with_known_spectrum(fresh_seed):
     # J_l = Q_{l+1} diag(s_l) Q_l^T telescopes: the product's singular values are prod_l s_l exactly
     bases = [np.linalg.qr(rng.normal(size=(d, d)))[0] for _ in range(depth + 1)]
     scales = [np.sort(rng.uniform(0.05, 4.0, d))[::-1] for _ in range(depth)]
-    jacobians = [bases[l + 1] @ np.diag(scales[l]) @ bases[l].T for l in range(depth)]
+    jacobians = [bases[k + 1] @ np.diag(scales[k]) @ bases[k].T for k in range(depth)]
     steps = list(cumulative_products(jacobians))
     exact_log = np.cumsum(np.log(np.array(scales)), axis=0)  # sorted columns stay sorted
     for step in steps:

@@ -71,7 +71,7 @@ def test_sample_jacobians_cover_every_sublayer(warehouse):
     per_sample = read_matrices(store, "sample_jacobians", "tiny-olmo3", "step-000000",
                                ("layer", "sublayer", "sample_id", "position"))
     assert {(k[0], k[1]) for k in per_sample} == set(mean)
-    for key, matrix in mean.items():
+    for matrix in mean.values():
         assert matrix.shape == (64, 64) and np.isfinite(matrix).all()
 
 

@@ -12,7 +12,7 @@ it; reverse mode wins for the sublayers of the supported families on CPU).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.func import jvp, vjp, vmap

@@ -13,8 +13,9 @@ Backends implement ``accumulate(adapter, layer, inputs, sublayer, position, mome
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch

@@ -6,7 +6,7 @@ For a probe direction v, E_s[J_s] v = E_s[J_s v], and J_s v is approximated to O
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

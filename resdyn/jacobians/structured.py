@@ -139,7 +139,7 @@ class PartialSumAccumulator:
 @torch.no_grad()
 def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor) -> PartialSum:
     """sum_s (J_s - I) over the rows x_s of ``x`` (n, d), by the closed form in the module docstring."""
-    n, d = x.shape
+    d = x.shape[1]
     mlp = pieces.mlp
     g1, c1 = _norm_terms(pieces.norm_in, x)
     normed = pieces.norm_in(x) if pieces.norm_in is not None else x
@@ -171,11 +171,6 @@ def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor) -> PartialSum:
             sigma = (back * w).sum(-1)  # y^T W_down w
             outer.append((((sigma * c1**3 * c2**3 / d**2)[:, None] * (g2 * y)).T, x))
     return PartialSum(w_down, None, outer, g2, g1, weight @ d1, weight @ d2, w_gate, w_up)
-
-
-def mlp_jacobian_sum(pieces: GatedMlp, x: torch.Tensor) -> torch.Tensor:
-    """sum_s (J_s - I) over the rows of ``x`` as one d x d matrix."""
-    return mlp_partial_sum(pieces, x).total()
 
 
 class StructuredBackend:

@@ -30,6 +30,7 @@ import sys
 from dataclasses import dataclass
 
 import torch
+
 from ..models.adapters.families import Gemma3Adapter, PostNormAdapter, PreNormAdapter
 from ..models.precision import rms_norm_gain
 from .structured import _norm_terms
@@ -256,8 +257,3 @@ def attention_partial_sum(view: AttentionView, hidden: torch.Tensor, arguments: 
             sigma = (y * (applied @ w_o.T)).sum(-1)  # y . Core (g1 x)
             outer.append((((sigma * c2**3 * c1**3 / d**2)[:, None] * (g2 * y)).T, x))
     return PartialSum(w_o, core, outer, g2, g1), x + (view.norm_out(y) if view.norm_out is not None else y)
-
-
-def attention_jacobian_sum(view: AttentionView, hidden: torch.Tensor, arguments: dict, position: int) -> torch.Tensor:
-    """sum_s (J_s - I) of the attention map at ``position`` as one d x d matrix."""
-    return attention_partial_sum(view, hidden, arguments, position)[0].total()

@@ -8,7 +8,7 @@ import pyarrow as pa
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.jacobians.engine import capture_activations
 
-from .common import PARTITIONS, load_partition_model, partition, read_samples, table_metadata
+from .common import PARTITIONS, model_and_samples, partition, table_metadata
 from .samples import samples
 
 
@@ -18,8 +18,7 @@ def activations(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                 settings: AnalysisSettings) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    sample_list = read_samples(store, model, checkpoint)
-    loaded = load_partition_model(warehouse, settings, model, checkpoint)
+    loaded, sample_list = model_and_samples(warehouse, settings, model, checkpoint)
     captured, index = capture_activations(loaded.model, loaded.adapter, sample_list, batch_size=settings.batch_size)
     layers, boundaries, values = [], [], []
     for (layer, boundary), matrix in sorted(captured.items()):

@@ -13,6 +13,7 @@ from dagster_project.partitions import model_checkpoint_partitions
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.warehouse import Warehouse
 from resdyn.corpus import Sample
+from resdyn.models.adapters import sublayer_depth
 from resdyn.models.loading import LoadedModel, load_model
 from resdyn.models.registry import split_partition_key
 
@@ -80,18 +81,32 @@ def table_metadata(table: pa.Table, path: Path) -> dict:
     }
 
 
+def row_groups(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple, np.ndarray]:
+    """Row indices of ``data`` per distinct value of ``columns``, in first-appearance order."""
+    keys = zip(*(data.column(name).to_pylist() for name in columns))
+    grouped: dict[tuple, list[int]] = {}
+    for i, key in enumerate(keys):
+        grouped.setdefault(key, []).append(i)
+    return {key: np.asarray(indices) for key, indices in grouped.items()}
+
+
 def read_matrices(store: Warehouse, table: str, model: str, checkpoint: str,
                   group: tuple[str, ...] = ("layer", "sublayer")) -> dict[tuple, np.ndarray]:
     """Matrix-per-group tables (jacobians, sample_jacobians) back to float64 arrays, rows in order."""
     data = store.read(table, model, checkpoint)
-    keys = list(zip(*(data.column(name).to_pylist() for name in group)))
     rows = np.asarray(data.column("row").to_numpy())
     values = np.stack(data.column("values").to_numpy(zero_copy_only=False)).astype(np.float64)
-    matrices: dict[tuple, np.ndarray] = {}
-    order: dict[tuple, list[int]] = {}
-    for i, key in enumerate(keys):
-        order.setdefault(key, []).append(i)
-    for key, indices in order.items():
-        indices = np.asarray(indices)
-        matrices[key] = values[indices[np.argsort(rows[indices])]]
-    return matrices
+    return {key: values[indices[np.argsort(rows[indices])]] for key, indices in row_groups(data, group).items()}
+
+
+def read_mean_jacobians(store: Warehouse, model: str, checkpoint: str) -> dict[tuple[int, str], np.ndarray]:
+    """The partition's mean Jacobians keyed (layer, sublayer), in depth order."""
+    matrices = read_matrices(store, "jacobians", model, checkpoint)
+    return {key: matrices[key] for key in sorted(matrices, key=lambda key: sublayer_depth(*key))}
+
+
+def model_and_samples(warehouse: WarehouseResource, settings: AnalysisSettings, model: str,
+                      checkpoint: str) -> tuple[LoadedModel, list[Sample]]:
+    """What every stage that runs the network needs: the loaded checkpoint and its samples."""
+    return (load_partition_model(warehouse, settings, model, checkpoint),
+            read_samples(warehouse.open(), model, checkpoint))

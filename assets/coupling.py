@@ -7,10 +7,11 @@ import pyarrow as pa
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn import coupling
 from resdyn.figures import coupling_by_depth
+from resdyn.models.adapters import sublayer_depth
 
-from .common import PARTITIONS, figure, partition, read_matrices, table_metadata
+from .common import PARTITIONS, figure, partition, read_mean_jacobians, table_metadata
 from .jacobians import jacobians
-from .spectra import checkpoints_of, depth_of, in_depth_order
+from .spectra import checkpoints_of
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
@@ -20,11 +21,10 @@ STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    matrices = read_matrices(store, "jacobians", model, checkpoint)
     rows = []
-    for layer, sublayer in in_depth_order(matrices):
-        measures = coupling.unit_amplification(matrices[(layer, sublayer)])
-        rows += [{"layer": layer, "sublayer": sublayer, "depth": depth_of(layer, sublayer), "unit": unit,
+    for (layer, sublayer), jacobian in read_mean_jacobians(store, model, checkpoint).items():
+        measures = coupling.unit_amplification(jacobian)
+        rows += [{"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "unit": unit,
                   **{name: float(values[unit]) for name, values in measures.items()}}
                  for unit in range(len(measures["diagonal"]))]
     table = pa.Table.from_pylist(rows)
@@ -51,7 +51,7 @@ def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResour
     for row in amplification:
         by_sublayer.setdefault((row["layer"], row["sublayer"]), []).append(row)
     rows = []
-    for (layer, sublayer), units in sorted(by_sublayer.items(), key=lambda item: depth_of(*item[0])):
+    for (layer, sublayer), units in sorted(by_sublayer.items(), key=lambda item: sublayer_depth(*item[0])):
         boundary = STARTING_BOUNDARY[sublayer]
         membership = by_boundary[(layer, boundary)]
         units = sorted(units, key=lambda r: r["unit"])
@@ -59,8 +59,8 @@ def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResour
         degree = np.array([membership[r["unit"]]["degree"] for r in units])
         values = np.array([r["log_column_norm"] for r in units])
         result = coupling.coupling_test(values, is_boundary, degree, n_permutations=settings.n_permutations,
-                                        seed=settings.seed + depth_of(layer, sublayer))
-        rows.append({"layer": layer, "sublayer": sublayer, "depth": depth_of(layer, sublayer), "boundary": boundary,
+                                        seed=settings.seed + sublayer_depth(layer, sublayer))
+        rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "boundary": boundary,
                      "n_boundary": result.n_boundary, "n_interior": result.n_interior, "u_statistic": result.u_statistic,
                      "effect": result.effect, "p_value": result.p_value, "p_permutation": result.p_permutation,
                      "direction": result.direction, "operator_type": operator[(layer, sublayer)],

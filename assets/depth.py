@@ -9,9 +9,9 @@ from resdyn import spectra
 from resdyn.depth import SCHUR_ORDERING, SURGERY_BLOCK_RULE, SchurDecomposition, cumulative_products, eigenvalue_drift
 from resdyn.figures import metrics_by_depth
 
-from .common import PARTITIONS, figure, partition, read_matrices, table_metadata
+from .common import PARTITIONS, figure, partition, read_mean_jacobians, table_metadata
 from .jacobians import jacobians
-from .spectra import depth_curves, in_depth_order
+from .spectra import depth_curves
 
 SURGERY_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -34,8 +34,7 @@ def product_rows(jacobians_in_depth_order: list[np.ndarray]) -> list[dict]:
 def cumulative_rank(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    matrices = read_matrices(store, "jacobians", model, checkpoint)
-    table = pa.Table.from_pylist(product_rows([matrices[key] for key in in_depth_order(matrices)]))
+    table = pa.Table.from_pylist(product_rows(list(read_mean_jacobians(store, model, checkpoint).values())))
     path = store.write("cumulative_rank", model, checkpoint, table)
     curves = depth_curves(store, "cumulative_rank", model, ["effective_rank", "participation_ratio", "stable_rank"])
     png = metrics_by_depth(curves, store.artefact_directory("figures", model, checkpoint),
@@ -50,8 +49,7 @@ def cumulative_rank(context: dg.AssetExecutionContext, warehouse: WarehouseResou
 def schur_surgery(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    matrices = read_matrices(store, "jacobians", model, checkpoint)
-    ordered = [matrices[key] for key in in_depth_order(matrices)]
+    ordered = list(read_mean_jacobians(store, model, checkpoint).values())
     decompositions = [SchurDecomposition.of(matrix) for matrix in ordered]
     reference = [np.linalg.eigvals(matrix) for matrix in ordered]
     rows = []

@@ -9,8 +9,9 @@ from dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.figures import jacobian_heatmaps
 from resdyn.jacobians import make_backend
 from resdyn.jacobians.engine import analyse_samples
+from resdyn.models.adapters import sublayer_depth
 
-from .common import PARTITIONS, figure, load_partition_model, partition, read_samples, table_metadata
+from .common import PARTITIONS, figure, model_and_samples, partition, table_metadata
 from .samples import samples
 
 
@@ -21,7 +22,7 @@ def _matrix_rows(keys_and_matrices, extra_columns: dict | None = None) -> dict:
         d = matrix.shape[0]
         layers += [layer] * d
         sublayers += [sublayer] * d
-        depths += [2 * layer + (sublayer == "mlp")] * d
+        depths += [sublayer_depth(layer, sublayer)] * d
         rows += list(range(d))
         values.append(np.asarray(matrix, dtype=np.float64))
     stacked = np.concatenate(values)
@@ -41,8 +42,7 @@ def jacobians(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
               settings: AnalysisSettings) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    sample_list = read_samples(store, model, checkpoint)
-    loaded = load_partition_model(warehouse, settings, model, checkpoint)
+    loaded, sample_list = model_and_samples(warehouse, settings, model, checkpoint)
     backend = make_backend(settings.backend)
     analysis = analyse_samples(
         loaded.model, loaded.adapter, sample_list, backend=backend, batch_size=settings.batch_size,

@@ -10,10 +10,10 @@ import pyarrow as pa
 
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn import spectra
+from resdyn.models.adapters import sublayer_depth
 
 from .common import PARTITIONS, partition, read_matrices, table_metadata
 from .jacobians import jacobians
-from .spectra import depth_of
 
 NUMERIC_METRICS = ("spectral_radius", "log10_condition", "henrici", "henrici_rel_j", "henrici_rel_j_minus_i",
                    "frac_complex", "frac_expanding", "self_alignment", "self_alignment_signed", "effective_rank",
@@ -33,11 +33,11 @@ def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: Wareh
     for (layer, sublayer, _, _), matrix in sorted(per_sample.items()):
         grouped.setdefault((layer, sublayer), []).append(spectra.sublayer_metrics(matrix))
     rows = []
-    for (layer, sublayer), metric_list in sorted(grouped.items(), key=lambda item: depth_of(*item[0])):
+    for (layer, sublayer), metric_list in sorted(grouped.items(), key=lambda item: sublayer_depth(*item[0])):
         for metric in NUMERIC_METRICS:
             values = np.array([m[metric] for m in metric_list], dtype=np.float64)
             low, high = spectra.bootstrap_interval(values, seed=settings.seed)
-            rows.append({"layer": layer, "sublayer": sublayer, "depth": depth_of(layer, sublayer), "metric": metric,
+            rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "metric": metric,
                          "n_samples": len(values), "mean": float(np.mean(values[np.isfinite(values)])),
                          "std": float(np.std(values[np.isfinite(values)])), "ci_low": low, "ci_high": high,
                          "value_of_mean_jacobian": float(of_mean[(layer, sublayer)][metric])})

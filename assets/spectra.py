@@ -6,20 +6,13 @@ import pyarrow as pa
 from dagster_project.resources import WarehouseResource
 from resdyn import spectra
 from resdyn.figures import eigenvalue_clouds, metrics_by_depth
+from resdyn.models.adapters import sublayer_depth
 
-from .common import PARTITIONS, figure, partition, read_matrices, table_metadata
+from .common import PARTITIONS, figure, partition, read_mean_jacobians, table_metadata
 from .jacobians import jacobians
 
 DEPTH_CURVES = ("henrici_rel_j_minus_i", "frac_complex", "self_alignment", "effective_rank",
                 "log10_condition", "spectral_radius")
-
-
-def depth_of(layer: int, sublayer: str) -> int:
-    return 2 * layer + (sublayer == "mlp")
-
-
-def in_depth_order(matrices: dict) -> list[tuple[int, str]]:
-    return sorted(matrices, key=lambda key: depth_of(*key))
 
 
 def checkpoints_of(store, table: str, model: str) -> list[str]:
@@ -50,18 +43,18 @@ def depth_curves(store, table: str, model: str, metrics, x_column: str = "depth"
 def spectral_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     model, checkpoint = partition(context)
     store = warehouse.open()
-    matrices = read_matrices(store, "jacobians", model, checkpoint)
-    keys = in_depth_order(matrices)
+    matrices = read_mean_jacobians(store, model, checkpoint)
     eigen_rows, singular_rows, metric_rows, clouds = [], [], [], {}
-    for key in keys:
+    for key in matrices:
         eigenvalues, singular_values = spectra.spectrum(matrices[key])
-        depth = depth_of(*key)
+        depth = sublayer_depth(*key)
         clouds[depth] = eigenvalues
         base = {"layer": key[0], "sublayer": key[1], "depth": depth}
         eigen_rows += [{**base, "idx": i, "re": float(v.real), "im": float(v.imag), "modulus": float(abs(v))}
                        for i, v in enumerate(eigenvalues)]
         singular_rows += [{**base, "idx": i, "sigma": float(s)} for i, s in enumerate(singular_values)]
-        metric_rows.append({**base, **spectra.sublayer_metrics(matrices[key])})
+        metric_rows.append({**base, **spectra.sublayer_metrics(matrices[key], spectrum_of_jacobian=(eigenvalues,
+                                                                                                singular_values))})
     tables = {"eigenvalues": pa.Table.from_pylist(eigen_rows), "singular_values": pa.Table.from_pylist(singular_rows),
               "layer_metrics": pa.Table.from_pylist(metric_rows)}
     figures_directory = store.artefact_directory("figures", model, checkpoint)

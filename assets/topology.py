@@ -7,35 +7,23 @@ import pyarrow as pa
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn import topology
 from resdyn.figures import community_distributions
+from resdyn.models.adapters import sublayer_depth
 
 from .activations import activations
-from .common import PARTITIONS, figure, partition, table_metadata
-
-
-def boundary_depth(layer: int, boundary: str) -> int:
-    return 2 * layer + (boundary == "pre_mlp")
+from .common import PARTITIONS, figure, partition, row_groups, table_metadata
 
 
 def _activation_matrices(store, model, checkpoint) -> dict[tuple[int, str], np.ndarray]:
     data = store.read("activations", model, checkpoint)
-    keys = list(zip(data.column("layer").to_pylist(), data.column("boundary").to_pylist()))
     values = np.stack(data.column("values").to_numpy(zero_copy_only=False))
-    grouped: dict[tuple[int, str], list[int]] = {}
-    for i, key in enumerate(keys):
-        grouped.setdefault(key, []).append(i)
-    return {key: values[rows] for key, rows in grouped.items()}
+    return {key: values[rows] for key, rows in row_groups(data, ("layer", "boundary")).items()}
 
 
 def edges_by_boundary(store, model, checkpoint) -> dict[tuple[int, str], topology.SignedEdges]:
     data = store.read("graph_edges", model, checkpoint)
-    n_units = data.column("n_units").to_numpy()
-    rows = data.to_pydict()
-    grouped: dict[tuple[int, str], list[int]] = {}
-    for i, key in enumerate(zip(rows["layer"], rows["boundary"])):
-        grouped.setdefault(key, []).append(i)
-    source, target, weight = (np.asarray(rows[c]) for c in ("source", "target", "weight"))
+    n_units, source, target, weight = (data.column(c).to_numpy() for c in ("n_units", "source", "target", "weight"))
     return {key: topology.SignedEdges(int(n_units[idx[0]]), source[idx], target[idx], weight[idx])
-            for key, idx in ((k, np.asarray(v)) for k, v in grouped.items())}
+            for key, idx in row_groups(data, ("layer", "boundary")).items()}
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="topology", deps=[activations],
@@ -84,7 +72,7 @@ def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseReso
         is_boundary = topology.boundary_units(participation)
         robust = topology.robust_boundary_units(share, membership)
         degree = topology.unit_degree(edges)
-        depth = boundary_depth(layer, boundary)
+        depth = sublayer_depth(layer, boundary)
         sizes[depth] = np.bincount(membership).tolist()
         participations[depth] = participation
         rows += [{"layer": layer, "boundary": boundary, "depth": depth, "unit": unit, "community": int(membership[unit]),

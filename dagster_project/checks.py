@@ -5,7 +5,7 @@ import dagster as dg
 import numpy as np
 
 from assets.activations import activations
-from assets.common import load_partition_model, partition, read_matrices, read_samples
+from assets.common import model_and_samples, partition, read_mean_jacobians
 from assets.jacobians import jacobians
 from resdyn.jacobians.probe import finite_difference_probe
 
@@ -46,9 +46,9 @@ def jacobians_match_finite_differences(context, warehouse: WarehouseResource,
                                        settings: AnalysisSettings) -> dg.AssetCheckResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    loaded = load_partition_model(warehouse, settings, model, checkpoint)
-    errors = finite_difference_probe(loaded.model, loaded.adapter, read_samples(store, model, checkpoint),
-                                     read_matrices(store, "jacobians", model, checkpoint), seed=settings.seed,
+    loaded, sample_list = model_and_samples(warehouse, settings, model, checkpoint)
+    errors = finite_difference_probe(loaded.model, loaded.adapter, sample_list,
+                                     read_mean_jacobians(store, model, checkpoint), seed=settings.seed,
                                      batch_size=settings.batch_size)
     worst = max(errors.values())
     tolerance = PROBE_TOLERANCE if settings.dtype == "float64" else 1e-2

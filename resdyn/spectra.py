@@ -167,13 +167,17 @@ def spectrum(jacobian) -> tuple[np.ndarray, np.ndarray]:
     return eigenvalues, np.linalg.svd(jacobian, compute_uv=False)
 
 
-def sublayer_metrics(jacobian, k: int | None = None) -> dict:
-    """Every per-sublayer metric of the study for one (mean) Jacobian J."""
+def sublayer_metrics(jacobian, k: int | None = None, *, spectrum_of_jacobian=None) -> dict:
+    """Every per-sublayer metric of the study for one (mean) Jacobian J.
+
+    ``spectrum_of_jacobian``: the (eigenvalues, singular values) of J from :func:`spectrum`, when
+    the caller already has them.
+    """
     jacobian = _float64(jacobian)
     if not np.isfinite(jacobian).all():
         raise FloatingPointError("the Jacobian has non-finite entries; rematerialize the jacobians partition")
     d = len(jacobian)
-    eigenvalues, singular_values = spectrum(jacobian)
+    eigenvalues, singular_values = spectrum_of_jacobian or spectrum(jacobian)
     schur_form, _ = scipy.linalg.schur(jacobian, output="real")
     henrici = _departure_of_schur_form(schur_form)
     deviation = jacobian - np.eye(d)

@@ -49,7 +49,6 @@ class JacobianAnalysis:
     observation_index: list[tuple[int, int]] = field(default_factory=list)  # (sample_id, position)
     # (layer, sublayer) -> list of (sample_id, position, d x d float64) for the subsample
     sample_jacobians: dict[tuple[int, str], list[tuple[int, int, np.ndarray]]] = field(default_factory=dict)
-    backend: str = ""
     backend_by_sublayer: dict[tuple[int, str], str] = field(default_factory=dict)  # which one made each mean
 
 
@@ -72,7 +71,7 @@ def analyse_samples(
     layers = adapter.decoder_layers(model)
     parameter = next(model.parameters())
     d_model = int(model.config.hidden_size)
-    analysis = JacobianAnalysis(n_layers=len(layers), d_model=d_model, backend=backend.name)
+    analysis = JacobianAnalysis(n_layers=len(layers), d_model=d_model)
     for key in ((layer, sublayer) for layer in range(len(layers)) for sublayer in SUBLAYERS):
         analysis.moments[key] = RunningMoments()
         analysis.sample_jacobians[key] = []

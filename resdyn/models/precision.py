@@ -39,17 +39,36 @@ def _optional_weight_norm(self, x):
     return normed * self.weight if self.with_scale else normed
 
 
-def rms_norm_gain(module: nn.Module) -> tuple[torch.Tensor, float] | None:
-    """(g, eps) with module(x) = g * x / sqrt(mean(x^2) + eps), or None for an unknown norm form."""
+def _norm_form(module: nn.Module) -> str | None:
+    """Which RMSNorm formula a module computes (module docstring), or None if it is not a known one."""
     name = type(module).__name__
     if not name.endswith("RMSNorm"):
         return None
     if hasattr(module, "variance_epsilon"):
-        return module.weight, module.variance_epsilon
+        return "scaled_weight"
     if hasattr(module, "with_scale"):
-        gain = module.weight if module.with_scale else None
-        return gain, module.eps
+        return "optional_weight"
     if name.startswith("Gemma") and hasattr(module, "eps"):
+        return "one_plus_weight"
+    return None
+
+
+_FULL_PRECISION_FORWARD = {
+    "scaled_weight": _scaled_weight_norm,
+    "optional_weight": _optional_weight_norm,
+    "one_plus_weight": _one_plus_weight_norm,
+}
+
+
+def rms_norm_gain(module: nn.Module) -> tuple[torch.Tensor | None, float] | None:
+    """(g, eps) with module(x) = g * x / sqrt(mean(x^2) + eps) (g None: no gain), or None for an
+    unknown norm form."""
+    form = _norm_form(module)
+    if form == "scaled_weight":
+        return module.weight, module.variance_epsilon
+    if form == "optional_weight":
+        return (module.weight if module.with_scale else None), module.eps
+    if form == "one_plus_weight":
         return 1.0 + module.weight, module.eps
     return None
 
@@ -58,19 +77,12 @@ def use_full_precision_norms(model: nn.Module) -> int:
     """Patch every RMSNorm of ``model`` in place; returns how many were patched."""
     patched = 0
     for module in model.modules():
-        name = type(module).__name__
-        if not name.endswith("RMSNorm"):
+        form = _norm_form(module)
+        if form is None:
+            if type(module).__name__.endswith("RMSNorm"):
+                log.warning("%s has an unknown RMSNorm form; left in HF's own precision", type(module).__name__)
             continue
-        if hasattr(module, "variance_epsilon"):
-            forward = _scaled_weight_norm
-        elif hasattr(module, "with_scale"):
-            forward = _optional_weight_norm
-        elif name.startswith("Gemma") and hasattr(module, "eps"):
-            forward = _one_plus_weight_norm
-        else:
-            log.warning("%s has an unknown RMSNorm form; left in HF's own precision", name)
-            continue
-        module.forward = types.MethodType(forward, module)
+        module.forward = types.MethodType(_FULL_PRECISION_FORWARD[form], module)
         patched += 1
     return patched
 

@@ -1,6 +1,6 @@
 """Family adapters: the attention and MLP residual maps of every decoder layer."""
 
-from .base import BOUNDARIES, SUBLAYERS, FamilyAdapter, LayerInputs
+from .base import BOUNDARIES, SUBLAYERS, FamilyAdapter, LayerInputs, sublayer_depth
 from .families import SUPPORTED_FAMILIES, UnsupportedArchitectureError, adapter_for, family_of
 
 __all__ = [
@@ -12,4 +12,5 @@ __all__ = [
     "UnsupportedArchitectureError",
     "adapter_for",
     "family_of",
+    "sublayer_depth",
 ]

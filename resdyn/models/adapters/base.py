@@ -24,6 +24,11 @@ SUBLAYERS = ("attn", "mlp")
 BOUNDARIES = ("pre_attn", "pre_mlp")
 
 
+def sublayer_depth(layer: int, sublayer: str) -> int:
+    """Depth as time: 2 layer + 1 for the MLP map; the boundary where a sublayer starts has the same depth."""
+    return 2 * layer + (sublayer in ("mlp", "pre_mlp"))
+
+
 @dataclass
 class LayerInputs:
     """What the model passed to one decoder layer during a forward pass."""

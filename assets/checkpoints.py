@@ -1,4 +1,7 @@
-"""Stage 1: the model checkpoint: trained (tiny suite) or located (any HF model), then described."""
+"""Stage 1: the model checkpoint: trained (tiny suite) or located (any HF model), then described.
+
+The description comes from the config and the safetensors headers only: no weight is read here.
+"""
 
 
 import json
@@ -9,9 +12,10 @@ import pyarrow as pa
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.corpus import load_training_text, load_wikitext
 from resdyn.figures import training_loss_figure
+from resdyn.models.layerwise import describe_checkpoint
 from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
 
-from .common import PARTITIONS, figure, load_partition_model, partition, table_metadata
+from .common import PARTITIONS, checkpoint_source, figure, partition, table_metadata
 
 
 def _training_text() -> tuple[str, str]:
@@ -19,8 +23,9 @@ def _training_text() -> tuple[str, str]:
     return corpus.text, corpus.label
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="inputs",
-          description="One row describing the checkpoint; trains the tiny suite member on first use.")
+@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs",
+          description="One row describing the checkpoint (from its config and safetensors headers); trains the "
+                      "tiny suite member on first use.")
 def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                       settings: AnalysisSettings) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
@@ -43,13 +48,17 @@ def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseRes
                                        title=f"{model} training loss")
             metadata.update(figure(png))
             metadata["final_loss"] = dg.MetadataValue.float(curve[-1])
-    loaded = load_partition_model(warehouse, settings, model, checkpoint)
-    config = loaded.model.config
+    source, revision_to_load = checkpoint_source(warehouse, model, checkpoint)
+    described = describe_checkpoint(source, revision_to_load)
+    config = described["text_config"]
     row = pa.table({
         "family": [spec.family], "source": [spec.source], "revision": [revision],
-        "n_layers": [int(config.num_hidden_layers)], "d_model": [int(config.hidden_size)],
-        "n_params": [int(loaded.n_params)], "dtype": [loaded.dtype], "corpus": [load_wikitext("test").label],
-        "model_type": [config.model_type],
+        "n_layers": pa.array([int(config.num_hidden_layers)], pa.int32()),
+        "d_model": pa.array([int(config.hidden_size)], pa.int32()),
+        "n_params": pa.array([int(described["n_params"])], pa.int64()),
+        "stored_dtype": [",".join(sorted(described["stored_dtypes"]))], "dtype": [settings.dtype],
+        "corpus": [load_wikitext("test").label], "model_type": [described["config"].model_type],
     })
-    path = store.write("model_checkpoints", model, checkpoint, row)
-    return dg.MaterializeResult(metadata={**table_metadata(row, path), **metadata})
+    written = store.write("model_checkpoints", model, checkpoint, row)
+    return dg.MaterializeResult(metadata={**table_metadata(row, written), **metadata,
+                                          "n_params": int(described["n_params"])})

@@ -1,20 +1,21 @@
-"""What every asset module shares: partition parsing, model loading, samples, metadata."""
+"""What every asset module shares: partition parsing, the checkpoint, samples, matrices, metadata."""
 
 
 import base64
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from dagster_project.arrow_tables import matrix_rows
 from dagster_project.partitions import model_checkpoint_partitions
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.warehouse import Warehouse
 from resdyn.corpus import Sample
 from resdyn.models.adapters import sublayer_depth
-from resdyn.models.loading import LoadedModel, load_model
 from resdyn.models.registry import split_partition_key
 
 log = logging.getLogger(__name__)
@@ -36,29 +37,39 @@ def checkpoint_source(warehouse: WarehouseResource, model: str, checkpoint: str)
     return spec.source, revision
 
 
-def load_partition_model(warehouse: WarehouseResource, settings: AnalysisSettings, model: str,
-                         checkpoint: str) -> LoadedModel:
+def open_layerwise(warehouse: WarehouseResource, settings: AnalysisSettings, model: str, checkpoint: str):
+    """The partition's checkpoint, opened for layer-by-layer reading (no weights read yet)."""
+    from resdyn.models.layerwise import LayerwiseModel
+
     source, revision = checkpoint_source(warehouse, model, checkpoint)
-    return load_model(source, revision, dtype=settings.dtype)
+    return LayerwiseModel(source, revision, dtype=settings.dtype, device=settings.device)
 
 
 def read_samples(store: Warehouse, model: str, checkpoint: str) -> list[Sample]:
-    rows = store.read("samples", model, checkpoint).to_pylist()
-    grouped: dict[int, tuple[tuple[int, ...], list[int]]] = {}
-    for row in rows:
-        grouped.setdefault(row["sample_id"], (tuple(row["token_ids"]), []))[1].append(row["position"])
-    return [Sample(sample_id, ids, tuple(sorted(positions))) for sample_id, (ids, positions) in sorted(grouped.items())]
+    """The partition's samples with their analysed positions, from the ``samples`` table."""
+    data = store.read("samples", model, checkpoint)
+    sample_ids = data.column("sample_id").to_numpy()
+    positions = data.column("position").to_numpy()
+    tokens = data.column("token_ids").combine_chunks()
+    windows = tokens.flatten().to_numpy().reshape(len(data), -1) if len(data) else np.zeros((0, 0), np.int64)
+    samples = []
+    for sample_id in np.unique(sample_ids):
+        rows = np.flatnonzero(sample_ids == sample_id)
+        samples.append(Sample(int(sample_id), tuple(windows[rows[0]].tolist()), tuple(sorted(positions[rows].tolist()))))
+    return samples
 
 
 def preview(table: pa.Table, rows: int = 5, max_list: int = 4) -> dg.MetadataValue:
     """A markdown preview; long list columns are cut to their first few entries."""
     head = table.slice(0, rows).to_pylist()
     columns = table.column_names
+
     def cell(value):
         if isinstance(value, list):
             shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value[:max_list])
             return f"[{shown}{', ...' if len(value) > max_list else ''}] ({len(value)})"
         return f"{value:.6g}" if isinstance(value, float) else str(value)
+
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in head]
     return dg.MetadataValue.md("\n".join(lines))
@@ -73,12 +84,16 @@ def figure(path: Path) -> dict:
     }
 
 
-def table_metadata(table: pa.Table, path: Path) -> dict:
-    return {
-        "dagster/row_count": dg.MetadataValue.int(table.num_rows),
-        "preview": preview(table),
-        "path": dg.MetadataValue.path(str(path)),
-    }
+def written_metadata(written, first_rows: pa.Table | None = None) -> dict:
+    """Row count, file and a preview of what a writer published."""
+    metadata = {"dagster/row_count": dg.MetadataValue.int(written.rows), "path": dg.MetadataValue.path(str(written.path))}
+    if first_rows is not None:
+        metadata["preview"] = preview(first_rows)
+    return metadata
+
+
+def table_metadata(table: pa.Table, written) -> dict:
+    return written_metadata(written, table)
 
 
 def row_groups(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple, np.ndarray]:
@@ -90,23 +105,25 @@ def row_groups(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple, np.ndarr
     return {key: np.asarray(indices) for key, indices in grouped.items()}
 
 
+def iter_matrices(store: Warehouse, table: str, model: str, checkpoint: str,
+                  group: tuple[str, ...] = ("layer", "sublayer")) -> Iterator[tuple[tuple, np.ndarray]]:
+    """((group values), float64 rows in row order) of a matrix table, one row group (one matrix) at a time."""
+    for data in store.row_groups(table, model, checkpoint, columns=[*group, "row", "values"]):
+        key = tuple(data.column(name)[0].as_py() for name in group)
+        values = matrix_rows(data.column("values"))
+        rows = data.column("row").to_numpy()
+        if not np.array_equal(rows, np.arange(len(rows))):
+            values = values[np.argsort(rows)]
+        yield key, np.asarray(values, dtype=np.float64)
+
+
 def read_matrices(store: Warehouse, table: str, model: str, checkpoint: str,
                   group: tuple[str, ...] = ("layer", "sublayer")) -> dict[tuple, np.ndarray]:
-    """Matrix-per-group tables (jacobians, sample_jacobians) back to float64 arrays, rows in order."""
-    data = store.read(table, model, checkpoint)
-    rows = np.asarray(data.column("row").to_numpy())
-    values = np.stack(data.column("values").to_numpy(zero_copy_only=False)).astype(np.float64)
-    return {key: values[indices[np.argsort(rows[indices])]] for key, indices in row_groups(data, group).items()}
+    """Every matrix of a matrix table at once (small models; large ones use :func:`iter_matrices`)."""
+    return dict(iter_matrices(store, table, model, checkpoint, group))
 
 
 def read_mean_jacobians(store: Warehouse, model: str, checkpoint: str) -> dict[tuple[int, str], np.ndarray]:
     """The partition's mean Jacobians keyed (layer, sublayer), in depth order."""
     matrices = read_matrices(store, "jacobians", model, checkpoint)
     return {key: matrices[key] for key in sorted(matrices, key=lambda key: sublayer_depth(*key))}
-
-
-def model_and_samples(warehouse: WarehouseResource, settings: AnalysisSettings, model: str,
-                      checkpoint: str) -> tuple[LoadedModel, list[Sample]]:
-    """What every stage that runs the network needs: the loaded checkpoint and its samples."""
-    return (load_partition_model(warehouse, settings, model, checkpoint),
-            read_samples(warehouse.open(), model, checkpoint))

@@ -3,36 +3,50 @@
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.schema import spec
 from resdyn import coupling
 from resdyn.figures import coupling_by_depth
 from resdyn.models.adapters import sublayer_depth
 
-from .common import PARTITIONS, figure, partition, read_mean_jacobians, table_metadata
-from .jacobians import jacobians
+from .common import PARTITIONS, figure, iter_matrices, partition, written_metadata
 from .spectra import checkpoints_of
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="coupling", deps=[jacobians],
+@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling", deps=["jacobians"],
           description="Per-unit amplification from each sublayer's mean Jacobian (column, J - I column, row, diagonal).")
 def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    rows = []
-    for (layer, sublayer), jacobian in read_mean_jacobians(store, model, checkpoint).items():
-        measures = coupling.unit_amplification(jacobian)
-        rows += [{"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "unit": unit,
-                  **{name: float(values[unit]) for name, values in measures.items()}}
-                 for unit in range(len(measures["diagonal"]))]
-    table = pa.Table.from_pylist(rows)
-    path = store.write("unit_amplification", model, checkpoint, table)
-    return dg.MaterializeResult(metadata=table_metadata(table, path))
+    head = None
+    with store.open_writer("unit_amplification", model, checkpoint) as writer:
+        for (layer, sublayer), jacobian in iter_matrices(store, "jacobians", model, checkpoint):
+            measures = coupling.unit_amplification(jacobian)
+            d = len(jacobian)
+            batch = pa.table({"layer": np.full(d, layer, np.int32), "sublayer": pa.repeat(pa.scalar(sublayer), d),
+                              "depth": np.full(d, sublayer_depth(layer, sublayer), np.int32),
+                              "unit": np.arange(d, dtype=np.int32), **measures})
+            writer.write(batch)
+            head = head or batch.slice(0, 5)
+    return dg.MaterializeResult(metadata=written_metadata(writer.result, head),
+                                data_version=dg.DataVersion(writer.result.content_hash))
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="coupling",
+def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
+    """Rows of ``table`` per distinct (key0, key1), each sorted by unit."""
+    groups = {}
+    for row in table.select(list(keys)).group_by(list(keys)).aggregate([]).to_pylist():
+        first, second = row[keys[0]], row[keys[1]]
+        mask = pc.and_(pc.equal(table.column(keys[0]), first), pc.equal(table.column(keys[1]), second))
+        groups[(first, second)] = table.filter(mask).sort_by("unit")
+    return groups
+
+
+@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling",
           deps=[unit_amplification, "communities", "layer_metrics"],
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
@@ -40,25 +54,22 @@ def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResour
                    settings: AnalysisSettings) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    amplification = store.read("unit_amplification", model, checkpoint).to_pylist()
-    communities = store.read("communities", model, checkpoint).to_pylist()
-    operator = {(r["layer"], r["sublayer"]): r["operator_type"]
-                for r in store.read("layer_metrics", model, checkpoint).to_pylist()}
-    by_boundary: dict[tuple[int, str], dict[int, dict]] = {}
-    for row in communities:
-        by_boundary.setdefault((row["layer"], row["boundary"]), {})[row["unit"]] = row
-    by_sublayer: dict[tuple[int, str], list[dict]] = {}
-    for row in amplification:
-        by_sublayer.setdefault((row["layer"], row["sublayer"]), []).append(row)
+    amplification = _grouped(store.read("unit_amplification", model, checkpoint,
+                                        columns=["layer", "sublayer", "unit", "log_column_norm"]), ("layer", "sublayer"))
+    communities = _grouped(store.read("communities", model, checkpoint,
+                                      columns=["layer", "boundary", "unit", "is_boundary", "degree"]), ("layer", "boundary"))
+    operator = {(r["layer"], r["sublayer"]): r["operator_type"] for r in store.read(
+        "layer_metrics", model, checkpoint, columns=["layer", "sublayer", "operator_type"]).to_pylist()}
     rows = []
-    for (layer, sublayer), units in sorted(by_sublayer.items(), key=lambda item: sublayer_depth(*item[0])):
+    for (layer, sublayer), units in sorted(amplification.items(), key=lambda item: sublayer_depth(*item[0])):
         boundary = STARTING_BOUNDARY[sublayer]
-        membership = by_boundary[(layer, boundary)]
-        units = sorted(units, key=lambda r: r["unit"])
-        is_boundary = np.array([membership[r["unit"]]["is_boundary"] for r in units])
-        degree = np.array([membership[r["unit"]]["degree"] for r in units])
-        values = np.array([r["log_column_norm"] for r in units])
-        result = coupling.coupling_test(values, is_boundary, degree, n_permutations=settings.n_permutations,
+        membership = communities[(layer, boundary)]
+        if not np.array_equal(membership.column("unit").to_numpy(), units.column("unit").to_numpy()):
+            raise ValueError(f"{context.partition_key}: communities and unit_amplification of layer {layer} disagree on "
+                             "their units; rematerialize the partition")
+        result = coupling.coupling_test(units.column("log_column_norm").to_numpy(),
+                                        membership.column("is_boundary").to_numpy(zero_copy_only=False),
+                                        membership.column("degree").to_numpy(), n_permutations=settings.n_permutations,
                                         seed=settings.seed + sublayer_depth(layer, sublayer))
         rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "boundary": boundary,
                      "n_boundary": result.n_boundary, "n_interior": result.n_interior, "u_statistic": result.u_statistic,
@@ -71,8 +82,8 @@ def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResour
     for row, value, value_by, value_permutation in zip(rows, q, q_by, q_permutation):
         row.update(q_value=float(value), q_value_by=float(value_by), q_value_permutation=float(value_permutation),
                    significant=bool(value < coupling.SIGNIFICANCE))
-    table = pa.Table.from_pylist(rows)
-    path = store.write("coupling_tests", model, checkpoint, table)
+    table = pa.Table.from_pylist(rows, schema=spec("coupling_tests").schema())
+    written = store.write("coupling_tests", model, checkpoint, table)
     series = {}
     for other in checkpoints_of(store, "coupling_tests", model):
         other_rows = sorted(store.read("coupling_tests", model, other).to_pylist(), key=lambda r: r["depth"])
@@ -80,5 +91,6 @@ def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResour
                          [r["significant"] for r in other_rows])
     png = coupling_by_depth(series, store.artefact_directory("figures", model, checkpoint),
                             title=f"{model}: boundary-unit coupling")
-    return dg.MaterializeResult(metadata={**table_metadata(table, path), **figure(png),
-                                          "significant_sublayers": int(sum(r["significant"] for r in rows))})
+    return dg.MaterializeResult(metadata={**written_metadata(written, table), **figure(png),
+                                          "significant_sublayers": int(sum(r["significant"] for r in rows))},
+                                data_version=dg.DataVersion(written.content_hash))

@@ -1,46 +1,56 @@
 """Stage 7: per-sample spread: the same metrics on per-sample Jacobians, with bootstrap intervals.
 
 Spectra of E[J] are not E[spectra]: this table says how far single samples scatter around the
-mean-Jacobian values in ``layer_metrics``.
+mean-Jacobian values in ``layer_metrics``. Each per-sample matrix is analysed in a worker process
+(the factorizations dominate at large d).
 """
 
 import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from dagster_project.parallel import default_workers, ordered_parallel_map
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.schema import spec
 from resdyn import spectra
 from resdyn.models.adapters import sublayer_depth
 
-from .common import PARTITIONS, partition, read_matrices, table_metadata
-from .jacobians import jacobians
+from .common import PARTITIONS, partition, written_metadata
+from .spectra import PARALLEL_MIN_WIDTH
+from .spectral_worker import metrics_of_row_group
 
 NUMERIC_METRICS = ("spectral_radius", "log10_condition", "henrici", "henrici_rel_j", "henrici_rel_j_minus_i",
                    "frac_complex", "frac_expanding", "self_alignment", "self_alignment_signed", "effective_rank",
                    "participation_ratio", "stable_rank")
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="spectra", deps=[jacobians, "layer_metrics"],
+@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="spectra", deps=["sample_jacobians", "layer_metrics"],
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                              settings: AnalysisSettings) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    per_sample = read_matrices(store, "sample_jacobians", model, checkpoint,
-                               ("layer", "sublayer", "sample_id", "position"))
+    path = str(store.partition_path("sample_jacobians", model, checkpoint))
+    keys = [(group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py(), len(group))
+            for group in store.row_groups("sample_jacobians", model, checkpoint, columns=["layer", "sublayer"])]
+    width = keys[0][2] if keys else 0
+    workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
     of_mean = {(r["layer"], r["sublayer"]): r for r in store.read("layer_metrics", model, checkpoint).to_pylist()}
     grouped: dict[tuple[int, str], list[dict]] = {}
-    for (layer, sublayer, _, _), matrix in sorted(per_sample.items()):
-        grouped.setdefault((layer, sublayer), []).append(spectra.sublayer_metrics(matrix))
+    metrics = ordered_parallel_map(metrics_of_row_group, [(path, index) for index in range(len(keys))], workers=workers)
+    for (layer, sublayer, _), result in zip(keys, metrics):
+        grouped.setdefault((layer, sublayer), []).append(result)
     rows = []
     for (layer, sublayer), metric_list in sorted(grouped.items(), key=lambda item: sublayer_depth(*item[0])):
         for metric in NUMERIC_METRICS:
             values = np.array([m[metric] for m in metric_list], dtype=np.float64)
             low, high = spectra.bootstrap_interval(values, seed=settings.seed)
+            finite = values[np.isfinite(values)]
             rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "metric": metric,
-                         "n_samples": len(values), "mean": float(np.mean(values[np.isfinite(values)])),
-                         "std": float(np.std(values[np.isfinite(values)])), "ci_low": low, "ci_high": high,
+                         "n_samples": len(values), "mean": float(np.mean(finite)) if len(finite) else float("nan"),
+                         "std": float(np.std(finite)) if len(finite) else float("nan"), "ci_low": low, "ci_high": high,
                          "value_of_mean_jacobian": float(of_mean[(layer, sublayer)][metric])})
-    table = pa.Table.from_pylist(rows)
-    path = store.write("layer_metrics_per_sample", model, checkpoint, table)
-    return dg.MaterializeResult(metadata=table_metadata(table, path))
+    table = pa.Table.from_pylist(rows, schema=spec("layer_metrics_per_sample").schema())
+    written = store.write("layer_metrics_per_sample", model, checkpoint, table)
+    return dg.MaterializeResult(metadata=written_metadata(written, table),
+                                data_version=dg.DataVersion(written.content_hash))

@@ -2,35 +2,41 @@
 
 
 import dagster as dg
+import numpy as np
 import pyarrow as pa
 from transformers import AutoTokenizer
 
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.corpus import load_wikitext, sample_windows, tokenize
+from resdyn.models.checkpoint import locate_checkpoint
 
 from .checkpoints import model_checkpoints
 from .common import PARTITIONS, checkpoint_source, partition, table_metadata
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="inputs", deps=[model_checkpoints],
+@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs", deps=[model_checkpoints],
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
 def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
             settings: AnalysisSettings) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     source, revision = checkpoint_source(warehouse, model, checkpoint)
-    tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+    tokenizer = AutoTokenizer.from_pretrained(locate_checkpoint(source, revision))
     corpus = load_wikitext("test")
     windows = sample_windows(tokenize(corpus.text, tokenizer), n_samples=settings.n_samples,
                              sequence_length=settings.sequence_length, seed=settings.seed,
                              positions=settings.positions, warmup=settings.warmup)
-    rows = [(s.sample_id, list(s.token_ids), t) for s in windows for t in s.positions]
+    positions = np.asarray(windows[0].positions, dtype=np.int32)
+    tokens = np.asarray([w.token_ids for w in windows], dtype=np.int32)  # (n, T)
+    repeat = len(positions)
     table = pa.table({
-        "sample_id": pa.array([r[0] for r in rows], pa.int32()),
-        "token_ids": pa.array([r[1] for r in rows], pa.list_(pa.int32())),
-        "position": pa.array([r[2] for r in rows], pa.int32()),
-        "corpus": [corpus.label] * len(rows),
-        "seed": pa.array([settings.seed] * len(rows), pa.int32()),
+        "sample_id": pa.array(np.repeat(np.asarray([w.sample_id for w in windows], np.int32), repeat)),
+        "token_ids": pa.FixedSizeListArray.from_arrays(pa.array(np.repeat(tokens, repeat, axis=0).ravel()),
+                                                       tokens.shape[1]).cast(pa.list_(pa.int32())),
+        "position": pa.array(np.tile(positions, len(windows))),
+        "corpus": pa.repeat(pa.scalar(corpus.label), len(windows) * repeat),
+        "seed": pa.repeat(pa.scalar(settings.seed, pa.int32()), len(windows) * repeat),
     })
-    path = warehouse.open().write("samples", model, checkpoint, table)
-    return dg.MaterializeResult(metadata={**table_metadata(table, path),
-                                          "corpus": corpus.label, "n_samples": len(windows)})
+    written = warehouse.open().write("samples", model, checkpoint, table)
+    return dg.MaterializeResult(metadata={**table_metadata(table, written),
+                                          "corpus": corpus.label, "n_samples": len(windows)},
+                                data_version=dg.DataVersion(written.content_hash))

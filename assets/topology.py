@@ -4,60 +4,63 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from dagster_project.arrow_tables import matrix_rows, record_batch
+from dagster_project.parallel import default_workers
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.schema import spec
 from resdyn import topology
 from resdyn.figures import community_distributions
 from resdyn.models.adapters import sublayer_depth
 
-from .activations import activations
-from .common import PARTITIONS, figure, partition, row_groups, table_metadata
+from .common import PARTITIONS, figure, partition, written_metadata
+
+PARALLEL_MIN_UNITS = 512  # smaller graphs scan faster than worker processes start
 
 
-def _activation_matrices(store, model, checkpoint) -> dict[tuple[int, str], np.ndarray]:
-    data = store.read("activations", model, checkpoint)
-    values = np.stack(data.column("values").to_numpy(zero_copy_only=False))
-    return {key: values[rows] for key, rows in row_groups(data, ("layer", "boundary")).items()}
+def activation_matrices(store, model, checkpoint):
+    """((layer, boundary), observations x d float32) of the activations partition, one at a time."""
+    for data in store.row_groups("activations", model, checkpoint, columns=["layer", "boundary", "values"]):
+        yield (data.column("layer")[0].as_py(), data.column("boundary")[0].as_py()), matrix_rows(data.column("values"))
 
 
-def edges_by_boundary(store, model, checkpoint) -> dict[tuple[int, str], topology.SignedEdges]:
-    data = store.read("graph_edges", model, checkpoint)
-    n_units, source, target, weight = (data.column(c).to_numpy() for c in ("n_units", "source", "target", "weight"))
-    return {key: topology.SignedEdges(int(n_units[idx[0]]), source[idx], target[idx], weight[idx])
-            for key, idx in row_groups(data, ("layer", "boundary")).items()}
+def edges_by_boundary(store, model, checkpoint):
+    """((layer, boundary), SignedEdges) of the graph_edges partition, one graph (row group) at a time."""
+    for data in store.row_groups("graph_edges", model, checkpoint,
+                                 columns=["layer", "boundary", "n_units", "source", "target", "weight"]):
+        source, target, weight = (data.column(c).to_numpy() for c in ("source", "target", "weight"))
+        key = (data.column("layer")[0].as_py(), data.column("boundary")[0].as_py())
+        yield key, topology.SignedEdges(int(data.column("n_units")[0].as_py()), source, target, weight)
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="topology", deps=[activations],
+@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="topology", deps=["activations"],
           description="Signed correlation graph of residual units per layer and boundary (kNN by |r| by default).")
 def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                 settings: AnalysisSettings) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     store = warehouse.open()
-    columns: dict[str, list] = {k: [] for k in ("layer", "boundary", "source", "target", "weight", "n_units")}
-    k_used = 0
-    for (layer, boundary), matrix in sorted(_activation_matrices(store, model, checkpoint).items()):
-        d = matrix.shape[1]
-        k_used = settings.graph_k or min(30, max(5, d // 4))
-        edges = topology.signed_graph(topology.correlation_matrix(matrix), settings.graph_construction,
-                                      k=k_used, threshold=settings.graph_threshold)
-        n = len(edges.weight)
-        columns["layer"] += [layer] * n
-        columns["boundary"] += [boundary] * n
-        columns["source"] += edges.source.tolist()
-        columns["target"] += edges.target.tolist()
-        columns["weight"] += edges.weight.tolist()
-        columns["n_units"] += [d] * n
-    table = pa.table({**columns, "construction": [settings.graph_construction] * len(columns["weight"]),
-                      "k": pa.array([k_used] * len(columns["weight"]), pa.int32())})
-    path = store.write("graph_edges", model, checkpoint, table)
-    return dg.MaterializeResult(metadata={**table_metadata(table, path), "construction": settings.graph_construction,
-                                          "k": k_used})
+    k_used, head = 0, None
+    with store.open_writer("graph_edges", model, checkpoint) as writer:
+        for (layer, boundary), matrix in activation_matrices(store, model, checkpoint):
+            d = matrix.shape[1]
+            k_used = settings.graph_k or min(30, max(5, d // 4))
+            edges = topology.signed_graph(topology.correlation_matrix(matrix), settings.graph_construction,
+                                          k=k_used, threshold=settings.graph_threshold)
+            batch = record_batch(spec("graph_edges"), None, {
+                "layer": np.full(len(edges.weight), layer, np.int32), "boundary": boundary, "source": edges.source,
+                "target": edges.target, "weight": edges.weight, "n_units": d,
+                "construction": settings.graph_construction, "k": k_used})
+            writer.write(batch)
+            head = head or pa.Table.from_batches([batch.slice(0, 5)])
+    return dg.MaterializeResult(metadata={**written_metadata(writer.result, head),
+                                          "construction": settings.graph_construction, "k": k_used},
+                                data_version=dg.DataVersion(writer.result.content_hash))
 
 
 @dg.multi_asset(
     partitions_def=PARTITIONS, group_name="topology", can_subset=False,
-    specs=[dg.AssetSpec("communities", code_version="1", deps=[graph_edges],
+    specs=[dg.AssetSpec("communities", code_version="2", deps=[graph_edges],
                         description="Signed Leiden CPM community, participation and boundary flag of every unit."),
-           dg.AssetSpec("gamma_scan", code_version="1", deps=[graph_edges],
+           dg.AssetSpec("gamma_scan", code_version="2", deps=[graph_edges],
                         description="The resolution scan behind each graph's chosen gamma (stability, modularity).")],
 )
 def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
@@ -65,9 +68,12 @@ def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseReso
     store = warehouse.open()
     rows, scan_rows, sizes, participations = [], [], {}, {}
     seeds = tuple(range(settings.seed, settings.seed + settings.leiden_seeds))
-    for (layer, boundary), edges in sorted(edges_by_boundary(store, model, checkpoint).items()):
-        gamma, scan = topology.scan_gamma(edges, seeds=seeds)
-        membership = topology.signed_leiden(edges, gamma, seed=settings.seed)
+    leiden_seconds = wall_seconds = 0.0
+    for (layer, boundary), edges in edges_by_boundary(store, model, checkpoint):
+        workers = (settings.workers or default_workers()) if edges.n_units >= PARALLEL_MIN_UNITS else 1
+        scan = topology.scan_gamma(edges, seeds=seeds, workers=workers)
+        leiden_seconds, wall_seconds = leiden_seconds + scan.leiden_seconds, wall_seconds + scan.wall_seconds
+        membership = scan.membership
         participation, share = topology.participation_coefficient(edges, membership)
         is_boundary = topology.boundary_units(participation)
         robust = topology.robust_boundary_units(share, membership)
@@ -75,20 +81,28 @@ def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseReso
         depth = sublayer_depth(layer, boundary)
         sizes[depth] = np.bincount(membership).tolist()
         participations[depth] = participation
-        rows += [{"layer": layer, "boundary": boundary, "depth": depth, "unit": unit, "community": int(membership[unit]),
-                  "participation": float(participation[unit]), "is_boundary": bool(is_boundary[unit]),
-                  "is_boundary_robust": bool(robust[unit]), "degree": int(degree[unit]), "gamma": gamma,
-                  "seed": settings.seed} for unit in range(edges.n_units)]
+        rows.append(pa.table({
+            "layer": np.full(edges.n_units, layer, np.int32), "boundary": pa.repeat(pa.scalar(boundary), edges.n_units),
+            "depth": np.full(edges.n_units, depth, np.int32), "unit": np.arange(edges.n_units, dtype=np.int32),
+            "community": membership.astype(np.int32), "participation": participation, "is_boundary": is_boundary,
+            "is_boundary_robust": robust, "degree": degree.astype(np.int32),
+            "gamma": np.full(edges.n_units, scan.gamma), "seed": np.full(edges.n_units, settings.seed, np.int32)}))
         scan_rows += [{"layer": layer, "boundary": boundary, "gamma": r.gamma, "n_communities": r.n_communities,
                        "stability": r.stability, "modularity": r.modularity, "nontrivial": r.nontrivial,
-                       "chosen": r.gamma == gamma} for r in scan]
-    table = pa.Table.from_pylist(rows)
-    path = store.write("communities", model, checkpoint, table)
+                       "chosen": r.gamma == scan.gamma} for r in scan.rows]
+        context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "
+                         f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
+                         f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers} worker(s))")
+    table = pa.concat_tables(rows).cast(spec("communities").schema())
+    written = store.write("communities", model, checkpoint, table)
     png = community_distributions(sizes, participations, store.artefact_directory("figures", model, checkpoint),
                                   title=context.partition_key)
     boundary_share = float(np.mean(table.column("is_boundary").to_numpy(zero_copy_only=False)))
-    yield dg.MaterializeResult(asset_key="communities", metadata={**table_metadata(table, path), **figure(png),
-                                                                  "boundary_share": boundary_share})
-    scan_table = pa.Table.from_pylist(scan_rows)
-    scan_path = store.write("gamma_scan", model, checkpoint, scan_table)
-    yield dg.MaterializeResult(asset_key="gamma_scan", metadata=table_metadata(scan_table, scan_path))
+    yield dg.MaterializeResult(asset_key="communities", metadata={
+        **written_metadata(written, table), **figure(png), "boundary_share": boundary_share,
+        "leiden_seconds": round(leiden_seconds, 2), "scan_wall_seconds": round(wall_seconds, 2)},
+        data_version=dg.DataVersion(written.content_hash))
+    scan_table = pa.Table.from_pylist(scan_rows, schema=spec("gamma_scan").schema())
+    scan_written = store.write("gamma_scan", model, checkpoint, scan_table)
+    yield dg.MaterializeResult(asset_key="gamma_scan", metadata=written_metadata(scan_written, scan_table),
+                               data_version=dg.DataVersion(scan_written.content_hash))

@@ -1,14 +1,12 @@
 """Every asset of the study, in pipeline order."""
 
-from assets.activations import activations
 from assets.checkpoints import model_checkpoints
 from assets.coupling import coupling_tests, unit_amplification
-from assets.depth import cumulative_rank, schur_surgery
-from assets.jacobians import jacobians
+from assets.measurements import measurements
 from assets.per_sample import layer_metrics_per_sample
 from assets.samples import samples
-from assets.spectra import spectral_tables
+from assets.spectra import spectral_analysis
 from assets.topology import community_tables, graph_edges
 
-ALL_ASSETS = [model_checkpoints, samples, activations, jacobians, spectral_tables, cumulative_rank, schur_surgery,
-              layer_metrics_per_sample, graph_edges, community_tables, unit_amplification, coupling_tests]
+ALL_ASSETS = [model_checkpoints, samples, measurements, spectral_analysis, layer_metrics_per_sample, graph_edges,
+              community_tables, unit_amplification, coupling_tests]

@@ -138,7 +138,8 @@ def command_run(arguments) -> int:
     settings = AnalysisSettings(
         n_samples=arguments.samples, sequence_length=arguments.seq_len, seed=arguments.seed,
         positions=arguments.positions, warmup=arguments.warmup, dtype=arguments.dtype, backend=arguments.backend,
-        per_sample_subsample=min(arguments.samples, 8),
+        per_sample_subsample=min(arguments.samples, arguments.per_sample), device=arguments.device,
+        workers=arguments.workers,
     )
     resources = {"warehouse": WarehouseResource(root=str(store.root)), "settings": settings}
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
@@ -192,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default=os.environ.get("RESDYN_BACKEND", "structured"),
                      help="structured (default: closed-form exact means, autodiff where no closed form "
                           "applies), autodiff (adds per-entry variance), or autodiff-forward")
+    run.add_argument("--device", default=os.environ.get("RESDYN_DEVICE", "auto"),
+                     help="auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps")
+    run.add_argument("--workers", type=int, default=int(os.environ.get("RESDYN_WORKERS", "0")),
+                     help="processes for spectral and topology work (0: one per core)")
+    run.add_argument("--per-sample", type=int, default=8, help="samples whose per-sample Jacobians are kept")
     run.add_argument("--warehouse", help="warehouse root (default: $RESDYN_WAREHOUSE or ./warehouse)")
     run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
     run.set_defaults(handler=command_run)

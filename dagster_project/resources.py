@@ -34,6 +34,8 @@ class AnalysisSettings(dg.ConfigurableResource):
     batch_size: int = 16
     dtype: str = "float64"
     backend: str = "structured"  # closed-form means where they apply, autodiff elsewhere
+    device: str = "auto"  # auto = cuda when available, else cpu
+    workers: int = 0  # processes for spectral and topology work; 0 = one per core
     per_sample_subsample: int = 8
     graph_construction: str = "knn"  # or "threshold", "dense"
     graph_k: int = 0  # 0: min(30, max(5, d_model // 4))
@@ -57,6 +59,8 @@ def default_resources() -> dict:
         "positions": _environment("RESDYN_POSITIONS", "last"),
         "dtype": _environment("RESDYN_DTYPE", "float64"),
         "backend": _environment("RESDYN_BACKEND", "structured"),
+        "device": _environment("RESDYN_DEVICE", "auto"),
+        "workers": _environment("RESDYN_WORKERS", 0),
         "graph_construction": _environment("RESDYN_GRAPH", "knn"),
     }
     return {

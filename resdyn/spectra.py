@@ -6,6 +6,8 @@ Every function states its formula; definitions, known answers and pitfalls follo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.linalg
 
@@ -103,7 +105,10 @@ def subspace_overlap(matrix, k: int | None = None) -> float:
     random subspaces give k / d.
     """
     u, _, vt = np.linalg.svd(_float64(matrix))
-    k = k or default_alignment_rank(len(u))
+    return _overlap_of_svd(u, vt, k or default_alignment_rank(len(u)))
+
+
+def _overlap_of_svd(u: np.ndarray, vt: np.ndarray, k: int) -> float:
     return float(np.sum((u[:, :k].T @ vt[:k].T) ** 2) / k)
 
 
@@ -111,7 +116,10 @@ def signed_alignment(matrix, k: int | None = None) -> float:
     """sum_i sigma_i <u_i, v_i> / sum_i sigma_i over the top k pairs: +1 stretches along itself,
     -1 reflects, 0 rotates each direction away (pairwise, unlike :func:`subspace_overlap`)."""
     u, s, vt = np.linalg.svd(_float64(matrix))
-    k = k or default_alignment_rank(len(u))
+    return _signed_alignment_of_svd(u, s, vt, k or default_alignment_rank(len(u)))
+
+
+def _signed_alignment_of_svd(u: np.ndarray, s: np.ndarray, vt: np.ndarray, k: int) -> float:
     cosines = np.einsum("ij,ji->i", u[:, :k].T, vt[:k].T)
     return float(np.sum(s[:k] * cosines) / np.sum(s[:k])) if np.sum(s[:k]) > 0 else 0.0
 
@@ -159,29 +167,58 @@ def operator_type(henrici_rel_j_minus_i: float, frac_complex: float) -> str:
     return "other"
 
 
-def spectrum(jacobian) -> tuple[np.ndarray, np.ndarray]:
-    """(eigenvalues sorted by decreasing modulus, singular values decreasing) of J, float64."""
-    jacobian = _float64(jacobian)
-    eigenvalues = np.linalg.eigvals(jacobian)
-    eigenvalues = eigenvalues[np.argsort(-np.abs(eigenvalues), kind="stable")]
-    return eigenvalues, np.linalg.svd(jacobian, compute_uv=False)
+def eigenvalues_of_schur_form(schur_form: np.ndarray) -> np.ndarray:
+    """Eigenvalues read off a real Schur form's diagonal blocks, in block order.
+
+    A 1x1 block is its entry; a 2x2 block [[a, b], [c, d]] has (a + d)/2 +- sqrt(((a - d)/2)^2 + b c),
+    which for LAPACK's standardised complex blocks (a = d, b c < 0) is a +- i sqrt(-b c). Reading
+    them off the Schur form that the non-normality metrics need anyway saves an eigendecomposition.
+    """
+    values = np.empty(len(schur_form), dtype=np.complex128)
+    for start, size in schur_blocks(schur_form):
+        if size == 1:
+            values[start] = schur_form[start, start]
+            continue
+        a, b = schur_form[start, start], schur_form[start, start + 1]
+        c, d = schur_form[start + 1, start], schur_form[start + 1, start + 1]
+        root = np.sqrt(complex(((a - d) / 2) ** 2 + b * c))
+        values[start], values[start + 1] = (a + d) / 2 + root, (a + d) / 2 - root
+    return values
 
 
-def sublayer_metrics(jacobian, k: int | None = None, *, spectrum_of_jacobian=None) -> dict:
-    """Every per-sublayer metric of the study for one (mean) Jacobian J.
+def by_decreasing_modulus(eigenvalues: np.ndarray) -> np.ndarray:
+    return eigenvalues[np.argsort(-np.abs(eigenvalues), kind="stable")]
 
-    ``spectrum_of_jacobian``: the (eigenvalues, singular values) of J from :func:`spectrum`, when
-    the caller already has them.
+
+@dataclass(frozen=True)
+class SublayerSpectrum:
+    """Everything the spectral tables need of one matrix, each factorization computed once."""
+
+    eigenvalues: np.ndarray  # by decreasing modulus
+    singular_values: np.ndarray  # decreasing
+    schur_form: np.ndarray  # T of J = Z T Z^T (real Schur, LAPACK ordering)
+    schur_basis: np.ndarray  # Z
+    metrics: dict
+
+
+def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True) -> SublayerSpectrum:
+    """Every per-sublayer metric of the study for one (mean) Jacobian J, from three factorizations:
+
+    the real Schur form of J (eigenvalues, Henrici departure, complex blocks; reused by Schur
+    surgery), the singular values of J (conditioning, ranks), and one SVD of J - I (both
+    self-alignment metrics).
     """
     jacobian = _float64(jacobian)
     if not np.isfinite(jacobian).all():
         raise FloatingPointError("the Jacobian has non-finite entries; rematerialize the jacobians partition")
     d = len(jacobian)
-    eigenvalues, singular_values = spectrum_of_jacobian or spectrum(jacobian)
-    schur_form, _ = scipy.linalg.schur(jacobian, output="real")
-    henrici = _departure_of_schur_form(schur_form)
+    schur_form, schur_basis = scipy.linalg.schur(jacobian, output="real")
+    eigenvalues = by_decreasing_modulus(eigenvalues_of_schur_form(schur_form))
+    singular_values = scipy.linalg.svdvals(jacobian)
     deviation = jacobian - np.eye(d)
+    u, s, vt = np.linalg.svd(deviation)
     k = k or default_alignment_rank(d)
+    henrici = _departure_of_schur_form(schur_form)
     radius = float(np.abs(eigenvalues).max())
     deviation_norm = float(np.linalg.norm(deviation))
     metrics = {
@@ -199,8 +236,8 @@ def sublayer_metrics(jacobian, k: int | None = None, *, spectrum_of_jacobian=Non
         "frac_complex_schur": 2 * sum(size == 2 for _, size in schur_blocks(schur_form)) / d,
         "frac_expanding": expanding_fraction(eigenvalues),
         "frac_neutral": neutral_fraction(eigenvalues),
-        "self_alignment": subspace_overlap(deviation, k),
-        "self_alignment_signed": signed_alignment(deviation, k),
+        "self_alignment": _overlap_of_svd(u, vt, k),
+        "self_alignment_signed": _signed_alignment_of_svd(u, s, vt, k),
         "self_alignment_k": k,
         "self_alignment_baseline": k / d,
         "effective_rank": effective_rank(singular_values),
@@ -209,7 +246,14 @@ def sublayer_metrics(jacobian, k: int | None = None, *, spectrum_of_jacobian=Non
         "numerical_rank": numerical_rank(singular_values),
     }
     metrics["operator_type"] = operator_type(metrics["henrici_rel_j_minus_i"], metrics["frac_complex"])
-    return metrics
+    if not keep_schur:
+        schur_form = schur_basis = None
+    return SublayerSpectrum(eigenvalues, singular_values, schur_form, schur_basis, metrics)
+
+
+def sublayer_metrics(jacobian, k: int | None = None) -> dict:
+    """The metrics of :func:`analyse_sublayer` alone."""
+    return analyse_sublayer(jacobian, k, keep_schur=False).metrics
 
 
 def bootstrap_interval(values, *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:

@@ -55,7 +55,7 @@ def _synthetic_study(rng, gains):
     """Communities from planted activations, then one Jacobian per layer with the given boundary gains."""
     activations, _ = planted_activations(rng, n_communities=4, size=25, n_boundary=20)
     edges = topology.signed_graph(topology.correlation_matrix(activations), "knn", k=12)
-    gamma, _ = topology.scan_gamma(edges, seeds=(0, 1, 2))
+    gamma = topology.scan_gamma(edges, seeds=(0, 1, 2)).gamma
     membership = topology.signed_leiden(edges, gamma, seed=0)
     participation, _ = topology.participation_coefficient(edges, membership)
     is_boundary = topology.boundary_units(participation)

@@ -4,7 +4,7 @@ import torch
 
 from resdyn.corpus import Sample
 from resdyn.jacobians.autodiff import AutodiffBackend, batch_jacobians
-from resdyn.jacobians.engine import analyse_samples, capture_activations
+from resdyn.jacobians.engine import analyse_samples
 from resdyn.jacobians.streaming import RunningMoments
 from resdyn.models.adapters import adapter_for
 
@@ -81,18 +81,17 @@ def test_streamed_mean_equals_mean_of_stored_sample_jacobians(positions, fresh_s
     samples = [Sample(i, tuple(int(t) for t in rng.integers(0, 256, 10)), analysed) for i in range(7)]
     analysis = analyse_samples(model, adapter, samples, backend=AutodiffBackend(), batch_size=3,
                                keep_sample_jacobians=7)
-    for key, moments in analysis.moments.items():
+    for key, mean in analysis.means.items():
         stored = np.stack([matrix for _, _, matrix in analysis.sample_jacobians[key]])
-        assert stored.shape[0] == 7 * len(analysed) == moments.count
-        np.testing.assert_allclose(moments.mean, stored.mean(0), rtol=1e-10, atol=1e-13)
-        np.testing.assert_allclose(moments.variance, stored.var(0), rtol=1e-8, atol=1e-13)
+        assert stored.shape[0] == 7 * len(analysed) == analysis.counts[key]
+        np.testing.assert_allclose(mean, stored.mean(0), rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(analysis.variances[key], stored.var(0), rtol=1e-8, atol=1e-13)
     assert analysis.observation_index[:len(analysed)] == [(0, t) for t in analysed]
-    activations, index = capture_activations(model, adapter, samples, batch_size=4)
-    assert index == analysis.observation_index
-    assert activations[(0, "pre_attn")].shape == (7 * len(analysed), model.config.hidden_size)
+    assert analysis.activations[(0, "pre_attn")].shape == (7 * len(analysed), model.config.hidden_size)
     # the pre-MLP boundary is the attention map's output at the same rows
     layer = adapter.decoder_layers(model)[1]
     inputs = adapter.capture_layer_inputs(model, torch.tensor([samples[0].token_ids]))[1]
     with torch.no_grad():
         expected = adapter.attention_map(layer, inputs.hidden, inputs.arguments)[0, list(analysed)]
-    np.testing.assert_allclose(activations[(1, "pre_mlp")][: len(analysed)], expected.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(analysis.activations[(1, "pre_mlp")][: len(analysed)], expected.numpy(),
+                               rtol=1e-5, atol=1e-6)

@@ -24,7 +24,8 @@ def test_planted_partition_is_recovered(construction, fresh_seed):
     rng = np.random.default_rng(fresh_seed)
     activations, truth = planted_activations(rng)
     edges = topology.signed_graph(topology.correlation_matrix(activations), construction, k=10, threshold=0.2)
-    gamma, scan = topology.scan_gamma(edges, seeds=(0, 1, 2))
+    result = topology.scan_gamma(edges, seeds=(0, 1, 2))
+    gamma, scan = result.gamma, result.rows
     membership = topology.signed_leiden(edges, gamma, seed=0)
     assert topology.normalized_mutual_information(membership, truth) > 0.9, (gamma, scan)
 

@@ -1,19 +1,30 @@
-"""The Jacobian engine: mean sublayer Jacobians and boundary activations over a set of samples.
+"""The Jacobian engine: everything measured on the model, one decoder layer at a time.
 
 For every sample s, analysed position t, layer l and sublayer k in {attn, mlp}, the exact
 Jacobian J = d out_t / d h_t of the sublayer map (other positions held fixed) is produced by a
-backend and folded into a streaming float64 mean and per-entry variance; per-sample matrices are
-kept only for an optional subsample (for per-sample metrics). :func:`capture_activations` records
-the residuals at both boundaries (pre_attn, pre_mlp) at the analysed positions.
+backend and folded into a streaming float64 mean (and per-entry variance where the backend gives
+per-sample matrices); per-sample matrices are kept only for a subsample. In the same pass the
+residuals at both boundaries (pre_attn, pre_mlp) are recorded at the analysed positions, and the
+finite-difference probe sums sum_s (f_s(x_s + h v) - f_s(x_s - h v)) / 2h are accumulated for a
+few random directions v (:mod:`resdyn.jacobians.probe`), so the model is run once per partition.
 
-Backends implement ``accumulate(adapter, layer, inputs, sublayer, position, moments)`` and
-``sample_jacobians(...)``; see :class:`resdyn.jacobians.autodiff.AutodiffBackend`.
+Two drivers feed :func:`analyse_layer` the inputs of one decoder layer for every sample batch:
+
+- :func:`measure_layer_major`: a :class:`~resdyn.models.layerwise.LayerwiseModel` carries the
+  residual stream of all samples through the network layer by layer, reading one layer's
+  weights at a time (memory: one layer + the residual stream + accumulators);
+- :func:`measure_whole_model`: a model already in memory (small models, tests), one forward pass
+  per batch capturing every layer's inputs.
+
+Both yield one :class:`LayerMeasurement` per layer and give the same numbers (tested to 1e-12).
+Backends implement ``accumulate(adapter, layer, inputs, sublayer, position, moments)``,
+``sample_jacobians(...)`` and optionally ``finish()`` (called after each layer's last batch).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,10 +32,13 @@ import numpy as np
 import torch
 
 from ..corpus import Sample
-from ..models.adapters import BOUNDARIES, SUBLAYERS, FamilyAdapter
+from ..models.adapters import BOUNDARIES, SUBLAYERS, FamilyAdapter, LayerInputs
+from .probe import PROBE_STEP, central_difference_sum, probe_directions
 from .streaming import RunningMoments
 
 log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int, int, int], None]  # (layer, n_layers, batch, n_batches)
 
 
 class JacobianBackend(Protocol):
@@ -39,17 +53,209 @@ class NonFiniteJacobianError(FloatingPointError):
     pass
 
 
+@dataclass(frozen=True)
+class MeasurementOptions:
+    batch_size: int = 16
+    keep_sample_jacobians: int = 0  # per-sample matrices of samples with sample_id < this are kept
+    probe_directions: int = 2  # 0: no finite-difference probe
+    probe_seed: int = 0
+    probe_step: float = PROBE_STEP
+
+
+@dataclass
+class LayerMeasurement:
+    """What one decoder layer gave: per sublayer the mean Jacobian and its companions."""
+
+    layer: int
+    means: dict[str, np.ndarray]
+    variances: dict[str, np.ndarray | None]
+    counts: dict[str, int]
+    backends: dict[str, str]
+    activations: dict[str, np.ndarray]  # boundary -> (observations, d) float32
+    observation_index: list[tuple[int, int]]  # (sample_id, position) per activation row
+    sample_jacobians: dict[str, list[tuple[int, int, np.ndarray]]] = field(default_factory=dict)
+    probe_directions: np.ndarray | None = None  # (k, d)
+    probe_differences: dict[str, np.ndarray] = field(default_factory=dict)  # sublayer -> (k, d) mean FD
+
+
+def sample_batches(samples: Sequence[Sample], batch_size: int) -> list[Sequence[Sample]]:
+    if not samples:
+        raise ValueError("no samples to analyse")
+    positions = samples[0].positions
+    if any(sample.positions != positions for sample in samples):
+        raise ValueError("all samples must share the same analysed positions")
+    return [samples[start : start + batch_size] for start in range(0, len(samples), batch_size)]
+
+
+def _token_ids(batch: Sequence[Sample], device=None) -> torch.Tensor:
+    return torch.tensor([sample.token_ids for sample in batch], device=device)
+
+
+def analyse_layer(
+    adapter: FamilyAdapter,
+    layer_index: int,
+    layer: torch.nn.Module,
+    batches: Sequence[tuple[Sequence[Sample], LayerInputs]],
+    *,
+    backend: JacobianBackend,
+    options: MeasurementOptions,
+    n_layers: int = 0,
+    progress: Progress | None = None,
+) -> LayerMeasurement:
+    """Every measurement of decoder layer ``layer_index`` over the given sample batches."""
+    d_model = batches[0][1].hidden.shape[-1]
+    device = batches[0][1].hidden.device
+    moments = {sublayer: RunningMoments() for sublayer in SUBLAYERS}
+    describe = getattr(backend, "backend_for", None)
+    backends = {sublayer: describe(adapter, layer, sublayer) if describe else backend.name for sublayer in SUBLAYERS}
+    kept: dict[str, list] = {sublayer: [] for sublayer in SUBLAYERS}
+    activations: dict[str, list[np.ndarray]] = {boundary: [] for boundary in BOUNDARIES}
+    index: list[tuple[int, int]] = []
+    directions = None
+    sums = {}
+    if options.probe_directions:
+        directions = probe_directions(d_model, n_directions=options.probe_directions, seed=options.probe_seed)
+        torch_directions = torch.as_tensor(directions, device=device)
+        sums = {sublayer: torch.zeros(options.probe_directions, d_model, dtype=torch.float64, device=device)
+                for sublayer in SUBLAYERS}
+    for batch_number, (batch, inputs) in enumerate(batches):
+        positions = list(batch[0].positions)
+        index.extend((sample.sample_id, t) for sample in batch for t in positions)
+        for boundary in BOUNDARIES:
+            residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
+            activations[boundary].append(residual.to(torch.float32).cpu().numpy().reshape(-1, d_model))
+        for sublayer in SUBLAYERS:  # attn first: the structured MLP step reuses the attention's output rows
+            for position in positions:
+                jacobians = backend.accumulate(adapter, layer, inputs, sublayer, position, moments[sublayer])
+                if not moments[sublayer].mean_is_finite():
+                    _raise_non_finite(layer_index, sublayer, batch)
+                _keep_subsample(kept[sublayer], batch, position, jacobians, backend, adapter, layer, inputs, sublayer,
+                                options.keep_sample_jacobians)
+                if directions is not None:
+                    function, x0 = adapter.positional_function(layer, inputs, sublayer, position)
+                    sums[sublayer] += central_difference_sum(function, x0, torch_directions, options.probe_step)
+        if progress is not None:
+            progress(layer_index, n_layers, batch_number + 1, len(batches))
+    if hasattr(backend, "finish"):  # backends that defer their weight products to the end of the layer
+        backend.finish()
+    for sublayer, moment in moments.items():
+        if not moment.mean_is_finite():
+            _raise_non_finite(layer_index, sublayer, batches[-1][0])
+    return LayerMeasurement(
+        layer=layer_index,
+        means={sublayer: moment.mean for sublayer, moment in moments.items()},
+        variances={sublayer: moment.variance for sublayer, moment in moments.items()},
+        counts={sublayer: moment.count for sublayer, moment in moments.items()},
+        backends=backends,
+        activations={boundary: np.concatenate(parts) for boundary, parts in activations.items()},
+        observation_index=index,
+        sample_jacobians=kept,
+        probe_directions=directions,
+        probe_differences={sublayer: (total / len(index)).cpu().numpy() for sublayer, total in sums.items()},
+    )
+
+
+def _keep_subsample(kept, batch, position, jacobians, backend, adapter, layer, inputs, sublayer, keep):
+    wanted = [i for i, sample in enumerate(batch) if sample.sample_id < keep]
+    if not wanted:
+        return
+    if jacobians is None:  # a backend that streams means only: ask for the few per-sample matrices
+        jacobians = backend.sample_jacobians(adapter, layer, inputs, sublayer, position)
+    for i in wanted:
+        kept.append((batch[i].sample_id, position, jacobians[i].detach().to(torch.float64).cpu().numpy()))
+
+
+def _raise_non_finite(layer: int, sublayer: str, batch: Sequence[Sample]) -> None:
+    raise NonFiniteJacobianError(
+        f"non-finite Jacobian in layer {layer} sublayer {sublayer} (samples {batch[0].sample_id}.."
+        f"{batch[-1].sample_id}): the model overflowed. Run in float64 (--dtype float64), check the checkpoint's "
+        "weights for NaN/inf, or drop those samples."
+    )
+
+
+def measure_layer_major(
+    layerwise,
+    samples: Sequence[Sample],
+    *,
+    backend: JacobianBackend,
+    options: MeasurementOptions = MeasurementOptions(),
+    progress: Progress | None = None,
+) -> Iterator[LayerMeasurement]:
+    """One :class:`LayerMeasurement` per decoder layer of a :class:`~resdyn.models.layerwise.LayerwiseModel`,
+    reading one layer's weights at a time (module docstring)."""
+    batches = sample_batches(samples, options.batch_size)
+    prepared = layerwise.prepare([_token_ids(batch) for batch in batches])
+    adapter = layerwise.adapter
+    for layer_index in range(layerwise.n_layers):
+        with layerwise.materialized(layer_index) as layer:
+            inputs = [(batch, LayerInputs(state.hidden, adapter.attention_arguments(state.arguments[layer_index])))
+                      for batch, state in zip(batches, prepared)]
+            measurement = analyse_layer(adapter, layer_index, layer, inputs, backend=backend, options=options,
+                                        n_layers=layerwise.n_layers, progress=progress)
+            del inputs
+            for state in prepared:
+                layerwise.advance(layer, state, layer_index)
+        log.info("layer %d/%d measured", layer_index + 1, layerwise.n_layers)
+        yield measurement
+
+
+def measure_whole_model(
+    model: torch.nn.Module,
+    adapter: FamilyAdapter,
+    samples: Sequence[Sample],
+    *,
+    backend: JacobianBackend,
+    options: MeasurementOptions = MeasurementOptions(),
+    progress: Progress | None = None,
+) -> Iterator[LayerMeasurement]:
+    """The same measurements for a model held in memory: every layer's inputs captured per batch first."""
+    batches = sample_batches(samples, options.batch_size)
+    device = next(model.parameters()).device
+    captured = [adapter.capture_layer_inputs(model, _token_ids(batch, device)) for batch in batches]
+    layers = adapter.decoder_layers(model)
+    for layer_index, layer in enumerate(layers):
+        inputs = [(batch, per_layer[layer_index]) for batch, per_layer in zip(batches, captured)]
+        yield analyse_layer(adapter, layer_index, layer, inputs, backend=backend, options=options,
+                            n_layers=len(layers), progress=progress)
+
+
 @dataclass
 class JacobianAnalysis:
-    """Everything the engine measured for one model checkpoint."""
+    """All layers' measurements keyed (layer, sublayer) / (layer, boundary), for callers that want them at once."""
 
     n_layers: int
     d_model: int
-    moments: dict[tuple[int, str], RunningMoments] = field(default_factory=dict)
-    observation_index: list[tuple[int, int]] = field(default_factory=list)  # (sample_id, position)
-    # (layer, sublayer) -> list of (sample_id, position, d x d float64) for the subsample
+    means: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+    variances: dict[tuple[int, str], np.ndarray | None] = field(default_factory=dict)
+    counts: dict[tuple[int, str], int] = field(default_factory=dict)
+    observation_index: list[tuple[int, int]] = field(default_factory=list)
     sample_jacobians: dict[tuple[int, str], list[tuple[int, int, np.ndarray]]] = field(default_factory=dict)
-    backend_by_sublayer: dict[tuple[int, str], str] = field(default_factory=dict)  # which one made each mean
+    backend_by_sublayer: dict[tuple[int, str], str] = field(default_factory=dict)
+    activations: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+    probe_directions: np.ndarray | None = None
+    probe_differences: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def collect(cls, measurements: Iterator[LayerMeasurement]) -> JacobianAnalysis:
+        analysis = None
+        for measurement in measurements:
+            if analysis is None:
+                d = next(iter(measurement.means.values())).shape[0]
+                analysis = cls(n_layers=0, d_model=d, observation_index=measurement.observation_index,
+                               probe_directions=measurement.probe_directions)
+            analysis.n_layers += 1
+            for sublayer in SUBLAYERS:
+                key = (measurement.layer, sublayer)
+                analysis.means[key] = measurement.means[sublayer]
+                analysis.variances[key] = measurement.variances[sublayer]
+                analysis.counts[key] = measurement.counts[sublayer]
+                analysis.sample_jacobians[key] = measurement.sample_jacobians.get(sublayer, [])
+                analysis.backend_by_sublayer[key] = measurement.backends[sublayer]
+                if sublayer in measurement.probe_differences:
+                    analysis.probe_differences[key] = measurement.probe_differences[sublayer]
+            for boundary in BOUNDARIES:
+                analysis.activations[(measurement.layer, boundary)] = measurement.activations[boundary]
+        return analysis
 
 
 def analyse_samples(
@@ -60,94 +266,9 @@ def analyse_samples(
     backend: JacobianBackend,
     batch_size: int = 16,
     keep_sample_jacobians: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    probe_directions: int = 0,
 ) -> JacobianAnalysis:
-    """Mean Jacobians of every sublayer and boundary activations over ``samples``.
-
-    ``keep_sample_jacobians`` keeps the per-sample matrices of the first that many samples.
-    """
-    if not samples:
-        raise ValueError("no samples to analyse")
-    layers = adapter.decoder_layers(model)
-    parameter = next(model.parameters())
-    d_model = int(model.config.hidden_size)
-    analysis = JacobianAnalysis(n_layers=len(layers), d_model=d_model)
-    for key in ((layer, sublayer) for layer in range(len(layers)) for sublayer in SUBLAYERS):
-        analysis.moments[key] = RunningMoments()
-        analysis.sample_jacobians[key] = []
-        describe = getattr(backend, "backend_for", None)
-        analysis.backend_by_sublayer[key] = describe(adapter, layers[key[0]], key[1]) if describe else backend.name
-    positions = samples[0].positions
-    batches = [samples[start : start + batch_size] for start in range(0, len(samples), batch_size)]
-    for batch_number, batch in enumerate(batches):
-        if any(sample.positions != positions for sample in batch):
-            raise ValueError("all samples must share the same analysed positions")
-        input_ids = torch.tensor([sample.token_ids for sample in batch], device=parameter.device)
-        captured = adapter.capture_layer_inputs(model, input_ids)
-        sample_ids = [sample.sample_id for sample in batch]
-        analysis.observation_index.extend((s, t) for s in sample_ids for t in positions)
-        for layer_index, (layer, inputs) in enumerate(zip(layers, captured)):
-            for sublayer in SUBLAYERS:
-                key = (layer_index, sublayer)
-                for position in positions:
-                    jacobians = backend.accumulate(
-                        adapter, layer, inputs, sublayer, position, analysis.moments[key]
-                    )
-                    if analysis.moments[key].mean is not None:
-                        _check_finite(analysis.moments[key].mean, key, sample_ids)
-                    _keep_subsample(analysis, key, batch, position, jacobians, backend, adapter, layer,
-                                    inputs, sublayer, keep_sample_jacobians)
-        if progress is not None:
-            progress(batch_number + 1, len(batches))
-        log.info("jacobians: batch %d/%d done", batch_number + 1, len(batches))
-    if hasattr(backend, "finish"):  # backends that defer their weight products to the end
-        backend.finish()
-    for key, moments in analysis.moments.items():
-        _check_finite(moments.mean, key, [samples[0].sample_id, samples[-1].sample_id])
-    return analysis
-
-
-def _keep_subsample(analysis, key, batch, position, jacobians, backend, adapter, layer, inputs, sublayer, keep):
-    kept = analysis.sample_jacobians[key]
-    wanted = [i for i, sample in enumerate(batch) if sample.sample_id < keep]
-    if not wanted:
-        return
-    if jacobians is None:  # a backend that streams means only: ask for the few per-sample matrices
-        jacobians = backend.sample_jacobians(adapter, layer, inputs, sublayer, position)
-    for i in wanted:
-        kept.append((batch[i].sample_id, position, jacobians[i].detach().to(torch.float64).cpu().numpy()))
-
-
-def _check_finite(mean: np.ndarray, key: tuple[int, str], sample_ids: list[int]) -> None:
-    if not np.isfinite(mean).all():
-        raise NonFiniteJacobianError(
-            f"non-finite Jacobian in layer {key[0]} sublayer {key[1]} (samples {sample_ids[0]}..{sample_ids[-1]}): "
-            "the model overflowed. Run in float64 (dtype='float64'), check the checkpoint's weights for "
-            "NaN/inf, or drop those samples."
-        )
-
-
-@torch.no_grad()
-def capture_activations(
-    model: torch.nn.Module, adapter: FamilyAdapter, samples: Sequence[Sample], *, batch_size: int = 16
-) -> tuple[dict[tuple[int, str], np.ndarray], list[tuple[int, int]]]:
-    """Residuals at both boundaries of every layer at the analysed positions (forward passes only).
-
-    Returns ``{(layer, boundary): (observations, d_model) float32}`` and the observation index
-    ``[(sample_id, position), ...]`` giving each row's sample and position.
-    """
-    layers = adapter.decoder_layers(model)
-    device = next(model.parameters()).device
-    parts: dict[tuple[int, str], list[np.ndarray]] = {}
-    index: list[tuple[int, int]] = []
-    for start in range(0, len(samples), batch_size):
-        batch = samples[start : start + batch_size]
-        positions = list(batch[0].positions)
-        captured = adapter.capture_layer_inputs(model, torch.tensor([s.token_ids for s in batch], device=device))
-        index.extend((s.sample_id, t) for s in batch for t in positions)
-        for layer_index, (layer, inputs) in enumerate(zip(layers, captured)):
-            for boundary in BOUNDARIES:
-                residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
-                rows = residual.to(torch.float32).cpu().numpy().reshape(-1, residual.shape[-1])
-                parts.setdefault((layer_index, boundary), []).append(rows)
-    return {key: np.concatenate(value) for key, value in parts.items()}, index
+    """Every layer of an in-memory model at once (:func:`measure_whole_model` collected)."""
+    options = MeasurementOptions(batch_size=batch_size, keep_sample_jacobians=keep_sample_jacobians,
+                                 probe_directions=probe_directions)
+    return JacobianAnalysis.collect(measure_whole_model(model, adapter, samples, backend=backend, options=options))

@@ -2,53 +2,40 @@
 
 For a probe direction v, E_s[J_s] v = E_s[J_s v], and J_s v is approximated to O(h^2) by
 (f_s(x_s + h v) - f_s(x_s - h v)) / 2h with two forward passes per sample: no autodiff involved.
+The engine accumulates sum_s FD_s(v) during its one pass over the model (so the check needs no
+second model load); :func:`probe_error` compares the stored mean Jacobian with it later.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from ..corpus import Sample
-from ..models.adapters import FamilyAdapter
+PROBE_DIRECTIONS = 2
+PROBE_STEP = 1e-5
+
+
+def probe_directions(d: int, *, n_directions: int = PROBE_DIRECTIONS, seed: int = 0) -> np.ndarray:
+    """``n_directions`` random unit vectors in R^d, reproducible from ``seed``."""
+    directions = np.random.default_rng(seed).normal(size=(n_directions, d))
+    return directions / np.linalg.norm(directions, axis=1, keepdims=True)
 
 
 @torch.no_grad()
-def finite_difference_probe(
-    model: torch.nn.Module,
-    adapter: FamilyAdapter,
-    samples: Sequence[Sample],
-    mean_jacobians: dict[tuple[int, str], np.ndarray],
-    *,
-    n_directions: int = 2,
-    step: float = 1e-5,
-    seed: int = 0,
-    batch_size: int = 16,
-) -> dict[tuple[int, str], float]:
-    """Relative error ||E[J] v - FD(v)|| / ||FD(v)||, worst over directions, per (layer, sublayer)."""
-    rng = np.random.default_rng(seed)
-    layers = adapter.decoder_layers(model)
-    dtype = next(model.parameters()).dtype
-    d = int(model.config.hidden_size)
-    directions = torch.tensor(rng.normal(size=(n_directions, d)), dtype=dtype)
-    directions /= directions.norm(dim=1, keepdim=True)
-    sums = {key: torch.zeros(n_directions, d, dtype=torch.float64) for key in mean_jacobians}
-    count = 0
-    for start in range(0, len(samples), batch_size):
-        batch = samples[start : start + batch_size]
-        captured = adapter.capture_layer_inputs(model, torch.tensor([s.token_ids for s in batch]))
-        for (layer_index, sublayer) in mean_jacobians:
-            for position in batch[0].positions:
-                function, x0 = adapter.positional_function(layers[layer_index], captured[layer_index], sublayer, position)
-                for k, v in enumerate(directions):
-                    difference = (function(x0 + step * v) - function(x0 - step * v)) / (2 * step)
-                    sums[(layer_index, sublayer)][k] += difference.to(torch.float64).sum(0)
-        count += len(batch) * len(batch[0].positions)
-    errors = {}
-    for key, mean in mean_jacobians.items():
-        finite = (sums[key] / count).numpy()
-        predicted = directions.to(torch.float64).numpy() @ np.asarray(mean).T
-        errors[key] = float(np.linalg.norm(predicted - finite) / max(np.linalg.norm(finite), 1e-300))
-    return errors
+def central_difference_sum(function: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor,
+                           directions: torch.Tensor, step: float = PROBE_STEP) -> torch.Tensor:
+    """sum over the rows x_s of ``x0`` of (f(x_s + h v) - f(x_s - h v)) / 2h, one row per direction v (float64)."""
+    sums = []
+    for v in directions.to(device=x0.device, dtype=x0.dtype):
+        difference = (function(x0 + step * v) - function(x0 - step * v)) / (2 * step)
+        sums.append(difference.to(torch.float64).sum(0))
+    return torch.stack(sums)
+
+
+def probe_error(mean_jacobian: np.ndarray, directions: np.ndarray, finite_difference_mean: np.ndarray) -> float:
+    """||E[J] V^T - FD||_F / ||FD||_F over the probe directions (rows of ``directions``)."""
+    predicted = np.asarray(directions, dtype=np.float64) @ np.asarray(mean_jacobian, dtype=np.float64).T
+    finite = np.asarray(finite_difference_mean, dtype=np.float64)
+    return float(np.linalg.norm(predicted - finite) / max(np.linalg.norm(finite), 1e-300))

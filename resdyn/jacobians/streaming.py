@@ -1,11 +1,12 @@
-"""Streaming mean and per-entry variance of matrices, in float64.
+"""Streaming mean and per-entry variance of matrices, in float64, on the device they arrive on.
 
 Chan, Golub & LeVeque (1979) pairwise update: merging a batch of n_b matrices with mean m_b and
 sum of squared deviations S_b into the running (n, m, S) gives
 
     delta = m_b - m,   n' = n + n_b,   m' = m + delta n_b / n',   S' = S + S_b + delta^2 n n_b / n'.
 
-Only three d x d arrays are kept, whatever the number of samples.
+Only three d x d arrays are kept, whatever the number of samples; they stay on the batches'
+device (a GPU run never copies per-sample Jacobians to the host) until :attr:`mean` is read.
 """
 
 from __future__ import annotations
@@ -14,50 +15,63 @@ import numpy as np
 import torch
 
 
+def _as_float64(values) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        return values.detach().to(torch.float64)
+    return torch.as_tensor(np.asarray(values, dtype=np.float64))
+
+
 class RunningMoments:
     """Mean and (population) variance of a stream of equally shaped matrices."""
 
     def __init__(self) -> None:
         self.count = 0
-        self.mean: np.ndarray | None = None
-        self.sum_squared_deviations: np.ndarray | None = None
+        self._mean: torch.Tensor | None = None
+        self._sum_squared_deviations: torch.Tensor | None = None
         self.has_variance = True
 
-    def add_sum(self, total: torch.Tensor | np.ndarray, count: int) -> None:
+    def add_sum(self, total, count: int) -> None:
         """Fold in a batch known only by its sum (a closed-form backend): the mean stays exact,
         the variance becomes unknown."""
-        total = total.detach().to(torch.float64).cpu().numpy() if isinstance(total, torch.Tensor) else total
-        total = np.asarray(total, dtype=np.float64)
+        total = _as_float64(total)
         self.has_variance = False
         if self.count == 0:
-            self.count, self.mean = count, total / count
+            self.count, self._mean = count, total / count
         else:
-            self.mean = self.mean + (total - count * self.mean) / (self.count + count)
+            self._mean = self._mean + (total - count * self._mean) / (self.count + count)
             self.count += count
 
-    def update(self, batch: torch.Tensor | np.ndarray) -> None:
+    def update(self, batch) -> None:
         """Fold in a batch of shape (n_b, *matrix_shape)."""
-        values = batch.detach().to(torch.float64).cpu().numpy() if isinstance(batch, torch.Tensor) else batch
-        values = np.asarray(values, dtype=np.float64)
+        values = _as_float64(batch)
         n_batch = values.shape[0]
         if n_batch == 0:
             return
-        batch_mean = values.mean(axis=0)
-        batch_deviations = ((values - batch_mean) ** 2).sum(axis=0)
+        batch_mean = values.mean(dim=0)
+        batch_deviations = ((values - batch_mean) ** 2).sum(dim=0)
         if self.count == 0:
-            self.count, self.mean, self.sum_squared_deviations = n_batch, batch_mean, batch_deviations
+            self.count, self._mean, self._sum_squared_deviations = n_batch, batch_mean, batch_deviations
             return
         total = self.count + n_batch
-        delta = batch_mean - self.mean
-        self.mean = self.mean + delta * (n_batch / total)
-        self.sum_squared_deviations = (
-            self.sum_squared_deviations + batch_deviations + delta**2 * (self.count * n_batch / total)
+        delta = batch_mean - self._mean
+        self._mean = self._mean + delta * (n_batch / total)
+        self._sum_squared_deviations = (
+            self._sum_squared_deviations + batch_deviations + delta**2 * (self.count * n_batch / total)
         )
         self.count = total
+
+    @property
+    def mean(self) -> np.ndarray | None:
+        return None if self._mean is None else self._mean.cpu().numpy()
 
     @property
     def variance(self) -> np.ndarray | None:
         """Per-entry population variance; None when a batch arrived as a sum only."""
         if self.count == 0:
             raise ValueError("no observations")
-        return self.sum_squared_deviations / self.count if self.has_variance else None
+        if not self.has_variance:
+            return None
+        return (self._sum_squared_deviations / self.count).cpu().numpy()
+
+    def mean_is_finite(self) -> bool:
+        return self._mean is None or bool(torch.isfinite(self._mean).all())

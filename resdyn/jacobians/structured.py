@@ -69,9 +69,10 @@ def gated_mlp_of(adapter, layer) -> GatedMlp | None:
 def _norm_terms(norm, z: torch.Tensor):
     """(gain g, per-sample c = 1 / r(z)) of an RMSNorm; (1, 1) when the norm is absent."""
     if norm is None:
-        return torch.ones(z.shape[-1], dtype=z.dtype), torch.ones(z.shape[0], dtype=z.dtype)
+        return (torch.ones(z.shape[-1], dtype=z.dtype, device=z.device),
+                torch.ones(z.shape[0], dtype=z.dtype, device=z.device))
     gain, eps = rms_norm_gain(norm)
-    gain = torch.ones(z.shape[-1], dtype=z.dtype) if gain is None else gain.to(z.dtype)
+    gain = torch.ones(z.shape[-1], dtype=z.dtype, device=z.device) if gain is None else gain.to(z.dtype)
     return gain, torch.rsqrt(z.pow(2).mean(-1) + eps)
 
 
@@ -122,7 +123,7 @@ class PartialSumAccumulator:
             self.first = PartialSum(partial.left, partial.core, [], partial.row_gain, partial.column_gain,
                                     partial.gate_weights, partial.up_weights, partial.w_gate, partial.w_up)
             d = partial.left.shape[0]
-            self.outer = torch.zeros(d, d, dtype=partial.left.dtype)
+            self.outer = torch.zeros(d, d, dtype=partial.left.dtype, device=partial.left.device)
         else:
             if partial.core is not None:
                 self.first.core += partial.core
@@ -231,5 +232,6 @@ class StructuredBackend:
         for moments, accumulator in self._pending.values():
             deviation = accumulator.total()
             count = accumulator.count
-            moments.add_sum(deviation + count * torch.eye(deviation.shape[0], dtype=deviation.dtype), count)
+            identity = torch.eye(deviation.shape[0], dtype=deviation.dtype, device=deviation.device)
+            moments.add_sum(deviation + count * identity, count)
         self._pending.clear()

@@ -75,7 +75,7 @@ def attention_view_of(adapter, layer) -> AttentionView | None:
 def _rope_matrix(attention, cos_t: torch.Tensor, sin_t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """R_t (hd x hd) of the module's own RoPE at one position, read off the identity."""
     apply = sys.modules[type(attention).__module__].apply_rotary_pos_emb
-    identity = torch.eye(cos_t.shape[-1], dtype=dtype)[None, None]  # rows e_i as (1, 1, hd, hd)
+    identity = torch.eye(cos_t.shape[-1], dtype=dtype, device=cos_t.device)[None, None]  # rows e_i as (1, 1, hd, hd)
     rotated, _ = apply(identity, identity, cos_t[None, None], sin_t[None, None], unsqueeze_dim=1)
     return rotated[0, 0].T  # column i = R e_i
 
@@ -142,8 +142,8 @@ class AttentionPieces:
         """sum_s weights_s (d o / d n)_s as a (H hd) x d matrix."""
         n_heads, head_dim, d = self.w_q.shape
         if self.qk_norm == "none":
-            scaled, gain = weights[:, None, None, None] * self.blocks, torch.ones(n_heads, head_dim,
-                                                                                  dtype=self.blocks.dtype)
+            scaled, gain = weights[:, None, None, None] * self.blocks, torch.ones(
+                n_heads, head_dim, dtype=self.blocks.dtype, device=self.blocks.device)
         else:
             scaled, gain = (weights[:, None] * self.q_scale)[:, :, None, None] * self.blocks, self.q_gain
         # sum over samples first: (H, hd, hd) blocks, then R_t, the gain and W_q once per head
@@ -214,8 +214,9 @@ def attention_pieces(view: AttentionView, hidden: torch.Tensor, arguments: dict,
     row = torch.einsum("bhe,ef->bhf", q_t, rope)
     k_raw_t = k_raw[:, position]
     if view.qk_norm == "full":
-        slots = torch.zeros(batch, n_heads, n_kv, head_dim, dtype=hidden.dtype)
-        slots[:, torch.arange(n_heads), torch.arange(n_heads) // group] = row
+        slots = torch.zeros(batch, n_heads, n_kv, head_dim, dtype=hidden.dtype, device=hidden.device)
+        heads = torch.arange(n_heads, device=hidden.device)
+        slots[:, heads, heads // group] = row
         full = _norm_vector_jacobian(attention.k_norm, k_raw_t[:, None].expand(batch, n_heads, -1),
                                      slots.view(batch, n_heads, n_kv * head_dim))
         k_right = full @ attention.k_proj.weight

@@ -11,11 +11,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from .adapters import FamilyAdapter, adapter_for
-from .precision import use_full_precision
+from .precision import DTYPES, use_full_precision
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class ModelNotFoundError(FileNotFoundError):

@@ -21,6 +21,8 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
+
 
 def _inverse_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)

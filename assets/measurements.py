@@ -1,0 +1,132 @@
+"""Stage 3: one pass over the model: activations, mean Jacobians, per-sample subsample, finite-difference probe.
+
+The checkpoint is read one decoder layer at a time (resdyn.models.layerwise) and every table is
+streamed to Parquet as each layer finishes, so memory stays at one layer plus the residual stream
+of the samples plus one layer's results, whatever the model's size.
+"""
+
+import time
+from contextlib import ExitStack
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+
+from dagster_project.arrow_tables import fixed_size_lists, nullable_fixed_size_lists, record_batch
+from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.schema import spec
+from resdyn.figures import jacobian_heatmaps
+from resdyn.jacobians import make_backend
+from resdyn.jacobians.engine import MeasurementOptions, measure_layer_major
+from resdyn.jacobians.probe import PROBE_STEP
+from resdyn.models.adapters import SUBLAYERS, sublayer_depth
+
+from .common import PARTITIONS, figure, open_layerwise, partition, read_samples, written_metadata
+from .samples import samples
+
+TABLES = ("activations", "jacobians", "sample_jacobians", "finite_difference_probe")
+THUMBNAIL = 96  # the mean-Jacobian figure shows block means of at most this many rows and columns
+
+
+def _thumbnail(matrix: np.ndarray) -> np.ndarray:
+    d = matrix.shape[0]
+    if d <= THUMBNAIL:
+        return matrix
+    block = -(-d // THUMBNAIL)
+    padded = np.zeros((block * THUMBNAIL, block * THUMBNAIL))
+    padded[:d, :d] = matrix - np.eye(d)
+    return padded.reshape(THUMBNAIL, block, THUMBNAIL, block).mean(axis=(1, 3)) + np.eye(THUMBNAIL)
+
+
+def _activation_batch(measurement, boundary: str, width: int):
+    index = np.asarray(measurement.observation_index, dtype=np.int32).reshape(-1, 2)
+    values = measurement.activations[boundary]
+    return record_batch(spec("activations"), width, {
+        "layer": measurement.layer, "boundary": boundary, "depth": sublayer_depth(measurement.layer, boundary),
+        "sample_id": index[:, 0], "position": index[:, 1], "values": fixed_size_lists(values, np.float32)})
+
+
+def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, width: int, **extra):
+    rows = np.arange(matrix.shape[0], dtype=np.int32)
+    return record_batch(spec(table), width, {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
+                                             "row": rows, "values": fixed_size_lists(matrix), **extra})
+
+
+@dg.multi_asset(
+    partitions_def=PARTITIONS, group_name="measurements", can_subset=False,
+    specs=[
+        dg.AssetSpec("activations", code_version="2", deps=[samples],
+                     description="Residual stream at the analysed positions, one row per (layer, boundary, sample, position)."),
+        dg.AssetSpec("jacobians", code_version="2", deps=[samples],
+                     description="Mean Jacobian d out_t / d h_t of every sublayer map, one row per matrix row; per-entry "
+                                 "variance where the backend streams it (autodiff)."),
+        dg.AssetSpec("sample_jacobians", code_version="2", deps=[samples],
+                     description="Per-sample Jacobians of a subsample (for per-sample metrics)."),
+        dg.AssetSpec("finite_difference_probe", code_version="1", deps=[samples],
+                     description="Mean central differences (f(x + h v) - f(x - h v)) / 2h along random directions: "
+                                 "the independent reference the jacobians check compares E[J] v with."),
+    ],
+)
+def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
+    model, checkpoint = partition(context)
+    store = warehouse.open()
+    sample_list = read_samples(store, model, checkpoint)
+    layerwise = open_layerwise(warehouse, settings, model, checkpoint)
+    width = layerwise.d_model
+    backend = make_backend(settings.backend)
+    options = MeasurementOptions(batch_size=settings.batch_size, keep_sample_jacobians=settings.per_sample_subsample,
+                                 probe_directions=2, probe_seed=settings.seed)
+    started = time.perf_counter()
+
+    def progress(layer, n_layers, batch, n_batches):
+        if batch == n_batches or batch % 8 == 0:
+            context.log.info(f"{context.partition_key}: layer {layer + 1}/{n_layers}, batch {batch}/{n_batches} "
+                             f"({time.perf_counter() - started:.0f} s)")
+
+    thumbnails, backends, heads = {}, {}, {}
+    with ExitStack() as stack:
+        writers = {table: stack.enter_context(store.open_writer(table, model, checkpoint, width=width))
+                   for table in TABLES}
+        for measurement in measure_layer_major(layerwise, sample_list, backend=backend, options=options,
+                                               progress=progress):
+            layer = measurement.layer
+            for boundary in ("pre_attn", "pre_mlp"):
+                activation_batch = _activation_batch(measurement, boundary, width)
+                writers["activations"].write(activation_batch)
+                heads.setdefault("activations", pa.Table.from_batches([activation_batch.slice(0, 5)]))
+            for sublayer in SUBLAYERS:
+                mean = measurement.means[sublayer]
+                batch = _matrix_batch(
+                    "jacobians", layer, sublayer, mean, width,
+                    variance=nullable_fixed_size_lists(measurement.variances[sublayer], width, width),
+                    n_observations=measurement.counts[sublayer], backend=measurement.backends[sublayer])
+                writers["jacobians"].write(batch)
+                heads.setdefault("jacobians", pa.Table.from_batches([batch.slice(0, 5)]))
+                for sample_id, position, matrix in measurement.sample_jacobians[sublayer]:
+                    writers["sample_jacobians"].write(_matrix_batch("sample_jacobians", layer, sublayer, matrix, width,
+                                                                    sample_id=sample_id, position=position))
+                directions, differences = measurement.probe_directions, measurement.probe_differences[sublayer]
+                writers["finite_difference_probe"].write(record_batch(spec("finite_difference_probe"), width, {
+                    "layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
+                    "direction_index": np.arange(len(directions), dtype=np.int32),
+                    "direction": fixed_size_lists(directions), "finite_difference": fixed_size_lists(differences),
+                    "step": PROBE_STEP, "n_observations": len(measurement.observation_index)}))
+                thumbnails[(layer, sublayer)] = _thumbnail(mean)
+                backends[f"{layer}/{sublayer}"] = measurement.backends[sublayer]
+    results = {table: writer.result for table, writer in writers.items()}
+    figures_directory = store.artefact_directory("figures", model, checkpoint)
+    png = jacobian_heatmaps(thumbnails, figures_directory, title=context.partition_key)
+    ledger = layerwise.ledger
+    for table in TABLES:
+        written = results[table]
+        metadata = written_metadata(written, heads.get(table))
+        if table == "jacobians":
+            metadata.update(figure(png))
+            metadata.update({
+                "backend": backend.name, "backend_by_sublayer": dg.MetadataValue.json(backends),
+                "n_observations": int(len(sample_list) * len(sample_list[0].positions)), "d_model": width,
+                "device": str(layerwise.device), "seconds": round(time.perf_counter() - started, 2),
+                "peak_layers_in_memory": ledger.peak_layers, "largest_layer_mb": round(ledger.largest_layer_bytes / 2**20, 1),
+            })
+        yield dg.MaterializeResult(asset_key=table, metadata=metadata, data_version=dg.DataVersion(written.content_hash))
+

@@ -1,0 +1,30 @@
+"""The per-sublayer unit of spectral work, importable by worker processes without Dagster."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from dagster_project.arrow_tables import matrix_rows
+from resdyn.spectra import analyse_sublayer
+
+
+def read_matrix(path: str, row_group: int) -> np.ndarray:
+    """One matrix (one row group) of a matrix table, rows in order."""
+    data = pq.ParquetFile(path).read_row_group(row_group, columns=["row", "values"])
+    values = matrix_rows(data.column("values"))
+    rows = data.column("row").to_numpy()
+    return np.asarray(values if np.array_equal(rows, np.arange(len(rows))) else values[np.argsort(rows)],
+                      dtype=np.float64)
+
+
+def analyse_row_group(task: tuple[str, int]):
+    """(path, row group) -> the row group's SublayerSpectrum (Schur form kept for surgery)."""
+    path, row_group = task
+    return analyse_sublayer(read_matrix(path, row_group))
+
+
+def metrics_of_row_group(task: tuple[str, int]) -> dict:
+    """(path, row group) -> the layer_metrics of that one matrix (no Schur form kept)."""
+    path, row_group = task
+    return analyse_sublayer(read_matrix(path, row_group), keep_schur=False).metrics

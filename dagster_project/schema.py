@@ -1,0 +1,196 @@
+"""What every warehouse table is: its Arrow schema and the meaning of each column, in one place.
+
+Writers cast to these schemas, the DuckDB views and ``warehouse/README.md`` are derived from
+them (``python -m dagster_project.schema`` rewrites the README's table section; a test keeps it in
+sync). Matrix columns are ``FixedSizeList`` of length d (the model's width), built straight from
+numpy buffers; DuckDB reads them as ``DOUBLE[]`` / ``FLOAT[]``. ``model`` and ``checkpoint`` are
+not columns of the files: they live in the hive path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+WIDTH = "d"  # placeholder: the list length is the partition's d_model
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType | str  # "float64[d]" / "float32[d]": a fixed-size list of the model's width
+    meaning: str
+
+    def arrow_type(self, width: int | None) -> pa.DataType:
+        if isinstance(self.type, pa.DataType):
+            return self.type
+        element = {"float64[d]": pa.float64(), "float32[d]": pa.float32()}[self.type]
+        return pa.list_(element, width) if width else pa.list_(element)
+
+    def type_name(self) -> str:
+        return self.type if isinstance(self.type, str) else str(self.type)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    one_row_per: str
+    group: str
+    columns: tuple[Column, ...]
+
+    def schema(self, width: int | None = None) -> pa.Schema:
+        return pa.schema([pa.field(column.name, column.arrow_type(width)) for column in self.columns])
+
+    @property
+    def column_names(self) -> list[str]:
+        return [column.name for column in self.columns]
+
+
+def _c(name: str, kind, meaning: str) -> Column:
+    return Column(name, kind, meaning)
+
+
+I32, I64, F64, STR, BOOL = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
+LAYER = _c("layer", I32, "decoder layer index (0-based)")
+SUBLAYER = _c("sublayer", STR, "`attn` (pre-attention -> pre-MLP residual) or `mlp` (pre-MLP -> next pre-attention residual)")
+BOUNDARY = _c("boundary", STR, "`pre_attn` or `pre_mlp`: where in the layer the residual is taken")
+DEPTH = _c("depth", I32, "2 layer + (sublayer = mlp), or 2 layer + (boundary = pre_mlp): depth as time")
+ROW = _c("row", I32, "matrix row index")
+
+TABLES: dict[str, TableSpec] = {}
+
+
+def _table(name: str, one_row_per: str, group: str, *columns: Column) -> TableSpec:
+    TABLES[name] = TableSpec(name, one_row_per, group, tuple(columns))
+    return TABLES[name]
+
+
+_table("model_checkpoints", "model checkpoint", "inputs",
+       _c("family", STR, "model family (`config.model_type` without `_text`)"),
+       _c("source", STR, "hub id, local directory, or `tiny-suite`"),
+       _c("revision", STR, "hub revision (or the tiny-suite step)"),
+       _c("n_layers", I32, "decoder layers"),
+       _c("d_model", I32, "residual width d"),
+       _c("n_params", I64, "parameters over every tensor in the checkpoint (from the safetensors headers)"),
+       _c("stored_dtype", STR, "dtype(s) of the tensors on disk"),
+       _c("dtype", STR, "compute precision of the analysis"),
+       _c("corpus", STR, "label of the analysis text (`wikitext-2-raw-v1:test:local`, `...:datasets`, or `fallback:pydoc_data.topics`)"),
+       _c("model_type", STR, "`config.model_type`"))
+_table("training_loss", "tiny-suite training step up to this checkpoint", "inputs",
+       _c("step", I32, "optimizer step"), _c("loss", F64, "training cross-entropy (nats/byte)"),
+       _c("training_corpus", STR, "label of the training text"))
+_table("samples", "(sample, analysed position)", "inputs",
+       _c("sample_id", I32, "sample index (0-based, in window-start order)"),
+       _c("token_ids", pa.list_(I32), "the whole window's token ids"),
+       _c("position", I32, "analysed position within the window"),
+       _c("corpus", STR, "corpus label"), _c("seed", I32, "sampling seed"))
+_table("activations", "(layer, boundary, sample, position)", "measurements",
+       LAYER, BOUNDARY, DEPTH, _c("sample_id", I32, "sample"), _c("position", I32, "analysed position"),
+       _c("values", "float32[d]", "the residual stream at that boundary and position"))
+_table("jacobians", "row of a mean sublayer Jacobian", "measurements",
+       LAYER, SUBLAYER, DEPTH, ROW,
+       _c("values", "float64[d]", "row of E[J], the mean over observations of d out_t / d h_t"),
+       _c("variance", "float64[d]", "per-entry population variance; null where the structured backend streamed the exact mean only"),
+       _c("n_observations", I32, "observations (sample, position) averaged"),
+       _c("backend", STR, "what made this sublayer's mean: `structured`, `autodiff`, or `autodiff (structured fallback)`"))
+_table("sample_jacobians", "row of a per-sample Jacobian (subsample)", "measurements",
+       LAYER, SUBLAYER, DEPTH, ROW, _c("values", "float64[d]", "row of J for one observation"),
+       _c("sample_id", I32, "sample"), _c("position", I32, "analysed position"))
+_table("finite_difference_probe", "(sublayer, probe direction)", "measurements",
+       LAYER, SUBLAYER, DEPTH, _c("direction_index", I32, "probe direction"),
+       _c("direction", "float64[d]", "random unit vector v (seeded)"),
+       _c("finite_difference", "float64[d]", "mean over observations of (f(x + h v) - f(x - h v)) / 2h: forward passes only"),
+       _c("step", F64, "h"), _c("n_observations", I32, "observations averaged"))
+_table("eigenvalues", "eigenvalue of E[J] (by decreasing modulus)", "spectra",
+       LAYER, SUBLAYER, DEPTH, _c("idx", I32, "rank by modulus"), _c("re", F64, "real part"),
+       _c("im", F64, "imaginary part"), _c("modulus", F64, "|lambda|"))
+_table("singular_values", "singular value of E[J]", "spectra",
+       LAYER, SUBLAYER, DEPTH, _c("idx", I32, "rank"), _c("sigma", F64, "singular value"))
+_table("layer_metrics", "sublayer", "spectra",
+       LAYER, SUBLAYER, DEPTH,
+       _c("spectral_radius", F64, "max |lambda|"), _c("sigma_max", F64, "largest singular value"),
+       _c("sigma_min", F64, "smallest singular value"),
+       _c("condition_number", F64, "sigma_max / sigma_min (inf when sigma_min <= d eps sigma_max)"),
+       _c("log10_condition", F64, "log10(sigma_max / sigma_min)"),
+       _c("henrici", F64, "Henrici departure from normality, from the real Schur form"),
+       _c("henrici_rel_j", F64, "henrici / ||J||_F"), _c("henrici_rel_j_minus_i", F64, "henrici / ||J - I||_F"),
+       _c("frac_complex", F64, "fraction of eigenvalues with |Im| > 1e-6 spectral radius"),
+       _c("frac_complex_1e8", F64, "same at 1e-8"), _c("frac_complex_1e4", F64, "same at 1e-4"),
+       _c("frac_complex_schur", F64, "fraction of eigenvalues in real-Schur 2x2 blocks"),
+       _c("frac_expanding", F64, "fraction with |lambda| > 1 + 1e-6"),
+       _c("frac_neutral", F64, "fraction with ||lambda| - 1| <= 1e-6"),
+       _c("self_alignment", F64, "subspace overlap ||U_k^T V_k||_F^2 / k of the SVD of J - I"),
+       _c("self_alignment_signed", F64, "sigma-weighted mean of diag(U_k^T V_k)"),
+       _c("self_alignment_k", I32, "k = min(32, d // 4)"), _c("self_alignment_baseline", F64, "k / d (random subspaces)"),
+       _c("effective_rank", F64, "Roy & Vetterli exp(H(sigma / sum sigma))"),
+       _c("participation_ratio", F64, "(sum sigma^2)^2 / sum sigma^4"), _c("stable_rank", F64, "||J||_F^2 / ||J||_2^2"),
+       _c("numerical_rank", I32, "sigma > d eps sigma_max"),
+       _c("operator_type", STR, "`near_symmetric`, `rotational_non_normal` or `other` (README rule)"))
+_table("layer_metrics_per_sample", "(sublayer, metric)", "spectra",
+       LAYER, SUBLAYER, DEPTH, _c("metric", STR, "a layer_metrics column"), _c("n_samples", I32, "per-sample Jacobians"),
+       _c("mean", F64, "mean over them"), _c("std", F64, "standard deviation"),
+       _c("ci_low", F64, "95% percentile-bootstrap interval of the mean, low"), _c("ci_high", F64, "high"),
+       _c("value_of_mean_jacobian", F64, "the metric of E[J] (layer_metrics)"))
+_table("cumulative_rank", "depth of the composed Jacobian J_depth ... J_0", "depth",
+       DEPTH, _c("effective_rank", F64, "of the product"), _c("participation_ratio", F64, "of the product"),
+       _c("stable_rank", F64, "of the product"), _c("numerical_rank", I32, "of the product"),
+       _c("log_sigma_max", F64, "log of the product's largest singular value"),
+       _c("cumulative_singular_values", pa.list_(F64), "every singular value of the product"))
+_table("schur_surgery", "(alpha, depth)", "depth",
+       _c("alpha", F64, "scale of the non-normal part (1 = the Jacobians as measured)"), DEPTH,
+       _c("effective_rank", F64, "of the product of J(alpha)"), _c("participation_ratio", F64, "of the product"),
+       _c("stable_rank", F64, "of the product"), _c("numerical_rank", I32, "of the product"),
+       _c("log_sigma_max", F64, "log of the product's largest singular value"),
+       _c("max_eigenvalue_drift", F64, "largest move of an eigenvalue of a Schur block T(alpha) vs T, up to this depth"),
+       _c("block_rule", STR, "2x2 block rebalancing rule"), _c("schur_ordering", STR, "eigenvalue ordering of the Schur form"))
+_table("graph_edges", "undirected edge i < j of a (layer, boundary) graph", "topology",
+       LAYER, BOUNDARY, _c("source", I32, "unit i"), _c("target", I32, "unit j"),
+       _c("weight", F64, "Pearson r (signed)"), _c("n_units", I32, "d"), _c("construction", STR, "knn, threshold or dense"),
+       _c("k", I32, "neighbours per unit (knn)"))
+_table("communities", "(layer, boundary, unit)", "topology",
+       LAYER, BOUNDARY, DEPTH, _c("unit", I32, "residual dimension"), _c("community", I32, "signed Leiden CPM community"),
+       _c("participation", F64, "participation coefficient on positive strengths"),
+       _c("is_boundary", BOOL, "participation > 0.3"), _c("is_boundary_robust", BOOL, "robustness rule"),
+       _c("degree", I32, "edges at the unit"), _c("gamma", F64, "chosen resolution"), _c("seed", I32, "Leiden seed"))
+_table("gamma_scan", "(layer, boundary, gamma)", "topology",
+       LAYER, BOUNDARY, _c("gamma", F64, "resolution"), _c("n_communities", F64, "mean over seeds"),
+       _c("stability", F64, "mean pairwise NMI over seeds"), _c("modularity", F64, "of the positive graph"),
+       _c("nontrivial", BOOL, "every seed non-trivial"), _c("chosen", BOOL, "the selected gamma"))
+_table("unit_amplification", "(sublayer, unit)", "coupling",
+       LAYER, SUBLAYER, DEPTH, _c("unit", I32, "residual dimension"),
+       _c("log_column_norm", F64, "log ||J e_i||"), _c("deviation_column_norm", F64, "||(J - I) e_i||"),
+       _c("row_norm", F64, "||e_i^T J||"), _c("diagonal", F64, "J_ii"))
+_table("coupling_tests", "sublayer", "coupling",
+       LAYER, SUBLAYER, DEPTH, BOUNDARY, _c("n_boundary", I32, "boundary units"), _c("n_interior", I32, "interior units"),
+       _c("u_statistic", F64, "Mann-Whitney U of the boundary group"), _c("effect", F64, "rank-biserial 2U/(n1 n2) - 1"),
+       _c("p_value", F64, "Mann-Whitney two-sided"), _c("p_permutation", F64, "degree-stratified permutation p"),
+       _c("direction", STR, "amplified or suppressed"), _c("operator_type", STR, "from layer_metrics"),
+       _c("amplification_measure", STR, "the per-unit measure tested"),
+       _c("q_value", F64, "Benjamini-Hochberg within the model checkpoint"), _c("q_value_by", F64, "Benjamini-Yekutieli"),
+       _c("q_value_permutation", F64, "BH of the permutation p"), _c("significant", BOOL, "q_value < 0.05"))
+
+
+def spec(name: str) -> TableSpec:
+    if name not in TABLES:
+        raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
+    return TABLES[name]
+
+
+def readme_tables() -> str:
+    """The markdown table section of warehouse/README.md, from the specs above."""
+    groups: dict[str, list[TableSpec]] = {}
+    for table in TABLES.values():
+        groups.setdefault(table.group, []).append(table)
+    lines = []
+    for group, tables in groups.items():
+        lines += [f"### {group}", "", "| table | one row per | columns |", "|---|---|---|"]
+        for table in tables:
+            columns = "; ".join(f"`{c.name}` {c.type_name()}: {c.meaning}" for c in table.columns)
+            lines.append(f"| `{table.name}` | {table.one_row_per} | {columns} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(readme_tables())

@@ -1,0 +1,137 @@
+"""A checkpoint's safetensors files, read one tensor (or a few embedding rows) at a time.
+
+A Hugging Face checkpoint is a directory (local, or a snapshot in the HF cache) with
+``config.json`` and either ``model.safetensors`` or shards listed in
+``model.safetensors.index.json``. :class:`CheckpointFiles` maps every tensor name to its file,
+reads shapes and dtypes from the file headers only (the parameter count needs no weights), and
+reads single tensors, or a subset of an embedding table's rows, cast to the compute dtype on the
+compute device. Nothing here ever holds more than the tensor being read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+from .hub import hub_is_reachable
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+SNAPSHOT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
+
+
+class CheckpointFormatError(FileNotFoundError):
+    pass
+
+
+def locate_checkpoint(source: str, revision: str | None = None) -> Path:
+    """The local directory holding ``source`` (a directory, or a hub id at ``revision`` in the HF cache).
+
+    Hub ids are downloaded (config, safetensors and tokenizer files only) when the hub is
+    reachable and ``HF_HUB_OFFLINE`` is not set; otherwise only the local cache is consulted.
+    """
+    expanded = Path(os.path.expanduser(source))
+    if expanded.is_dir():
+        return expanded
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from .loading import ModelNotReachableError
+
+    try:
+        return Path(snapshot_download(source, revision=revision, allow_patterns=SNAPSHOT_PATTERNS,
+                                      local_files_only=not hub_is_reachable()))
+    except (LocalEntryNotFoundError, OSError, ValueError) as error:
+        raise ModelNotReachableError(
+            f"cannot find the weights of {source!r} at revision {revision!r} ({type(error).__name__}): download them "
+            f"where the hub is reachable (`hf download {source} --revision {revision or 'main'} --local-dir DIR`), "
+            "copy DIR here and run `resdyn run --model DIR`, or set HF_HOME to a cache that holds them."
+        ) from error
+
+
+class CheckpointFiles:
+    """Tensor name -> safetensors file, with header-only shape queries and per-tensor reads."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+        index = self.directory / INDEX_FILE
+        if index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            self.weight_map = {name: self.directory / file for name, file in weight_map.items()}
+        elif (self.directory / SINGLE_FILE).is_file():
+            from safetensors import safe_open
+
+            with safe_open(self.directory / SINGLE_FILE, framework="pt") as handle:
+                self.weight_map = {name: self.directory / SINGLE_FILE for name in handle.keys()}
+        else:
+            raise CheckpointFormatError(
+                f"{self.directory} holds neither {SINGLE_FILE} nor {INDEX_FILE}: resdyn reads safetensors "
+                "checkpoints (re-save other formats with `model.save_pretrained(DIR)`)"
+            )
+        missing = sorted({str(path.name) for path in self.weight_map.values() if not path.is_file()})
+        if missing:
+            raise CheckpointFormatError(f"{self.directory}: shards listed in {INDEX_FILE} are missing: {missing}")
+        self._handles: dict[Path, object] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.weight_map
+
+    def names(self) -> list[str]:
+        return list(self.weight_map)
+
+    def _handle(self, path: Path):
+        if path not in self._handles:
+            from safetensors import safe_open
+
+            self._handles[path] = safe_open(path, framework="pt")
+        return self._handles[path]
+
+    def shape(self, name: str) -> list[int]:
+        return list(self._handle(self.weight_map[name]).get_slice(name).get_shape())
+
+    def stored_dtype(self, name: str) -> str:
+        return str(self._handle(self.weight_map[name]).get_slice(name).get_dtype())
+
+    def parameter_count(self) -> int:
+        """Elements over every stored tensor, from the headers alone (no weights read)."""
+        return sum(math.prod(self.shape(name)) for name in self.weight_map)
+
+    def stored_dtypes(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name in self.weight_map:
+            counts[self.stored_dtype(name)] = counts.get(self.stored_dtype(name), 0) + 1
+        return counts
+
+    def read(self, name: str, *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+        """One tensor, cast to ``dtype`` on ``device``."""
+        tensor = self._handle(self.weight_map[name]).get_tensor(name)
+        return tensor.to(device=device, dtype=dtype)
+
+    def read_rows(self, name: str, rows: Sequence[int], *, dtype: torch.dtype,
+                  device: torch.device | str) -> torch.Tensor:
+        """Rows ``rows`` (sorted, unique) of a 2-d tensor: an embedding table without the rest of it."""
+        n_rows = self.shape(name)[0]
+        if len(rows) and (min(rows) < 0 or max(rows) >= n_rows):
+            raise IndexError(f"{name} has {n_rows} rows; asked for row {max(rows)} (a token id past the vocabulary)")
+        block = self._handle(self.weight_map[name]).get_slice(name)[list(rows)]
+        return block.to(device=device, dtype=dtype)
+
+    def find(self, candidates: Iterable[str]) -> str | None:
+        """The first name of ``candidates`` stored in the checkpoint."""
+        return next((name for name in candidates if name in self.weight_map), None)
+
+    def find_by_suffix(self, suffix: str) -> str | None:
+        """The stored name ending in ``suffix`` (module paths differ between wrappers), if unique."""
+        matches = [name for name in self.weight_map if name == suffix or name.endswith("." + suffix)]
+        return matches[0] if len(matches) == 1 else None
+
+    def close(self) -> None:
+        self._handles.clear()

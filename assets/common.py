@@ -115,6 +115,7 @@ def iter_matrices(store: Warehouse, table: str, model: str, checkpoint: str,
         if not np.array_equal(rows, np.arange(len(rows))):
             values = values[np.argsort(rows)]
         yield key, np.asarray(values, dtype=np.float64)
+        del data, values  # before the next row group is read: one matrix in memory at a time
 
 
 def read_matrices(store: Warehouse, table: str, model: str, checkpoint: str,

@@ -12,7 +12,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from dagster_project.arrow_tables import fixed_size_lists, nullable_fixed_size_lists, record_batch
+from dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.schema import spec
 from resdyn.figures import jacobian_heatmaps
@@ -98,7 +98,7 @@ def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource
                 mean = measurement.means[sublayer]
                 batch = _matrix_batch(
                     "jacobians", layer, sublayer, mean, width,
-                    variance=nullable_fixed_size_lists(measurement.variances[sublayer], width, width),
+                    variance=nullable_lists(measurement.variances[sublayer], width),
                     n_observations=measurement.counts[sublayer], backend=measurement.backends[sublayer])
                 writers["jacobians"].write(batch)
                 heads.setdefault("jacobians", pa.Table.from_batches([batch.slice(0, 5)]))

@@ -15,8 +15,13 @@ from dagster_project.parallel import default_workers, ordered_parallel_map
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.schema import spec
 from resdyn import spectra
-from resdyn.depth import (SCHUR_ORDERING, SURGERY_BLOCK_RULE, CumulativeProduct, block_eigenvalue_drift,
-                          operated_schur_form)
+from resdyn.depth import (
+    SCHUR_ORDERING,
+    SURGERY_BLOCK_RULE,
+    CumulativeProduct,
+    block_eigenvalue_drift,
+    operated_schur_form,
+)
 from resdyn.figures import eigenvalue_clouds, metrics_by_depth
 from resdyn.models.adapters import sublayer_depth
 

@@ -20,11 +20,15 @@ def fixed_size_lists(matrix: np.ndarray, dtype=np.float64) -> pa.FixedSizeListAr
     return pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1])
 
 
-def nullable_fixed_size_lists(matrix: np.ndarray | None, n_rows: int, width: int) -> pa.FixedSizeListArray:
-    """Like :func:`fixed_size_lists`, or ``n_rows`` nulls of that type when ``matrix`` is None."""
-    if matrix is not None:
-        return fixed_size_lists(matrix)
-    return pa.nulls(n_rows, pa.list_(pa.float64(), width))
+def nullable_lists(matrix: np.ndarray | None, n_rows: int) -> pa.ListArray:
+    """Rows of a 2-d float64 array as a list array (sharing its buffer), or ``n_rows`` nulls that cost no
+    values when ``matrix`` is None (a null fixed-size list would still hold n_rows x d values)."""
+    if matrix is None:
+        offsets = pa.array(np.zeros(n_rows + 1, dtype=np.int32))
+        return pa.ListArray.from_arrays(offsets, pa.array(np.zeros(0)), mask=pa.array(np.ones(n_rows, dtype=bool)))
+    matrix = np.ascontiguousarray(matrix, dtype=np.float64)
+    offsets = pa.array(np.arange(0, matrix.size + 1, matrix.shape[1], dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1)))
 
 
 def constant(value, n_rows: int, arrow_type: pa.DataType) -> pa.Array:
@@ -61,5 +65,5 @@ def matrix_rows(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if column.null_count:
         raise ValueError("the matrix column holds nulls")
-    width = column.type.list_size
-    return column.flatten().to_numpy(zero_copy_only=True).reshape(-1, width)
+    values = column.flatten().to_numpy(zero_copy_only=True)
+    return values.reshape(len(column), -1) if len(column) else values.reshape(0, 0)

@@ -91,7 +91,7 @@ _table("activations", "(layer, boundary, sample, position)", "measurements",
 _table("jacobians", "row of a mean sublayer Jacobian", "measurements",
        LAYER, SUBLAYER, DEPTH, ROW,
        _c("values", "float64[d]", "row of E[J], the mean over observations of d out_t / d h_t"),
-       _c("variance", "float64[d]", "per-entry population variance; null where the structured backend streamed the exact mean only"),
+       _c("variance", pa.list_(F64), "per-entry population variance (d values); null where the structured backend streamed the exact mean only"),
        _c("n_observations", I32, "observations (sample, position) averaged"),
        _c("backend", STR, "what made this sublayer's mean: `structured`, `autodiff`, or `autodiff (structured fallback)`"))
 _table("sample_jacobians", "row of a per-sample Jacobian (subsample)", "measurements",

@@ -32,6 +32,7 @@ DEFAULT_ROOT = REPOSITORY_ROOT / "warehouse"
 SQL_DIRECTORY = REPOSITORY_ROOT / "sql"
 PARTITION_FILE = "data.parquet"
 IN_PROGRESS_SUFFIX = ".inprogress"
+PAGE_BYTES = 1 << 16  # Parquet data pages (and read buffers): memory per column while streaming
 
 
 class CorruptPartitionError(IOError):
@@ -80,7 +81,12 @@ class TableWriter:
                 stale.unlink(missing_ok=True)  # left by a killed writer; a live writer's file is never touched
         handle, self.temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.getpid()}-", suffix=IN_PROGRESS_SUFFIX)
         self._stream = os.fdopen(handle, "wb")
-        self._writer = pq.ParquetWriter(self._stream, self.schema, compression="zstd", write_statistics=True)
+        strings = [f.name for f in self.schema if pa.types.is_string(f.type)]
+        scalars = [f.name for f in self.schema if not pa.types.is_nested(f.type)]
+        # no dictionary pages for numbers (building one for a matrix costs 16x its size and saves nothing),
+        # statistics for scalar columns only, and small pages so a row group streams to disk as it is encoded
+        self._writer = pq.ParquetWriter(self._stream, self.schema, compression="zstd", use_dictionary=strings,
+                                        write_statistics=scalars, data_page_size=PAGE_BYTES)
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         """Append ``data`` (one row group per record batch)."""
@@ -190,7 +196,7 @@ class Warehouse:
     def _parquet_file(self, table: str, model: str, checkpoint: str) -> pq.ParquetFile:
         path = self._existing_path(table, model, checkpoint)
         try:
-            return pq.ParquetFile(path)
+            return pq.ParquetFile(path, buffer_size=PAGE_BYTES, pre_buffer=False)
         except (pa.ArrowInvalid, OSError) as error:
             raise CorruptPartitionError(
                 f"{path} is not a readable Parquet file ({error}); delete it and rematerialize the partition "

@@ -20,7 +20,7 @@ if (SHARED_DATA / "wikitext-2-raw").is_dir():
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma3", "gemma4"]
 
 
-def random_tiny_model(family: str, seed: int, hidden_size: int = 32):
+def random_tiny_model(family: str, seed: int, hidden_size: int = 32, n_layers: int = 2, **overrides):
     """A float64 full-precision tiny model whose every parameter and buffer is randomised.
 
     Norm weights, Gemma's ``layer_scalar`` and the like start at constants; perturbing them makes
@@ -32,7 +32,7 @@ def random_tiny_model(family: str, seed: int, hidden_size: int = 32):
     from resdyn.models.tiny_configs import tiny_config
 
     torch.manual_seed(seed)
-    config = tiny_config(family, hidden_size=hidden_size, n_layers=2)
+    config = tiny_config(family, hidden_size=hidden_size, n_layers=n_layers, **overrides)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float64, attn_implementation="eager").eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():

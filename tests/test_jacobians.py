@@ -95,3 +95,27 @@ def test_streamed_mean_equals_mean_of_stored_sample_jacobians(positions, fresh_s
         expected = adapter.attention_map(layer, inputs.hidden, inputs.arguments)[0, list(analysed)]
     np.testing.assert_allclose(analysis.activations[(1, "pre_mlp")][: len(analysed)], expected.numpy(),
                                rtol=1e-5, atol=1e-6)
+
+
+ROW_CASES = [(family, {}) for family in FAMILIES] + [
+    ("mistral", {"sliding_window": 4}), ("olmo3", {"sliding_window": 4}),
+    ("gemma4", {"n_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2, "num_kv_shared_layers": 2,
+                "sliding_window": 4}),
+]
+
+
+@pytest.mark.parametrize("family, extra", ROW_CASES, ids=[f"{f}-{'-'.join(e) or 'default'}" for f, e in ROW_CASES])
+def test_row_function_equals_the_whole_sequence_function(family, extra, fresh_seed):
+    """Recomputing only the analysed row (other keys and values fixed) gives the same map and Jacobian."""
+    model = random_tiny_model(family, fresh_seed, **extra)
+    adapter = adapter_for(model.config.model_type)
+    generator = torch.Generator().manual_seed(fresh_seed)
+    captured = adapter.capture_layer_inputs(model, torch.randint(0, 256, (3, 12), generator=generator))
+    for layer, inputs in zip(adapter.decoder_layers(model), captured):
+        for position in (0, int(torch.randint(1, 11, (1,), generator=generator)), 11):
+            whole, x0 = adapter.positional_function(layer, inputs, "attn", position)
+            row, x1 = adapter.row_function(layer, inputs, "attn", position)
+            assert torch.equal(x0, x1)
+            assert _relative(batch_jacobians(row, x1), batch_jacobians(whole, x0)) < 1e-12, (family, position)
+            with torch.no_grad():
+                assert _relative(row(x1 + 0.1), whole(x0 + 0.1)) < 1e-13

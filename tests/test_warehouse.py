@@ -13,7 +13,6 @@ import pytest
 
 from dagster_project.warehouse import CorruptPartitionError, MissingPartitionError, Warehouse
 
-
 TABLE = "training_loss"  # any table of dagster_project/schema.py; this one is small
 
 
@@ -73,3 +72,57 @@ def test_missing_and_corrupt_partitions_name_the_fix(tmp_path):
     path.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(CorruptPartitionError, match="delete it and rematerialize"):
         store.read("jacobians", "m", "c")
+
+
+MATRIX_MEMORY_SCRIPT = """
+import sys, tempfile, tracemalloc
+import numpy as np, pyarrow as pa
+sys.path.insert(0, {repository!r})
+from assets.common import iter_matrices
+from dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
+from dagster_project.schema import spec
+from dagster_project.warehouse import Warehouse
+
+d, n_matrices = 512, 6
+rng = np.random.default_rng({seed})
+matrices = [rng.normal(size=(d, d)) for _ in range(n_matrices)]
+def write(store, matrices):
+    with store.open_writer("jacobians", "m", "c", width=d) as writer:
+        for i, matrix in enumerate(matrices):
+            writer.write(record_batch(spec("jacobians"), d, {{
+                "layer": i // 2, "sublayer": ("attn", "mlp")[i % 2], "depth": i, "row": np.arange(d, dtype=np.int32),
+                "values": fixed_size_lists(matrix), "variance": nullable_lists(None, d), "n_observations": 5,
+                "backend": "structured"}}))
+
+
+write(Warehouse(tempfile.mkdtemp()), [np.zeros((d, d))])  # imports and caches warmed up outside the measurement
+store = Warehouse(tempfile.mkdtemp())
+pool = pa.default_memory_pool()
+arrow_baseline = pool.max_memory()
+tracemalloc.start()
+baseline = tracemalloc.get_traced_memory()[0]
+write(store, matrices)
+write_peak = tracemalloc.get_traced_memory()[1] - baseline + pool.max_memory() - arrow_baseline
+equal, matrices_read = True, iter_matrices(store, "jacobians", "m", "c")
+for i in range(n_matrices):  # not zip/enumerate: their reused result tuples would keep the previous matrix alive
+    key, matrix = next(matrices_read)
+    equal = equal and key == (i // 2, ("attn", "mlp")[i % 2]) and np.array_equal(matrix, matrices[i])
+    del matrix
+equal = equal and next(matrices_read, None) is None
+read_peak = tracemalloc.get_traced_memory()[1] - baseline + pool.max_memory() - arrow_baseline
+print(equal, write_peak, read_peak, matrices[0].nbytes)
+"""
+
+
+def test_matrix_table_streams_without_python_lists_within_two_matrices(fresh_seed):
+    """A d = 512 jacobians partition written and read back one matrix at a time: numpy (tracemalloc) plus
+    Arrow (its memory pool) never hold more than two matrices beyond the source arrays."""
+    from pathlib import Path
+
+    script = MATRIX_MEMORY_SCRIPT.format(repository=str(Path(__file__).resolve().parents[1]), seed=fresh_seed % 2**31)
+    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert output.returncode == 0, output.stderr[-3000:]
+    equal, write_peak, read_peak, matrix_bytes = output.stdout.split()
+    assert equal == "True"
+    assert int(write_peak) <= 2 * int(matrix_bytes), (write_peak, matrix_bytes)
+    assert int(read_peak) <= 2 * int(matrix_bytes), (read_peak, matrix_bytes)

@@ -44,8 +44,16 @@ def batch_jacobians(
     raise ValueError(f"mode must be 'jacrev' or 'jacfwd', not {mode!r}")
 
 
+VMAP_FLOATS = 2**24  # per intermediate tensor of one vmap chunk: chunk x batch x width (128 MB in float64)
+
+
 class AutodiffBackend:
-    """The reference backend: per-sample Jacobians by ``torch.func``, then streamed."""
+    """The reference backend: per-sample Jacobians by ``torch.func``, then streamed.
+
+    Each sublayer is differentiated through the adapter's one-row function (only the analysed
+    row is recomputed; for attention the other positions' keys and values are held fixed), so a
+    vmap chunk of c cotangents holds O(c x batch x (d_ff + T heads)) floats, not O(c x batch x T x d).
+    """
 
     name = "autodiff"
 
@@ -54,11 +62,11 @@ class AutodiffBackend:
         self.chunk_size = chunk_size
 
     def sample_jacobians(self, adapter, layer, inputs, sublayer: str, position: int) -> torch.Tensor:
-        function, x0 = adapter.positional_function(layer, inputs, sublayer, position)
+        function, x0 = adapter.row_function(layer, inputs, sublayer, position)
         chunk_size = self.chunk_size
-        if chunk_size is None:  # bound vmap's (chunk x batch x tokens x d) intermediates
+        if chunk_size is None:  # bound the chunk's intermediates: the widest is the MLP's (~4 d)
             batch, tokens, d = inputs.hidden.shape
-            chunk_size = max(1, min(d, 2**26 // (batch * tokens * d)))
+            chunk_size = max(1, min(d, VMAP_FLOATS // (batch * max(4 * d, tokens * 64))))
         return batch_jacobians(function, x0, mode=self.mode, chunk_size=chunk_size)
 
     def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor:

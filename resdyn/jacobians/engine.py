@@ -132,7 +132,7 @@ def analyse_layer(
                 _keep_subsample(kept[sublayer], batch, position, jacobians, backend, adapter, layer, inputs, sublayer,
                                 options.keep_sample_jacobians)
                 if directions is not None:
-                    function, x0 = adapter.positional_function(layer, inputs, sublayer, position)
+                    function, x0 = adapter.row_function(layer, inputs, sublayer, position)
                     sums[sublayer] += central_difference_sum(function, x0, torch_directions, options.probe_step)
         if progress is not None:
             progress(layer_index, n_layers, batch_number + 1, len(batches))

@@ -15,8 +15,9 @@ VOCABULARY_SIZE = BYTE_VOCABULARY_SIZE + 1  # bytes plus <|endoftext|>
 END_OF_TEXT_ID = BYTE_VOCABULARY_SIZE
 
 
-def tiny_config(family: str, *, hidden_size: int = 64, n_layers: int = 4) -> PretrainedConfig:
-    """A random-init-ready config of ``family`` (llama, mistral, qwen2, qwen3, olmo2, olmo3, gemma3, gemma4)."""
+def tiny_config(family: str, *, hidden_size: int = 64, n_layers: int = 4, **overrides) -> PretrainedConfig:
+    """A random-init-ready config of ``family`` (llama, mistral, qwen2, qwen3, olmo2, olmo3, gemma3, gemma4);
+    ``overrides`` replace any of its settings (e.g. ``layer_types``, ``num_kv_shared_layers``)."""
     n_heads = 4
     head_dim = hidden_size // n_heads
     common = dict(
@@ -36,18 +37,16 @@ def tiny_config(family: str, *, hidden_size: int = 64, n_layers: int = 4) -> Pre
     sliding = ["sliding_attention"] * (n_layers - 1) + ["full_attention"]
     if family in ("llama", "mistral", "qwen2", "qwen3", "olmo2"):
         extra = {"head_dim": head_dim} if family in ("llama", "qwen3", "mistral") else {}
-        return AutoConfig.for_model(family, **common, **extra)
+        return AutoConfig.for_model(family, **{**common, **extra, **overrides})
     if family == "olmo3":
-        return AutoConfig.for_model("olmo3", **common, sliding_window=32, layer_types=sliding)
+        return AutoConfig.for_model("olmo3", **{**common, "sliding_window": 32, "layer_types": sliding, **overrides})
     if family == "gemma3":
-        return AutoConfig.for_model(
-            "gemma3_text", **common, head_dim=head_dim, query_pre_attn_scalar=head_dim,
-            sliding_window=32, layer_types=sliding,
-        )
+        return AutoConfig.for_model("gemma3_text", **{
+            **common, "head_dim": head_dim, "query_pre_attn_scalar": head_dim, "sliding_window": 32,
+            "layer_types": sliding, **overrides})
     if family == "gemma4":
-        return AutoConfig.for_model(
-            "gemma4_text", **common, head_dim=head_dim, global_head_dim=head_dim, sliding_window=32,
-            layer_types=sliding, hidden_size_per_layer_input=16, vocab_size_per_layer_input=VOCABULARY_SIZE,
-            num_kv_shared_layers=0,
-        )
+        return AutoConfig.for_model("gemma4_text", **{
+            **common, "head_dim": head_dim, "global_head_dim": head_dim, "sliding_window": 32, "layer_types": sliding,
+            "hidden_size_per_layer_input": 16, "vocab_size_per_layer_input": VOCABULARY_SIZE,
+            "num_kv_shared_layers": 0, **overrides})
     raise ValueError(f"no tiny config for family {family!r}")

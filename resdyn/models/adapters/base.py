@@ -38,6 +38,7 @@ class LayerInputs:
     output: torch.Tensor | None = None  # the layer's own output, kept for verification
     pre_mlp: torch.Tensor | None = None  # the attention map's output, computed once when first needed
     pre_mlp_rows: dict = field(default_factory=dict)  # position -> pre-MLP residual there (batch, d)
+    context: object = None  # FixedContextCache holding every position's keys and values, once recorded
 
 
 class FamilyAdapter:
@@ -140,6 +141,77 @@ class FamilyAdapter:
 
             return mlp_at_position, pre_mlp[:, position]
         raise ValueError(f"unknown sublayer {sublayer!r}; expected one of {SUBLAYERS}")
+
+    def row_function(
+        self, layer: nn.Module, inputs: LayerInputs, sublayer: str, position: int
+    ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]:
+        """Like :meth:`positional_function`, but f recomputes only the analysed row.
+
+        For the attention map the keys and values of every position are computed once by the
+        module itself (a :class:`FixedContextCache` records them) and held fixed; f runs the module
+        on the one row x with that cache, splicing in the row's own key and value, so a call costs
+        one query's attention instead of the whole sequence's. The MLP map is position-wise already.
+        """
+        if sublayer != "attn":
+            return self.positional_function(layer, inputs, sublayer, position)
+        if inputs.context is None:
+            recorder = FixedContextCache()
+            with torch.no_grad():
+                self.attention_map(layer, inputs.hidden, {**inputs.arguments, "cache": recorder})
+            inputs.context = recorder
+        keys, values = inputs.context.keys, inputs.context.values  # None: the layer reuses another's (Gemma 4)
+        arguments = row_arguments(inputs.arguments, position)
+
+        def attention_at_row(x: torch.Tensor) -> torch.Tensor:
+            cache = FixedContextCache(keys, values, position) if keys is not None else None
+            return self.attention_map(layer, x.unsqueeze(1), {**arguments, "cache": cache})[:, 0]
+
+        return attention_at_row, inputs.hidden[:, position]
+
+
+class FixedContextCache:
+    """Stands in for a KV cache in one call of an HF attention module.
+
+    Empty, :meth:`update` records the keys and values the module computed for every position
+    (post-RoPE, post-norm: the module's own code made them) and returns them. Given recorded
+    ``keys``/``values`` and a ``position``, :meth:`update` returns them with that position's key
+    and value replaced by the ones just computed from the analysed row: the only keys and values
+    that depend on it. The module then attends from that one query row to every position.
+    """
+
+    is_compileable = False
+
+    def __init__(self, keys: torch.Tensor | None = None, values: torch.Tensor | None = None,
+                 position: int | None = None) -> None:
+        self.keys, self.values, self.position = keys, values, position
+
+    def update(self, key_states, value_states, layer_idx=None, *args, **kwargs):
+        if self.position is None:
+            self.keys, self.values = key_states, value_states
+            return key_states, value_states
+        t = self.position
+        keys = torch.cat([self.keys[:, :, :t], key_states, self.keys[:, :, t + 1 :]], dim=2)
+        values = torch.cat([self.values[:, :, :t], value_states, self.values[:, :, t + 1 :]], dim=2)
+        return keys, values
+
+    def get_seq_length(self, *args, **kwargs) -> int:
+        return 0
+
+
+def row_arguments(arguments: dict, position: int) -> dict:
+    """The layer's arguments for a one-token call at ``position``: rotary tables, mask row and
+    position ids sliced to that token (masks keep every key column)."""
+    sliced = dict(arguments)
+    t = slice(position, position + 1)
+    if sliced.get("position_embeddings") is not None:
+        cos, sin = sliced["position_embeddings"]
+        sliced["position_embeddings"] = (cos[:, t], sin[:, t])
+    mask = sliced.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        sliced["attention_mask"] = mask[:, :, t]
+    if isinstance(sliced.get("position_ids"), torch.Tensor):
+        sliced["position_ids"] = sliced["position_ids"][:, t]
+    return sliced
 
 
 def _bind(function, index):

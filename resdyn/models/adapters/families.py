@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 import torch
 from torch import nn
 
@@ -23,10 +25,12 @@ def _attention(layer: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch
 def attention_output(attention: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
     """The attention module's output (after o_proj) for a whole sequence."""
     arguments = dict(arguments)
-    if "shared_kv_states" in arguments and isinstance(arguments["shared_kv_states"], dict):
-        # Gemma 4 layers that own a KV cache write into this dict; a private copy keeps the
-        # captured states of the original forward intact for the layers that read them.
-        arguments["shared_kv_states"] = dict(arguments["shared_kv_states"])
+    shared = arguments.get("shared_kv_states")
+    if isinstance(shared, MutableMapping):
+        # Gemma 4 layers that own a KV cache write into this mapping (a KVSharingDict, which is a
+        # UserDict, not a dict); a private copy keeps the states of the model's own forward intact
+        # for the layers that read them, whatever this (perhaps perturbed) call computes.
+        arguments["shared_kv_states"] = type(shared)(shared)
     output = attention(hidden_states=hidden, **arguments)
     return output[0] if isinstance(output, tuple) else output
 

@@ -13,7 +13,7 @@ export RESDYN_WIKITEXT_TOKENIZED_DIR ?= $(SHARED_DATA)/wikitext-2-tokenized
 endif
 export DAGSTER_HOME ?= $(abspath .dagster_home)
 
-.PHONY: demo test ui lint bench install
+.PHONY: demo test ui lint bench gpu-check paper-scale install
 
 install: $(VENV)/.installed
 
@@ -41,3 +41,9 @@ lint: install
 
 bench: install
 	$(PY) benchmarks/jacobians.py
+
+gpu-check: install
+	$(PY) benchmarks/gpu_check.py
+
+paper-scale: install
+	$(PY) benchmarks/paper_scale.py

@@ -84,9 +84,17 @@ def figure(path: Path) -> dict:
     }
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MB): per step, the running maximum."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def written_metadata(written, first_rows: pa.Table | None = None) -> dict:
-    """Row count, file and a preview of what a writer published."""
-    metadata = {"dagster/row_count": dg.MetadataValue.int(written.rows), "path": dg.MetadataValue.path(str(written.path))}
+    """Row count, file, a preview of what a writer published, and the process's peak memory so far."""
+    metadata = {"dagster/row_count": dg.MetadataValue.int(written.rows), "path": dg.MetadataValue.path(str(written.path)),
+                "peak_rss_mb": peak_rss_mb()}
     if first_rows is not None:
         metadata["preview"] = preview(first_rows)
     return metadata

@@ -38,6 +38,11 @@ def _thumbnail(matrix: np.ndarray) -> np.ndarray:
     return padded.reshape(THUMBNAIL, block, THUMBNAIL, block).mean(axis=(1, 3)) + np.eye(THUMBNAIL)
 
 
+def _head(batch, rows: int = 5) -> pa.Table:
+    """The first rows as a copy (a slice would keep the whole batch's buffers alive)."""
+    return pa.Table.from_batches([batch.take(pa.array(np.arange(min(rows, batch.num_rows))))])
+
+
 def _activation_batch(measurement, boundary: str, width: int):
     index = np.asarray(measurement.observation_index, dtype=np.int32).reshape(-1, 2)
     values = measurement.activations[boundary]
@@ -83,17 +88,19 @@ def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource
             context.log.info(f"{context.partition_key}: layer {layer + 1}/{n_layers}, batch {batch}/{n_batches} "
                              f"({time.perf_counter() - started:.0f} s)")
 
-    thumbnails, backends, heads = {}, {}, {}
+    thumbnails, backends, heads, seconds = {}, {}, {}, {}
     with ExitStack() as stack:
         writers = {table: stack.enter_context(store.open_writer(table, model, checkpoint, width=width))
                    for table in TABLES}
         for measurement in measure_layer_major(layerwise, sample_list, backend=backend, options=options,
                                                progress=progress):
             layer = measurement.layer
+            for part, value in measurement.seconds.items():
+                seconds[part] = seconds.get(part, 0.0) + value
             for boundary in ("pre_attn", "pre_mlp"):
                 activation_batch = _activation_batch(measurement, boundary, width)
                 writers["activations"].write(activation_batch)
-                heads.setdefault("activations", pa.Table.from_batches([activation_batch.slice(0, 5)]))
+                heads.setdefault("activations", _head(activation_batch))
             for sublayer in SUBLAYERS:
                 mean = measurement.means[sublayer]
                 batch = _matrix_batch(
@@ -101,7 +108,7 @@ def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource
                     variance=nullable_lists(measurement.variances[sublayer], width),
                     n_observations=measurement.counts[sublayer], backend=measurement.backends[sublayer])
                 writers["jacobians"].write(batch)
-                heads.setdefault("jacobians", pa.Table.from_batches([batch.slice(0, 5)]))
+                heads.setdefault("jacobians", _head(batch))
                 for sample_id, position, matrix in measurement.sample_jacobians[sublayer]:
                     writers["sample_jacobians"].write(_matrix_batch("sample_jacobians", layer, sublayer, matrix, width,
                                                                     sample_id=sample_id, position=position))
@@ -113,6 +120,7 @@ def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource
                     "step": PROBE_STEP, "n_observations": len(measurement.observation_index)}))
                 thumbnails[(layer, sublayer)] = _thumbnail(mean)
                 backends[f"{layer}/{sublayer}"] = measurement.backends[sublayer]
+            del measurement, mean, batch  # one layer's results in memory at a time
     results = {table: writer.result for table, writer in writers.items()}
     figures_directory = store.artefact_directory("figures", model, checkpoint)
     png = jacobian_heatmaps(thumbnails, figures_directory, title=context.partition_key)
@@ -127,6 +135,8 @@ def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource
                 "n_observations": int(len(sample_list) * len(sample_list[0].positions)), "d_model": width,
                 "device": str(layerwise.device), "seconds": round(time.perf_counter() - started, 2),
                 "peak_layers_in_memory": ledger.peak_layers, "largest_layer_mb": round(ledger.largest_layer_bytes / 2**20, 1),
+                "seconds_by_part": dg.MetadataValue.json({part: round(value, 3) for part, value in seconds.items()}),
+                "mean_jacobians_vs_forward": round(seconds.get("mean_jacobians", 0.0) / max(seconds.get("forward", 0.0), 1e-9), 3),
             })
         yield dg.MaterializeResult(asset_key=table, metadata=metadata, data_version=dg.DataVersion(written.content_hash))
 

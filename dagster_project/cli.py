@@ -122,6 +122,21 @@ def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
     return [partition_key(name, c) for c in spec.checkpoints]
 
 
+def _step_summary(result) -> dict:
+    """Per step: seconds, and the peak resident memory its materializations reported."""
+    steps: dict[str, dict] = {}
+    for event in result.all_events:
+        if event.event_type_value == "STEP_SUCCESS":
+            steps.setdefault(event.step_key, {})["seconds"] = round(event.event_specific_data.duration_ms / 1000, 2)
+        elif event.event_type_value == "ASSET_MATERIALIZATION":
+            metadata = event.event_specific_data.materialization.metadata
+            step = steps.setdefault(event.step_key, {})
+            for name in ("peak_rss_mb", "seconds_by_part", "mean_jacobians_vs_forward"):
+                if name in metadata:
+                    step[name] = metadata[name].value
+    return {name: step for name, step in steps.items() if "seconds" in step}
+
+
 def command_run(arguments) -> int:
     import dagster as dg
 
@@ -145,7 +160,7 @@ def command_run(arguments) -> int:
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     register_partitions(instance, keys)
     print(f"resdyn: {len(keys)} partition(s) into {store.root}: {', '.join(keys)}")
-    failed = []
+    failed, summary = [], {}
     for number, key in enumerate(keys, 1):
         started = time.perf_counter()
         print(f"[{number}/{len(keys)}] {key} ...", flush=True)
@@ -154,6 +169,11 @@ def command_run(arguments) -> int:
                                 run_config={"loggers": {"console": {"config": {"log_level": arguments.log_level}}}})
         checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         failing = [c.check_name for c in checks if not c.passed]
+        steps = _step_summary(result)
+        summary[key] = {"seconds": round(time.perf_counter() - started, 2), "success": result.success and not failing,
+                        "steps": steps, "failing_checks": failing}
+        if steps:
+            print("    steps: " + ", ".join(f"{name} {step['seconds']:.1f} s" for name, step in steps.items()), flush=True)
         status = "ok" if result.success and not failing else "FAILED"
         print(f"[{number}/{len(keys)}] {key} {status} in {time.perf_counter() - started:.1f} s; "
               f"checks {len(checks) - len(failing)}/{len(checks)} passed{' (failing: ' + ', '.join(failing) + ')' if failing else ''}",
@@ -165,6 +185,10 @@ def command_run(arguments) -> int:
                     error = error.cause or error  # Dagster wraps the user's exception: show that one
                     print(f"    {event.step_key}: {error.message.strip()}")
             failed.append(key)
+    if arguments.summary:
+        import json
+
+        Path(arguments.summary).write_text(json.dumps(summary, indent=2))
     if arguments.suite:
         command_questions(argparse.Namespace(warehouse=str(store.root)))
     if failed:
@@ -200,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--per-sample", type=int, default=8, help="samples whose per-sample Jacobians are kept")
     run.add_argument("--warehouse", help="warehouse root (default: $RESDYN_WAREHOUSE or ./warehouse)")
     run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
+    run.add_argument("--summary", help="write per-partition step seconds and peak memory as JSON to this file")
     run.set_defaults(handler=command_run)
 
     sql = commands.add_parser("sql", help="run SQL (a string or a .sql file) over the warehouse views")

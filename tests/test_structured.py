@@ -43,3 +43,20 @@ def test_sum_only_batches_keep_the_mean_and_drop_the_variance(fresh_seed):
     moments.add_sum(data[4:].sum(0), 7)
     np.testing.assert_allclose(moments.mean, data.mean(0), rtol=1e-12, atol=1e-14)
     assert moments.count == 11 and moments.variance is None
+
+
+def test_subsample_of_a_means_only_backend_equals_full_batch_autodiff(fresh_seed):
+    """The structured backend asks autodiff for the kept samples only (a sliced batch): same matrices."""
+    model = random_tiny_model("gemma4", fresh_seed, n_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
+                              num_kv_shared_layers=2, sliding_window=5)
+    adapter = adapter_for(model.config.model_type)
+    rng = np.random.default_rng(fresh_seed)
+    samples = [Sample(i, tuple(int(t) for t in rng.integers(0, 256, 12)), (7, 11)) for i in range(5)]
+    kept = dict(batch_size=5, keep_sample_jacobians=2)
+    structured = analyse_samples(model, adapter, samples, backend=StructuredBackend(), **kept)
+    reference = analyse_samples(model, adapter, samples, backend=AutodiffBackend(), **kept)
+    for key, matrices in reference.sample_jacobians.items():
+        assert len(matrices) == 2 * 2 == len(structured.sample_jacobians[key])
+        for (s1, t1, m1), (s2, t2, m2) in zip(structured.sample_jacobians[key], matrices):
+            assert (s1, t1) == (s2, t2)
+            np.testing.assert_allclose(m1, m2, rtol=0, atol=1e-12)

@@ -44,7 +44,7 @@ def batch_jacobians(
     raise ValueError(f"mode must be 'jacrev' or 'jacfwd', not {mode!r}")
 
 
-VMAP_FLOATS = 2**24  # per intermediate tensor of one vmap chunk: chunk x batch x width (128 MB in float64)
+VMAP_FLOATS = 2**23  # per intermediate tensor of one vmap chunk: chunk x batch x width (64 MB in float64)
 
 
 class AutodiffBackend:

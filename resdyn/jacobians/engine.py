@@ -24,7 +24,9 @@ Backends implement ``accumulate(adapter, layer, inputs, sublayer, position, mome
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -76,6 +78,7 @@ class LayerMeasurement:
     sample_jacobians: dict[str, list[tuple[int, int, np.ndarray]]] = field(default_factory=dict)
     probe_directions: np.ndarray | None = None  # (k, d)
     probe_differences: dict[str, np.ndarray] = field(default_factory=dict)  # sublayer -> (k, d) mean FD
+    seconds: dict[str, float] = field(default_factory=dict)  # activations, mean_jacobians, subsample, probe, forward
 
 
 def sample_batches(samples: Sequence[Sample], batch_size: int) -> list[Sequence[Sample]]:
@@ -118,26 +121,32 @@ def analyse_layer(
         torch_directions = torch.as_tensor(directions, device=device)
         sums = {sublayer: torch.zeros(options.probe_directions, d_model, dtype=torch.float64, device=device)
                 for sublayer in SUBLAYERS}
+    clock = _Stopwatch()
     for batch_number, (batch, inputs) in enumerate(batches):
         positions = list(batch[0].positions)
         index.extend((sample.sample_id, t) for sample in batch for t in positions)
-        for boundary in BOUNDARIES:
-            residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
-            activations[boundary].append(residual.to(torch.float32).cpu().numpy().reshape(-1, d_model))
+        with clock("activations"):
+            for boundary in BOUNDARIES:
+                residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
+                activations[boundary].append(residual.to(torch.float32).cpu().numpy().reshape(-1, d_model))
         for sublayer in SUBLAYERS:  # attn first: the structured MLP step reuses the attention's output rows
             for position in positions:
-                jacobians = backend.accumulate(adapter, layer, inputs, sublayer, position, moments[sublayer])
-                if not moments[sublayer].mean_is_finite():
-                    _raise_non_finite(layer_index, sublayer, batch)
-                _keep_subsample(kept[sublayer], batch, position, jacobians, backend, adapter, layer, inputs, sublayer,
-                                options.keep_sample_jacobians)
+                with clock("mean_jacobians"):
+                    jacobians = backend.accumulate(adapter, layer, inputs, sublayer, position, moments[sublayer])
+                    if not moments[sublayer].mean_is_finite():
+                        _raise_non_finite(layer_index, sublayer, batch)
+                with clock("subsample"):
+                    _keep_subsample(kept[sublayer], batch, position, jacobians, backend, adapter, layer, inputs,
+                                    sublayer, options.keep_sample_jacobians)
                 if directions is not None:
-                    function, x0 = adapter.row_function(layer, inputs, sublayer, position)
-                    sums[sublayer] += central_difference_sum(function, x0, torch_directions, options.probe_step)
+                    with clock("probe"):
+                        function, x0 = adapter.row_function(layer, inputs, sublayer, position)
+                        sums[sublayer] += central_difference_sum(function, x0, torch_directions, options.probe_step)
         if progress is not None:
             progress(layer_index, n_layers, batch_number + 1, len(batches))
-    if hasattr(backend, "finish"):  # backends that defer their weight products to the end of the layer
-        backend.finish()
+    with clock("mean_jacobians"):
+        if hasattr(backend, "finish"):  # backends that defer their weight products to the end of the layer
+            backend.finish()
     for sublayer, moment in moments.items():
         if not moment.mean_is_finite():
             _raise_non_finite(layer_index, sublayer, batches[-1][0])
@@ -152,17 +161,49 @@ def analyse_layer(
         sample_jacobians=kept,
         probe_directions=directions,
         probe_differences={sublayer: (total / len(index)).cpu().numpy() for sublayer, total in sums.items()},
+        seconds=clock.totals,
     )
+
+
+def release_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc's malloc keeps them after many mid-sized frees, so
+    resident memory would creep up layer after layer); a no-op where there is no glibc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class _Stopwatch:
+    """Seconds spent per named part of the work (the device is synchronised at each stop)."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - started
 
 
 def _keep_subsample(kept, batch, position, jacobians, backend, adapter, layer, inputs, sublayer, keep):
     wanted = [i for i, sample in enumerate(batch) if sample.sample_id < keep]
     if not wanted:
         return
-    if jacobians is None:  # a backend that streams means only: ask for the few per-sample matrices
-        jacobians = backend.sample_jacobians(adapter, layer, inputs, sublayer, position)
-    for i in wanted:
-        kept.append((batch[i].sample_id, position, jacobians[i].detach().to(torch.float64).cpu().numpy()))
+    if jacobians is None:  # a backend that streams means only: per-sample matrices of the wanted rows alone
+        jacobians = backend.sample_jacobians(adapter, layer, inputs.select(wanted), sublayer, position)
+        wanted_rows = range(len(wanted))
+    else:
+        wanted_rows = wanted
+    for i, row in zip(wanted, wanted_rows):
+        kept.append((batch[i].sample_id, position, jacobians[row].detach().to(torch.float64).cpu().numpy()))
 
 
 def _raise_non_finite(layer: int, sublayer: str, batch: Sequence[Sample]) -> None:
@@ -187,16 +228,23 @@ def measure_layer_major(
     prepared = layerwise.prepare([_token_ids(batch) for batch in batches])
     adapter = layerwise.adapter
     for layer_index in range(layerwise.n_layers):
+        started = time.perf_counter()
         with layerwise.materialized(layer_index) as layer:
+            read_seconds = time.perf_counter() - started
             inputs = [(batch, LayerInputs(state.hidden, adapter.attention_arguments(state.arguments[layer_index])))
                       for batch, state in zip(batches, prepared)]
             measurement = analyse_layer(adapter, layer_index, layer, inputs, backend=backend, options=options,
                                         n_layers=layerwise.n_layers, progress=progress)
             del inputs
-            for state in prepared:
-                layerwise.advance(layer, state, layer_index)
+            clock = _Stopwatch()
+            with clock("forward"):
+                for state in prepared:
+                    layerwise.advance(layer, state, layer_index)
+        measurement.seconds.update(clock.totals, read_weights=read_seconds)
+        release_freed_memory()
         log.info("layer %d/%d measured", layer_index + 1, layerwise.n_layers)
         yield measurement
+        del measurement  # not kept alive while the next layer is measured
 
 
 def measure_whole_model(

@@ -134,4 +134,5 @@ class CheckpointFiles:
         return matches[0] if len(matches) == 1 else None
 
     def close(self) -> None:
+        """Drop the open files (and their memory maps); the next read reopens what it needs."""
         self._handles.clear()

@@ -209,6 +209,7 @@ class LayerwiseModel:
         """Decoder layer ``index`` with its weights on the compute device, for the ``with`` block."""
         layer = self.layers[index]
         n_bytes = self._materialize(layer)
+        self.files.close()  # unmap the shards: their pages would otherwise stay resident, a layer's worth each time
         self.ledger.enter(index, n_bytes)
         try:
             yield layer
@@ -249,6 +250,7 @@ class LayerwiseModel:
                 hook.remove()
             for module in outer:
                 self._release(module)
+            self.files.close()
         return prepared
 
     def _record(self, input_ids: torch.Tensor) -> PreparedBatch:

@@ -14,7 +14,7 @@ shared here.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 
 import torch
@@ -39,6 +39,23 @@ class LayerInputs:
     pre_mlp: torch.Tensor | None = None  # the attention map's output, computed once when first needed
     pre_mlp_rows: dict = field(default_factory=dict)  # position -> pre-MLP residual there (batch, d)
     context: object = None  # FixedContextCache holding every position's keys and values, once recorded
+
+    def select(self, rows: list[int]) -> LayerInputs:
+        """The same inputs for a subset of the batch: every tensor whose leading dimension is the batch
+        size (residual, masks, per-layer inputs, shared keys and values) is sliced, the rest kept."""
+        batch = self.hidden.shape[0]
+        index = torch.as_tensor(rows, device=self.hidden.device)
+
+        def pick(value):
+            if isinstance(value, torch.Tensor):
+                return value.index_select(0, index) if value.dim() and value.shape[0] == batch else value
+            if isinstance(value, tuple):
+                return tuple(pick(item) for item in value)
+            if isinstance(value, MutableMapping):
+                return type(value)({key: pick(item) for key, item in value.items()})
+            return value
+
+        return LayerInputs(pick(self.hidden), {key: pick(value) for key, value in self.arguments.items()})
 
 
 class FamilyAdapter:

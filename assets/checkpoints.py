@@ -10,6 +10,7 @@ import dagster as dg
 import pyarrow as pa
 
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.runs import partition_run
 from resdyn.corpus import load_training_text, load_wikitext
 from resdyn.figures import training_loss_figure
 from resdyn.models.layerwise import describe_checkpoint
@@ -28,8 +29,12 @@ def _training_text() -> tuple[str, str]:
                       "tiny suite member on first use.")
 def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                       settings: AnalysisSettings) -> dg.MaterializeResult:
+    with partition_run(context, warehouse, settings) as store:
+        return _describe_checkpoint(context, warehouse, settings, store)
+
+
+def _describe_checkpoint(context, warehouse, settings, store) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
     spec, revision = warehouse.registry().resolve(context.partition_key)
     metadata = {}
     if spec.is_tiny:
@@ -61,4 +66,5 @@ def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseRes
     })
     written = store.write("model_checkpoints", model, checkpoint, row)
     return dg.MaterializeResult(metadata={**table_metadata(row, written), **metadata,
-                                          "n_params": int(described["n_params"])})
+                                          "n_params": int(described["n_params"])},
+                                data_version=dg.DataVersion(written.content_hash))

@@ -6,22 +6,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn import coupling
 from resdyn.figures import coupling_by_depth
 from resdyn.models.adapters import sublayer_depth
 
 from .common import PARTITIONS, figure, iter_matrices, partition, written_metadata
-from .spectra import checkpoints_of
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling", deps=["jacobians"],
           description="Per-unit amplification from each sublayer's mean Jacobian (column, J - I column, row, diagonal).")
-def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                       settings: AnalysisSettings) -> dg.MaterializeResult:
+    with partition_run(context, warehouse, settings) as store:
+        return _unit_amplification(context, store)
+
+
+def _unit_amplification(context, store) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
     head = None
     with store.open_writer("unit_amplification", model, checkpoint) as writer:
         for (layer, sublayer), jacobian in iter_matrices(store, "jacobians", model, checkpoint):
@@ -52,8 +57,12 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
 def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                    settings: AnalysisSettings) -> dg.MaterializeResult:
+    with partition_run(context, warehouse, settings) as store:
+        return _coupling_tests(context, settings, store)
+
+
+def _coupling_tests(context, settings, store) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
     amplification = _grouped(store.read("unit_amplification", model, checkpoint,
                                         columns=["layer", "sublayer", "unit", "log_column_norm"]), ("layer", "sublayer"))
     communities = _grouped(store.read("communities", model, checkpoint,
@@ -85,7 +94,7 @@ def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResour
     table = pa.Table.from_pylist(rows, schema=spec("coupling_tests").schema())
     written = store.write("coupling_tests", model, checkpoint, table)
     series = {}
-    for other in checkpoints_of(store, "coupling_tests", model):
+    for other in sorted(set(store.checkpoints_of("coupling_tests", model)) | {checkpoint}):
         other_rows = sorted(store.read("coupling_tests", model, other).to_pylist(), key=lambda r: r["depth"])
         series[other] = ([r["depth"] for r in other_rows], [r["effect"] for r in other_rows],
                          [r["significant"] for r in other_rows])

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn.figures import jacobian_heatmaps
 from resdyn.jacobians import make_backend
@@ -73,8 +74,12 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
     ],
 )
 def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
+    with partition_run(context, warehouse, settings) as store:
+        yield from _measure(context, warehouse, settings, store)
+
+
+def _measure(context, warehouse, settings, store):
     model, checkpoint = partition(context)
-    store = warehouse.open()
     sample_list = read_samples(store, model, checkpoint)
     layerwise = open_layerwise(warehouse, settings, model, checkpoint)
     width = layerwise.d_model

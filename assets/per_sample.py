@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from dagster_project.parallel import default_workers, ordered_parallel_map
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn import spectra
 from resdyn.models.adapters import sublayer_depth
@@ -28,9 +29,13 @@ NUMERIC_METRICS = ("spectral_radius", "log10_condition", "henrici", "henrici_rel
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                              settings: AnalysisSettings) -> dg.MaterializeResult:
+    with partition_run(context, warehouse, settings) as store:
+        return _per_sample(context, settings, store)
+
+
+def _per_sample(context, settings, store) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
-    path = str(store.partition_path("sample_jacobians", model, checkpoint))
+    path = str(store.table_path("sample_jacobians", model, checkpoint))
     keys = [(group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py(), len(group))
             for group in store.row_groups("sample_jacobians", model, checkpoint, columns=["layer", "sublayer"])]
     width = keys[0][2] if keys else 0

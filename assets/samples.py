@@ -7,6 +7,7 @@ import pyarrow as pa
 from transformers import AutoTokenizer
 
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.runs import partition_run
 from resdyn.corpus import load_wikitext, sample_windows, tokenize
 from resdyn.models.checkpoint import locate_checkpoint
 
@@ -18,6 +19,11 @@ from .common import PARTITIONS, checkpoint_source, partition, table_metadata
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
 def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
             settings: AnalysisSettings) -> dg.MaterializeResult:
+    with partition_run(context, warehouse, settings) as store:
+        return _draw_samples(context, warehouse, settings, store)
+
+
+def _draw_samples(context, warehouse, settings, store) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     source, revision = checkpoint_source(warehouse, model, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(locate_checkpoint(source, revision))
@@ -36,7 +42,7 @@ def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
         "corpus": pa.repeat(pa.scalar(corpus.label), len(windows) * repeat),
         "seed": pa.repeat(pa.scalar(settings.seed, pa.int32()), len(windows) * repeat),
     })
-    written = warehouse.open().write("samples", model, checkpoint, table)
+    written = store.write("samples", model, checkpoint, table)
     return dg.MaterializeResult(metadata={**table_metadata(table, written),
                                           "corpus": corpus.label, "n_samples": len(windows)},
                                 data_version=dg.DataVersion(written.content_hash))

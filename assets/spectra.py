@@ -13,6 +13,7 @@ import pyarrow as pa
 from dagster_project.arrow_tables import record_batch
 from dagster_project.parallel import default_workers, ordered_parallel_map
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn import spectra
 from resdyn.depth import (
@@ -35,20 +36,26 @@ PARALLEL_MIN_WIDTH = 256  # below this a process pool costs more than it saves
 TABLES = ("eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery")
 
 
-def checkpoints_of(store, table: str, model: str) -> list[str]:
-    """Checkpoints of ``model`` already in ``table`` (figures compare them)."""
-    directory = store.root / table / f"model={model}"
-    return sorted(p.name.split("=", 1)[1] for p in directory.glob("checkpoint=*") if (p / "data.parquet").is_file())
-
-
 def depth_curves(store, table: str, model: str, metrics, x_column: str = "depth", filter_=None) -> dict:
+    """curves[metric][checkpoint] = (x, y) over the published checkpoints of ``model`` and this run's own."""
     curves: dict[str, dict[str, tuple[list, list]]] = {metric: {} for metric in metrics}
-    for checkpoint in checkpoints_of(store, table, model):
+    checkpoints = set(store.checkpoints_of(table, model))
+    for checkpoint in sorted(checkpoints | {c for m, c in _this_partition(store) if m == model}):
+        if not store.has(table, model, checkpoint):
+            continue
         rows = sorted(store.read(table, model, checkpoint).to_pylist(), key=lambda r: r[x_column])
         rows = [r for r in rows if filter_ is None or filter_(r)]
         for metric in metrics:
             curves[metric][checkpoint] = ([r[x_column] for r in rows], [r[metric] for r in rows])
     return curves
+
+
+def _this_partition(store) -> list[tuple[str, str]]:
+    """The partitions this run has staged tables for (so a figure includes the checkpoint being made)."""
+    if store.run_id is None:
+        return []
+    return [(path.parent.name.split("=", 1)[1], path.name.split("=", 1)[1])
+            for path in (store.root / "_staging" / store.run_id).glob("model=*/checkpoint=*")]
 
 
 def sublayers_in_depth_order(store, model: str, checkpoint: str) -> list[tuple[int, int, str]]:
@@ -84,9 +91,13 @@ def _rank_columns(step) -> dict:
     ],
 )
 def spectral_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
+    with partition_run(context, warehouse, settings) as store:
+        yield from _analyse(context, settings, store)
+
+
+def _analyse(context, settings, store):
     model, checkpoint = partition(context)
-    store = warehouse.open()
-    path = str(store.partition_path("jacobians", model, checkpoint))
+    path = str(store.table_path("jacobians", model, checkpoint))
     order = sublayers_in_depth_order(store, model, checkpoint)
     width = len(read_matrix(path, order[0][0]))
     workers = settings.workers or default_workers()

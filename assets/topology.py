@@ -7,6 +7,7 @@ import pyarrow as pa
 from dagster_project.arrow_tables import matrix_rows, record_batch
 from dagster_project.parallel import default_workers
 from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn import topology
 from resdyn.figures import community_distributions
@@ -36,8 +37,12 @@ def edges_by_boundary(store, model, checkpoint):
           description="Signed correlation graph of residual units per layer and boundary (kNN by |r| by default).")
 def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                 settings: AnalysisSettings) -> dg.MaterializeResult:
+    with partition_run(context, warehouse, settings) as store:
+        return _graph_edges(context, settings, store)
+
+
+def _graph_edges(context, settings, store) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
     k_used, head = 0, None
     with store.open_writer("graph_edges", model, checkpoint) as writer:
         for (layer, boundary), matrix in activation_matrices(store, model, checkpoint):
@@ -64,8 +69,12 @@ def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                         description="The resolution scan behind each graph's chosen gamma (stability, modularity).")],
 )
 def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
+    with partition_run(context, warehouse, settings) as store:
+        yield from _communities(context, settings, store)
+
+
+def _communities(context, settings, store):
     model, checkpoint = partition(context)
-    store = warehouse.open()
     rows, scan_rows, sizes, participations = [], [], {}, {}
     seeds = tuple(range(settings.seed, settings.seed + settings.leiden_seeds))
     leiden_seconds = wall_seconds = 0.0

@@ -22,7 +22,7 @@ def _n_layers_and_width(store, model, checkpoint) -> tuple[int, int]:
 def jacobians_are_finite(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     model, checkpoint = partition(context)
     bad = rows_with_variance = 0
-    for group in warehouse.open().row_groups("jacobians", model, checkpoint, columns=["values", "variance"]):
+    for group in warehouse.open(run_id=context.run.run_id).row_groups("jacobians", model, checkpoint, columns=["values", "variance"]):
         bad += int((~np.isfinite(matrix_rows(group.column("values")))).sum())
         variance = group.column("variance")
         if variance.null_count == 0:
@@ -35,7 +35,7 @@ def jacobians_are_finite(context, warehouse: WarehouseResource) -> dg.AssetCheck
 @dg.asset_check(asset="jacobians", description="Rows = layers x 2 sublayers x d_model.")
 def jacobians_row_count(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
+    store = warehouse.open(run_id=context.run.run_id)
     n_layers, d = _n_layers_and_width(store, model, checkpoint)
     rows = store.read("jacobians", model, checkpoint, columns=["row"]).num_rows
     return dg.AssetCheckResult(passed=rows == n_layers * 2 * d, metadata={"rows": rows, "expected": n_layers * 2 * d})
@@ -48,7 +48,7 @@ def jacobians_row_count(context, warehouse: WarehouseResource) -> dg.AssetCheckR
 def jacobians_match_finite_differences(context, warehouse: WarehouseResource,
                                        settings: AnalysisSettings) -> dg.AssetCheckResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
+    store = warehouse.open(run_id=context.run.run_id)
     probe = {}
     for group in store.row_groups("finite_difference_probe", model, checkpoint,
                                   columns=["layer", "sublayer", "direction", "finite_difference"]):
@@ -65,7 +65,7 @@ def jacobians_match_finite_differences(context, warehouse: WarehouseResource,
 @dg.asset_check(asset="activations", description="All activations finite; rows = layers x 2 boundaries x observations.")
 def activations_are_finite_and_complete(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
+    store = warehouse.open(run_id=context.run.run_id)
     n_layers, _ = _n_layers_and_width(store, model, checkpoint)
     observations = store.read("samples", model, checkpoint, columns=["position"]).num_rows
     rows, finite = 0, True
@@ -80,7 +80,7 @@ def activations_are_finite_and_complete(context, warehouse: WarehouseResource) -
                                                    "infinite condition number of a singular Jacobian.")
 def layer_metrics_complete(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
+    store = warehouse.open(run_id=context.run.run_id)
     n_layers, _ = _n_layers_and_width(store, model, checkpoint)
     rows = store.read("layer_metrics", model, checkpoint).to_pylist()
     bad = [(r["depth"], k) for r in rows for k, v in r.items()
@@ -94,7 +94,7 @@ def layer_metrics_complete(context, warehouse: WarehouseResource) -> dg.AssetChe
                             "(the stored Jacobians); no eigenvalue of a Schur block moved.")
 def surgery_identity_reproduces_cumulative_rank(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     model, checkpoint = partition(context)
-    store = warehouse.open()
+    store = warehouse.open(run_id=context.run.run_id)
     plain = {r["depth"]: r["effective_rank"] for r in store.read(
         "cumulative_rank", model, checkpoint, columns=["depth", "effective_rank"]).to_pylist()}
     surgery = store.read("schur_surgery", model, checkpoint).to_pylist()

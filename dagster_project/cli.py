@@ -1,27 +1,38 @@
-"""``resdyn``: run the study, ask the warehouse SQL, list models, without opening the UI.
+"""``resdyn``: run the study, ask the warehouse SQL, list and check partitions, without opening the UI.
 
     resdyn run --suite tiny
-    resdyn run --model PATH_OR_HUB_ID_OR_NAME [--checkpoint C ...] [--revision R] [--name N]
-               [--samples N] [--seq-len T] [--warehouse DIR]
+    resdyn run --model PATH_OR_HUB_ID_OR_NAME [--model ...] [--checkpoint C ...] [--revision R] [--name N]
+               [analysis settings: resdyn run --help] [--warehouse DIR] [--summary FILE]
     resdyn sql "SELECT ..." | FILE.sql [--warehouse DIR] [--csv]
     resdyn models [--warehouse DIR]
     resdyn questions [--warehouse DIR]
+    resdyn check [--warehouse DIR]
+
+Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/settings.py).
+Exit codes: 0 ok, 1 a partition failed or a check found problems, 2 bad input, 130/143 stopped by
+Ctrl-C / SIGTERM (after the current step cleaned up).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partition_key
 
-from .warehouse import SQL_DIRECTORY, Warehouse
+from .warehouse import SQL_DIRECTORY, QueryError, ReadOnlySqlError, Warehouse
 
 log = logging.getLogger("resdyn")
+
+
+class UsageError(ValueError):
+    pass
 
 
 def _format(table, as_csv: bool) -> str:
@@ -62,68 +73,122 @@ def _sql_text(argument: str) -> str:
     return argument
 
 
+def _warn_problems(store: Warehouse) -> None:
+    for problem in getattr(store, "problems", []):
+        print(f"resdyn: warning: left out {problem}", file=sys.stderr)
+
+
 def command_sql(arguments) -> int:
     store = Warehouse(arguments.warehouse)
-    print(_format(store.query(_sql_text(arguments.query)), arguments.csv))
+    table = store.query(_sql_text(arguments.query))
+    _warn_problems(store)
+    print(_format(table, arguments.csv))
     return 0
 
 
 def command_questions(arguments) -> int:
+    """Every named question over the complete partitions; the others are named, not mixed in."""
     store = Warehouse(arguments.warehouse)
+    skipped = store.query("SELECT model, checkpoint, status FROM partitions WHERE status <> 'complete'").to_pylist()
+    _warn_problems(store)
+    if skipped:
+        print("questions answer complete partitions only; skipped: " +
+              ", ".join(f"{r['model']}@{r['checkpoint']} ({r['status']})" for r in skipped))
     for path in sorted((SQL_DIRECTORY / "questions").glob("*.sql")):
         header = next((line[3:].strip() for line in path.read_text().splitlines() if line.startswith("--")), "")
         print(f"\n== {path.stem}: {header}")
         try:
-            print(_format(store.query(path.read_text()), False))
-        except Exception as error:  # noqa: BLE001 - one failing question must not hide the others
-            print(f"(not answerable yet: {str(error).splitlines()[0]})")
+            print(_format(store.query(path.read_text(), complete_only=True), False))
+        except (QueryError, ReadOnlySqlError) as error:  # one failing question must not hide the others
+            print(f"(not answerable: {error})")
     return 0
 
 
 def command_models(arguments) -> int:
+    """Registered partitions with their status (from the ``partitions`` view); registers them with Dagster."""
     store = Warehouse(arguments.warehouse)
     registry = ModelRegistry(store.registry_file)
+    status = {(r["model"], r["checkpoint"]): r for r in store.query("SELECT * FROM partitions").to_pylist()}
+    _warn_problems(store)
+    keys = registry.partition_keys()
+    _register_with_dagster(keys)
     for name in sorted(registry.specs):
         spec = registry.specs[name]
         for checkpoint, revision in spec.checkpoints.items():
-            done = store.partition_path("jacobians", name, checkpoint).is_file()
+            row = status.get((name, checkpoint), {})
             print(f"{partition_key(name, checkpoint):45s} {spec.family:8s} {spec.source:35s} "
-                  f"revision={revision:20s} {'materialized' if done else '-'}")
+                  f"revision={revision:20s} {row.get('status', '-')}")
     return 0
+
+
+def _register_with_dagster(keys: list[str]) -> None:
+    """Add the keys to the Dagster instance's partitions when there is a persistent instance (DAGSTER_HOME)."""
+    if not os.environ.get("DAGSTER_HOME"):
+        return
+    import dagster as dg
+
+    from .partitions import register_partitions
+
+    register_partitions(dg.DagsterInstance.get(), keys)
+
+
+def command_check(arguments) -> int:
+    """Read every published file's footer and schema, and list damaged, missing or stray files."""
+    from .integrity import scan
+
+    problems = scan(Warehouse(arguments.warehouse))
+    for problem in problems:
+        print(problem)
+    print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")
+    return 1 if problems else 0
 
 
 def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
     if arguments.suite:
         if arguments.suite != "tiny":
-            raise ValueError(f"unknown suite {arguments.suite!r}; the embedded suite is 'tiny'")
-        names = registry.tiny_suite()
-        return [key for key in registry.partition_keys(names)
+            raise UsageError(f"unknown suite {arguments.suite!r}; the embedded suite is 'tiny'")
+        return [key for key in registry.partition_keys(registry.tiny_suite())
                 if not arguments.checkpoint or key.split("@")[1] in arguments.checkpoint]
-    model = arguments.model
-    if model in registry.specs:
+    keys = []
+    for model in arguments.model:
+        keys += _partitions_of_model(model, arguments, registry)
+    return keys
+
+
+def _partitions_of_model(model: str, arguments, registry: ModelRegistry) -> list[str]:
+    is_directory = Path(model).expanduser().is_dir()
+    if arguments.revision and is_directory:
+        raise UsageError(f"--revision names a hub revision, but {model} is a local directory (a directory is one "
+                         "checkpoint; label it with --checkpoint NAME)")
+    if model in registry.specs and not is_directory:
         spec = registry.get(model)
         checkpoints = arguments.checkpoint or list(spec.checkpoints)
         unknown = [c for c in checkpoints if c not in spec.checkpoints]
         if unknown:
-            raise ValueError(f"model {model} has no checkpoint {unknown}; known: {list(spec.checkpoints)}")
+            raise UsageError(f"model {model} has no checkpoint {unknown}; known: {list(spec.checkpoints)}")
         return [partition_key(model, c) for c in checkpoints]
     # a path or hub id the registry does not know yet: record it, then run it
     from resdyn.models.adapters import family_of
     from resdyn.models.loading import load_config
 
     config = load_config(model, arguments.revision)
-    is_directory = Path(model).expanduser().is_dir()
     source = str(Path(model).expanduser().resolve()) if is_directory else model
     name = check_name(arguments.name or Path(source.rstrip("/")).name, "model name")
-    revisions = arguments.checkpoint or [arguments.revision or ("local" if is_directory else "main")]
-    spec = ModelSpec(name, family_of(config.model_type), source, {check_name(r, "checkpoint"): r for r in revisions})
+    if is_directory:
+        if arguments.checkpoint and len(arguments.checkpoint) > 1:
+            raise UsageError("a local directory is one checkpoint: give at most one --checkpoint label")
+        checkpoints = {check_name((arguments.checkpoint or ["local"])[0], "checkpoint"): "local"}
+    else:
+        revisions = arguments.checkpoint or [arguments.revision or "main"]
+        checkpoints = {check_name(r, "checkpoint"): r for r in revisions}
+    spec = ModelSpec(name, family_of(config.model_type), source, checkpoints)
     registry.add(spec)
     print(f"registered {name} -> {source} ({spec.family}), checkpoints {list(spec.checkpoints)}")
     return [partition_key(name, c) for c in spec.checkpoints]
 
 
 def _step_summary(result) -> dict:
-    """Per step: seconds, and the peak resident memory its materializations reported."""
+    """Per step: seconds, and the peak resident memory and timings its materializations reported."""
     steps: dict[str, dict] = {}
     for event in result.all_events:
         if event.event_type_value == "STEP_SUCCESS":
@@ -137,7 +202,54 @@ def _step_summary(result) -> dict:
     return {name: step for name, step in steps.items() if "seconds" in step}
 
 
+def _failure_lines(result) -> list[str]:
+    lines = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            error = error.cause or error  # Dagster wraps the user's exception: show that one
+            lines.append(f"    {event.step_key}: {error.message.strip().splitlines()[0]}")
+    return lines
+
+
+class SignalRecorder:
+    """Which of SIGINT / SIGTERM arrived, whatever Python handler ran (Dagster installs its own during a
+    run): the interpreter writes every signal's number to the wakeup fd, which is read after each run."""
+
+    def __init__(self) -> None:
+        self.read_end, write_end = os.pipe()
+        os.set_blocking(self.read_end, False)
+        os.set_blocking(write_end, False)
+        self.previous = signal.set_wakeup_fd(write_end)
+        self.original = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM interrupts like Ctrl-C
+        self.received: list[int] = []
+
+    def poll(self) -> int | None:
+        try:
+            self.received += list(os.read(self.read_end, 1024))
+        except BlockingIOError:
+            pass
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            if signum in self.received:
+                return int(signum)
+        return None
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.previous)
+        signal.signal(signal.SIGTERM, self.original)
+
+
 def command_run(arguments) -> int:
+    from .settings import SETTINGS, resolve
+
+    values = resolve({setting.name: getattr(arguments, setting.name) for setting in SETTINGS})  # before any write
+    if arguments.warehouse:
+        os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
+    store = Warehouse(arguments.warehouse)
+    registry = ModelRegistry(store.registry_file)
+    keys = _partitions_for(arguments, registry)
+
     import dagster as dg
 
     from .assets_index import ALL_ASSETS
@@ -145,50 +257,48 @@ def command_run(arguments) -> int:
     from .partitions import register_partitions
     from .resources import AnalysisSettings, WarehouseResource
 
-    if arguments.warehouse:
-        os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
-    store = Warehouse(arguments.warehouse)
-    registry = ModelRegistry(store.registry_file)
-    keys = _partitions_for(arguments, registry)
-    settings = AnalysisSettings(
-        n_samples=arguments.samples, sequence_length=arguments.seq_len, seed=arguments.seed,
-        positions=arguments.positions, warmup=arguments.warmup, dtype=arguments.dtype, backend=arguments.backend,
-        per_sample_subsample=min(arguments.samples, arguments.per_sample), device=arguments.device,
-        workers=arguments.workers,
-    )
-    resources = {"warehouse": WarehouseResource(root=str(store.root)), "settings": settings}
+    resources = {"warehouse": WarehouseResource(root=str(store.root)), "settings": AnalysisSettings(**values)}
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     register_partitions(instance, keys)
     print(f"resdyn: {len(keys)} partition(s) into {store.root}: {', '.join(keys)}")
     failed, summary = [], {}
-    for number, key in enumerate(keys, 1):
-        started = time.perf_counter()
-        print(f"[{number}/{len(keys)}] {key} ...", flush=True)
-        result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], partition_key=key, resources=resources,
-                                instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
-                                run_config={"loggers": {"console": {"config": {"log_level": arguments.log_level}}}})
-        checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-        failing = [c.check_name for c in checks if not c.passed]
-        steps = _step_summary(result)
-        summary[key] = {"seconds": round(time.perf_counter() - started, 2), "success": result.success and not failing,
-                        "steps": steps, "failing_checks": failing}
-        if steps:
-            print("    steps: " + ", ".join(f"{name} {step['seconds']:.1f} s" for name, step in steps.items()), flush=True)
-        status = "ok" if result.success and not failing else "FAILED"
-        print(f"[{number}/{len(keys)}] {key} {status} in {time.perf_counter() - started:.1f} s; "
-              f"checks {len(checks) - len(failing)}/{len(checks)} passed{' (failing: ' + ', '.join(failing) + ')' if failing else ''}",
-              flush=True)
-        if not result.success or failing:
-            for event in result.all_events:
-                if event.is_step_failure:
-                    error = event.event_specific_data.error
-                    error = error.cause or error  # Dagster wraps the user's exception: show that one
-                    print(f"    {event.step_key}: {error.message.strip()}")
-            failed.append(key)
-    if arguments.summary:
-        import json
-
-        Path(arguments.summary).write_text(json.dumps(summary, indent=2))
+    signals = SignalRecorder()
+    try:
+        for number, key in enumerate(keys, 1):
+            started = time.perf_counter()
+            print(f"[{number}/{len(keys)}] {key} ...", flush=True)
+            try:
+                result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], partition_key=key, resources=resources,
+                                        instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
+                                        run_config={"loggers": {"console": {"config": {"log_level": arguments.log_level}}}})
+            except KeyboardInterrupt:
+                result = None
+            received = signals.poll()
+            if received is not None or result is None:
+                received = received or int(signal.SIGINT)
+                print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; the steps cleaned up, "
+                      "nothing half-written is published. Stopping.", flush=True)
+                return 128 + received
+            checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+            failing = [c.check_name for c in checks if not c.passed]
+            steps = _step_summary(result)
+            summary[key] = {"seconds": round(time.perf_counter() - started, 2),
+                            "success": result.success and not failing, "steps": steps, "failing_checks": failing}
+            if steps:
+                print("    steps: " + ", ".join(f"{name} {step['seconds']:.1f} s" for name, step in steps.items()),
+                      flush=True)
+            status = "ok" if result.success and not failing else "FAILED"
+            print(f"[{number}/{len(keys)}] {key} {status} in {time.perf_counter() - started:.1f} s; checks "
+                  f"{len(checks) - len(failing)}/{len(checks)} passed"
+                  f"{' (failing: ' + ', '.join(failing) + ')' if failing else ''}", flush=True)
+            if not result.success or failing:
+                for line in _failure_lines(result):
+                    print(line)
+                failed.append(key)
+    finally:
+        signals.close()
+        if arguments.summary:
+            Path(arguments.summary).write_text(json.dumps(summary, indent=2))
     if arguments.suite:
         command_questions(argparse.Namespace(warehouse=str(store.root)))
     if failed:
@@ -198,48 +308,44 @@ def command_run(arguments) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .settings import SETTINGS
+
     parser = argparse.ArgumentParser(prog="resdyn", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="materialize every asset for some model checkpoints")
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--suite", help="'tiny': the embedded tiny model suite")
-    source.add_argument("--model", help="registered name, local HF directory, or hub id")
-    run.add_argument("--checkpoint", action="append", help="checkpoint(s) to run (repeatable); default: all")
-    run.add_argument("--revision", help="hub revision for a new --model (becomes its checkpoint name)")
+    source.add_argument("--model", action="append", help="registered name, local HF directory, or hub id (repeatable)")
+    run.add_argument("--checkpoint", action="append", help="checkpoint(s) to run (repeatable); default: all. For a new "
+                     "local directory: its label (default 'local'); for a new hub id: its revisions")
+    run.add_argument("--revision", help="hub revision for a new hub --model (becomes its checkpoint name)")
     run.add_argument("--name", help="name for a new --model (default: the directory or repository name)")
-    run.add_argument("--samples", type=int, default=int(os.environ.get("RESDYN_SAMPLES", "128")))
-    run.add_argument("--seq-len", type=int, default=int(os.environ.get("RESDYN_SEQ_LEN", "64")))
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--positions", choices=["last", "all"], default="last")
-    run.add_argument("--warmup", type=int, default=16, help="first analysed position when --positions all")
-    run.add_argument("--dtype", choices=["float64", "float32", "bfloat16"], default="float64")
-    run.add_argument("--backend", default=os.environ.get("RESDYN_BACKEND", "structured"),
-                     help="structured (default: closed-form exact means, autodiff where no closed form "
-                          "applies), autodiff (adds per-entry variance), or autodiff-forward")
-    run.add_argument("--device", default=os.environ.get("RESDYN_DEVICE", "auto"),
-                     help="auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps")
-    run.add_argument("--workers", type=int, default=int(os.environ.get("RESDYN_WORKERS", "0")),
-                     help="processes for spectral and topology work (0: one per core)")
-    run.add_argument("--per-sample", type=int, default=8, help="samples whose per-sample Jacobians are kept")
+    for setting in SETTINGS:
+        run.add_argument(setting.flag, dest=setting.name, default=None,
+                         help=f"{setting.help} [{setting.variable}; default {setting.default}]")
     run.add_argument("--warehouse", help="warehouse root (default: $RESDYN_WAREHOUSE or ./warehouse)")
     run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
     run.add_argument("--summary", help="write per-partition step seconds and peak memory as JSON to this file")
     run.set_defaults(handler=command_run)
 
-    sql = commands.add_parser("sql", help="run SQL (a string or a .sql file) over the warehouse views")
+    sql = commands.add_parser("sql", help="run read-only SQL (a string or a .sql file) over the warehouse views")
     sql.add_argument("query")
     sql.add_argument("--warehouse")
     sql.add_argument("--csv", action="store_true")
     sql.set_defaults(handler=command_sql)
 
-    models = commands.add_parser("models", help="list registered model checkpoints (partitions)")
+    models = commands.add_parser("models", help="list registered model checkpoints (partitions) and their status")
     models.add_argument("--warehouse")
     models.set_defaults(handler=command_models)
 
     questions = commands.add_parser("questions", help="answer every named question in sql/questions/")
     questions.add_argument("--warehouse")
     questions.set_defaults(handler=command_questions)
+
+    check = commands.add_parser("check", help="read every published file's footer and schema; list problems")
+    check.add_argument("--warehouse")
+    check.set_defaults(handler=command_check)
     return parser
 
 
@@ -248,9 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
     try:
         return arguments.handler(arguments)
+    except KeyboardInterrupt:
+        print("resdyn: interrupted", file=sys.stderr)
+        return 130
     except (KeyError, ValueError, FileNotFoundError, OSError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-        print(f"resdyn: error: {message}", file=sys.stderr)
+        print(f"resdyn: error: {message.strip().splitlines()[0] if message.strip() else type(error).__name__}",
+              file=sys.stderr)
         return 2
 
 

@@ -1,4 +1,8 @@
-"""Resources: where the warehouse lives and how the analysis is sized, configured through EnvVar."""
+"""Resources: where the warehouse lives and how the analysis is sized, configured through EnvVar.
+
+``AnalysisSettings`` is generated from :data:`dagster_project.settings.SETTINGS` (one field per
+setting, same default), so the CLI, the UI and the tests share one definition of every setting.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import dagster as dg
 
 from resdyn.models.registry import ModelRegistry
 
+from .settings import SETTINGS, WAREHOUSE_VARIABLE, SettingError, resolve, settings_hash, validate
 from .warehouse import Warehouse
 
 
@@ -16,54 +21,52 @@ class WarehouseResource(dg.ConfigurableResource):
 
     root: str = ""
 
-    def open(self) -> Warehouse:
-        return Warehouse(self.root or None)
+    def open(self, run_id: str | None = None) -> Warehouse:
+        """The warehouse; with ``run_id``, reads see that run's own staged tables before published ones."""
+        return Warehouse(self.root or None, run_id=run_id)
 
     def registry(self) -> ModelRegistry:
         return ModelRegistry(self.open().registry_file)
 
 
-class AnalysisSettings(dg.ConfigurableResource):
-    """How many samples, how long, which positions, which precision and backend."""
+def _settings_class():
+    annotations = {setting.name: setting.kind for setting in SETTINGS}
+    namespace = {"__annotations__": annotations, "__module__": __name__,
+                 "__doc__": "How the analysis is sized and computed: one field per setting of "
+                            "dagster_project/settings.py (flag, variable, default and meaning there).",
+                 **{setting.name: setting.default for setting in SETTINGS}}
 
-    n_samples: int = 128
-    sequence_length: int = 64
-    seed: int = 0
-    positions: str = "last"  # or "all" (every position from ``warmup`` on)
-    warmup: int = 16
-    batch_size: int = 16
-    dtype: str = "float64"
-    backend: str = "structured"  # closed-form means where they apply, autodiff elsewhere
-    device: str = "auto"  # auto = cuda when available, else cpu
-    workers: int = 0  # processes for spectral and topology work; 0 = one per core
-    per_sample_subsample: int = 8
-    graph_construction: str = "knn"  # or "threshold", "dense"
-    graph_k: int = 0  # 0: min(30, max(5, d_model // 4))
-    graph_threshold: float = 0.3
-    leiden_seeds: int = 5
-    n_permutations: int = 1000
+    def values(self) -> dict:
+        """Every setting's value, checked (a bad value typed into run config fails here, before any write)."""
+        return validate({setting.name: getattr(self, setting.name) for setting in SETTINGS})
+
+    def hash(self) -> str:
+        return settings_hash(self.values())
+
+    namespace.update(values=values, hash=hash)
+    return type("AnalysisSettings", (dg.ConfigurableResource,), namespace)
 
 
-def _environment(name: str, default):
-    """EnvVar when the variable is set (resolved by Dagster at run time), else the default."""
-    if name not in os.environ:
-        return default
-    return dg.EnvVar.int(name) if isinstance(default, int) else dg.EnvVar(name)
+AnalysisSettings = _settings_class()
+
+
+def _environment(variable: str, kind: type):
+    """EnvVar (resolved by Dagster, shown in the UI) for a variable that is set; None otherwise."""
+    if os.environ.get(variable, "") == "":
+        return None
+    return dg.EnvVar.int(variable) if kind is int else (dg.EnvVar.float(variable) if kind is float else dg.EnvVar(variable))
 
 
 def default_resources() -> dict:
-    settings = {
-        "n_samples": _environment("RESDYN_SAMPLES", 128),
-        "sequence_length": _environment("RESDYN_SEQ_LEN", 64),
-        "seed": _environment("RESDYN_SEED", 0),
-        "positions": _environment("RESDYN_POSITIONS", "last"),
-        "dtype": _environment("RESDYN_DTYPE", "float64"),
-        "backend": _environment("RESDYN_BACKEND", "structured"),
-        "device": _environment("RESDYN_DEVICE", "auto"),
-        "workers": _environment("RESDYN_WORKERS", 0),
-        "graph_construction": _environment("RESDYN_GRAPH", "knn"),
-    }
+    """Resources for ``dagster dev``: every RESDYN_* variable checked now, so a bad one is named at load time."""
+    try:
+        resolve()
+    except SettingError as error:
+        raise SettingError(f"resdyn settings: {error}") from None
+    settings = {setting.name: value for setting in SETTINGS
+                if (value := _environment(setting.variable, setting.kind)) is not None}
+    root = _environment(WAREHOUSE_VARIABLE, str)
     return {
-        "warehouse": WarehouseResource(root=_environment("RESDYN_WAREHOUSE", "")),
+        "warehouse": WarehouseResource(root=root) if root is not None else WarehouseResource(),
         "settings": AnalysisSettings(**settings),
     }

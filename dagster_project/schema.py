@@ -38,6 +38,7 @@ class TableSpec:
     one_row_per: str
     group: str
     columns: tuple[Column, ...]
+    required: bool = True  # part of every complete partition (training_loss: tiny suite only; runs: a log)
 
     def schema(self, width: int | None = None) -> pa.Schema:
         return pa.schema([pa.field(column.name, column.arrow_type(width)) for column in self.columns])
@@ -59,10 +60,13 @@ DEPTH = _c("depth", I32, "2 layer + (sublayer = mlp), or 2 layer + (boundary = p
 ROW = _c("row", I32, "matrix row index")
 
 TABLES: dict[str, TableSpec] = {}
+PROVENANCE_COLUMNS = ("run_id", "settings_hash")  # appended to every row of every table by the writer
+PROVENANCE = (Column("run_id", STR, "the Dagster run that wrote the row"),
+              Column("settings_hash", STR, "hash of the analysis settings of that run (dagster_project/settings.py)"))
 
 
-def _table(name: str, one_row_per: str, group: str, *columns: Column) -> TableSpec:
-    TABLES[name] = TableSpec(name, one_row_per, group, tuple(columns))
+def _table(name: str, one_row_per: str, group: str, *columns: Column, required: bool = True) -> TableSpec:
+    TABLES[name] = TableSpec(name, one_row_per, group, tuple(columns), required)
     return TABLES[name]
 
 
@@ -79,7 +83,7 @@ _table("model_checkpoints", "model checkpoint", "inputs",
        _c("model_type", STR, "`config.model_type`"))
 _table("training_loss", "tiny-suite training step up to this checkpoint", "inputs",
        _c("step", I32, "optimizer step"), _c("loss", F64, "training cross-entropy (nats/byte)"),
-       _c("training_corpus", STR, "label of the training text"))
+       _c("training_corpus", STR, "label of the training text"), required=False)
 _table("samples", "(sample, analysed position)", "inputs",
        _c("sample_id", I32, "sample index (0-based, in window-start order)"),
        _c("token_ids", pa.list_(I32), "the whole window's token ids"),
@@ -171,6 +175,20 @@ _table("coupling_tests", "sublayer", "coupling",
        _c("q_value_permutation", F64, "BH of the permutation p"), _c("significant", BOOL, "q_value < 0.05"))
 
 
+_table("runs", "run of a partition (written when it starts and when it ends)", "provenance",
+       _c("status", STR, "`started`, `success`, `failed` or `killed` (found dead by a later run)"),
+       _c("error", STR, "first line of the error of a failed run"),
+       _c("settings", STR, "every analysis setting, as JSON"),
+       _c("corpus", STR, "label of the analysis corpus"), _c("corpus_sha256", STR, "hash of the corpus text"),
+       _c("dtype", STR, "compute precision"), _c("backend", STR, "Jacobian backend"), _c("device", STR, "compute device"),
+       _c("executor", STR, "Dagster executor"), _c("resdyn_version", STR, "package version"),
+       _c("git_commit", STR, "commit of the code (with `+dirty` for uncommitted changes), where known"),
+       _c("torch_version", STR, "torch"), _c("transformers_version", STR, "transformers"),
+       _c("dagster_version", STR, "dagster"), _c("python_version", STR, "Python"),
+       _c("host", STR, "machine"), _c("pid", I64, "process that started the run's work on the partition"),
+       _c("started_at", STR, "ISO time"), _c("ended_at", STR, "ISO time, when it ended"), required=False)
+
+
 def spec(name: str) -> TableSpec:
     if name not in TABLES:
         raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
@@ -182,7 +200,8 @@ def readme_tables() -> str:
     groups: dict[str, list[TableSpec]] = {}
     for table in TABLES.values():
         groups.setdefault(table.group, []).append(table)
-    lines = []
+    lines = ["Every table also has `model` and `checkpoint` (from the path) and, on every row, " +
+             "; ".join(f"`{c.name}`: {c.meaning}" for c in PROVENANCE) + ".", ""]
     for group, tables in groups.items():
         lines += [f"### {group}", "", "| table | one row per | columns |", "|---|---|---|"]
         for table in tables:

@@ -1,21 +1,40 @@
-"""The Parquet warehouse: hive-partitioned tables, atomic streamed partition writes, read-only DuckDB.
+"""The Parquet warehouse: generations of hive-partitioned tables, published together, read-only DuckDB.
 
-Layout: ``<root>/<table>/model=<model>/checkpoint=<checkpoint>/data.parquet`` (zstd, statistics
-on). ``model`` and ``checkpoint`` live in the path, not in the file: DuckDB's hive partitioning
-adds them as VARCHAR columns. A partition is streamed, one row group per record batch (a matrix
-table: one sublayer per row group), into a hidden temp file in its directory; its footer is read
-back, then it is renamed over ``data.parquet``, so a reader sees the old partition or the new
-one, never half of one, and a rerun replaces exactly its partition. Temp files do not match
-``*.parquet``.
+Layout under the root::
+
+    <table>/model=<m>/checkpoint=<c>/<run_id>.parquet   a table as one run wrote it (zstd; one row group
+                                                         per record batch: a matrix table, one matrix each)
+    _published/model=<m>/checkpoint=<c>.json            the manifest: which file of each table is published
+    _staging/<run_id>/model=<m>/checkpoint=<c>/<t>.json  what a run has written and not yet published
+    runs/model=<m>/checkpoint=<c>/<run_id>.parquet       the runs table (provenance, status): always visible
+    _locks/<m>@<c>.json                                  the lease of the run materializing the partition
+
+A writer streams record batches into a hidden temp file, reads its footer back, and renames it to
+``<run_id>.parquet``; every row carries ``run_id`` and ``settings_hash``. The file is invisible
+until the run *publishes*: when the last asset of the run's selection for that partition has
+staged its tables, the manifest is rewritten (temp file + rename) to point at all of them at
+once. Readers therefore see a partition's old tables or its new ones, never a mix left by a
+failed or killed run. The previous generation's files are kept for queries already running and
+removed at the next publication (with any file a dead run left behind).
+
+Reads inside a run see that run's own staged tables first, then the published ones. DuckDB views
+are built from the manifests (only published files), with external access limited to the root
+and the configuration locked; only SELECT and EXPLAIN statements run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import logging
 import os
+import re
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,16 +42,26 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import TableSpec, spec
+from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, spec
 
 log = logging.getLogger(__name__)
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPOSITORY_ROOT / "warehouse"
 SQL_DIRECTORY = REPOSITORY_ROOT / "sql"
-PARTITION_FILE = "data.parquet"
 IN_PROGRESS_SUFFIX = ".inprogress"
 PAGE_BYTES = 1 << 16  # Parquet data pages (and read buffers): memory per column while streaming
+READ_STATEMENTS = ("SELECT", "EXPLAIN")
+LOG_TABLES = ("runs",)  # tables outside the generations: every file is visible
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # temp files are created 0600; published files honour the umask
 
 
 class CorruptPartitionError(IOError):
@@ -43,15 +72,24 @@ class MissingPartitionError(FileNotFoundError):
     pass
 
 
+class ReadOnlySqlError(ValueError):
+    pass
+
+
+class QueryError(ValueError):
+    pass
+
+
 @dataclass(frozen=True)
 class WrittenTable:
     path: Path
     rows: int
     row_groups: int
-    content_hash: str  # of the data buffers, not the file bytes: equal data, equal hash
+    bytes: int
+    content_hash: str  # of the data columns' buffers (not the file, not the provenance): equal data, equal hash
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -61,23 +99,56 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=IN_PROGRESS_SUFFIX)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, FILE_MODE)
+        os.replace(temporary, path)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+@contextmanager
+def file_lock(path: Path):
+    """An exclusive lock (flock) on ``path``, held for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 class TableWriter:
-    """Streams record batches of one table partition into a temp file, then publishes it atomically.
+    """Streams record batches of one table partition into a temp file, then hands it over.
 
     Use as a context manager: on a clean exit the file is flushed, fsynced, its footer read back
-    (a file that cannot be read is never published), and renamed over the partition; on an
-    exception the temp file is removed and the old partition stays.
+    (a file that cannot be read is never handed over), renamed to ``target`` and passed to
+    ``on_written``; on an exception the temp file is removed and nothing changes.
     """
 
-    def __init__(self, directory: Path, table: TableSpec, width: int | None) -> None:
-        self.directory, self.table, self.schema = directory, table, table.schema(width)
+    def __init__(self, target: Path, table: TableSpec, width: int | None, provenance: dict, on_written=None) -> None:
+        self.target, self.table, self.on_written = target, table, on_written
+        self.data_schema = table.schema(width)
+        self.schema = self.data_schema
+        for name in PROVENANCE_COLUMNS:
+            self.schema = self.schema.append(pa.field(name, pa.string()))
+        self.provenance = provenance
         self.rows = self.row_groups = 0
         self._digest = hashlib.sha256()
         self.result: WrittenTable | None = None
+        directory = target.parent
         directory.mkdir(parents=True, exist_ok=True)
         for stale in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
             owner = stale.name[1:].split("-", 1)[0]
-            if not owner.isdigit() or not _process_alive(int(owner)):
+            if not owner.isdigit() or not process_alive(int(owner)):
                 stale.unlink(missing_ok=True)  # left by a killed writer; a live writer's file is never touched
         handle, self.temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.getpid()}-", suffix=IN_PROGRESS_SUFFIX)
         self._stream = os.fdopen(handle, "wb")
@@ -89,15 +160,18 @@ class TableWriter:
                                         write_statistics=scalars, data_page_size=PAGE_BYTES)
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
-        """Append ``data`` (one row group per record batch)."""
-        if data.schema != self.schema:
-            data = data.select(self.schema.names).cast(self.schema)
+        """Append ``data`` (its data columns; provenance is added here), one row group per record batch."""
+        if data.schema != self.data_schema:
+            data = data.select(self.data_schema.names).cast(self.data_schema)
         batches = data.to_batches() if isinstance(data, pa.Table) else [data]
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            self._writer.write_batch(batch, row_group_size=batch.num_rows)
             _hash_batch(self._digest, batch)
+            columns = list(batch.columns) + [pa.repeat(pa.scalar(self.provenance[name]), batch.num_rows)
+                                             for name in PROVENANCE_COLUMNS]
+            self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self.schema),
+                                     row_group_size=batch.num_rows)
             self.rows += batch.num_rows
             self.row_groups += 1
 
@@ -114,9 +188,12 @@ class TableWriter:
                 footer = pq.read_metadata(self.temporary)  # what readers will see, checked before they can
                 if footer.num_rows != self.rows:
                     raise CorruptPartitionError(f"{self.temporary}: wrote {self.rows} rows, footer says {footer.num_rows}")
-                target = self.directory / PARTITION_FILE
-                os.replace(self.temporary, target)
-                self.result = WrittenTable(target, self.rows, self.row_groups, self._digest.hexdigest()[:16])
+                os.chmod(self.temporary, FILE_MODE)
+                os.replace(self.temporary, self.target)
+                self.result = WrittenTable(self.target, self.rows, self.row_groups, self.target.stat().st_size,
+                                           self._digest.hexdigest()[:16])
+                if self.on_written is not None:
+                    self.on_written(self.table.name, self.result)
         finally:
             Path(self.temporary).unlink(missing_ok=True)
 
@@ -128,17 +205,34 @@ def _hash_batch(digest, batch: pa.RecordBatch) -> None:
                 digest.update(memoryview(buffer))
 
 
+def new_run_id() -> str:
+    """For writes outside a Dagster run (scripts, tests): a unique, sortable id."""
+    return f"adhoc-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
 class Warehouse:
-    def __init__(self, root: str | os.PathLike | None = None) -> None:
+    """The warehouse root. ``run_id`` binds writes (and first reads) to one run: its tables are staged
+    and published by :meth:`publish`; without it every write publishes its table at once."""
+
+    def __init__(self, root: str | os.PathLike | None = None, *, run_id: str | None = None,
+                 settings_hash: str = "") -> None:
         self.root = Path(root or os.environ.get("RESDYN_WAREHOUSE") or DEFAULT_ROOT).resolve()
+        self.run_id = run_id
+        self.settings_hash = settings_hash
 
     # -- paths ----------------------------------------------------------------------------------
 
     def partition_directory(self, table: str, model: str, checkpoint: str) -> Path:
         return self.root / table / f"model={model}" / f"checkpoint={checkpoint}"
 
-    def partition_path(self, table: str, model: str, checkpoint: str) -> Path:
-        return self.partition_directory(table, model, checkpoint) / PARTITION_FILE
+    def manifest_path(self, model: str, checkpoint: str) -> Path:
+        return self.root / "_published" / f"model={model}" / f"checkpoint={checkpoint}.json"
+
+    def staging_directory(self, run_id: str, model: str, checkpoint: str) -> Path:
+        return self.root / "_staging" / run_id / f"model={model}" / f"checkpoint={checkpoint}"
+
+    def lease_path(self, model: str, checkpoint: str) -> Path:
+        return self.root / "_locks" / f"{model}@{checkpoint}.json"
 
     def artefact_directory(self, kind: str, model: str, checkpoint: str) -> Path:
         """Non-table outputs (figures, model directories), outside every table's glob."""
@@ -154,54 +248,148 @@ class Warehouse:
     def registry_file(self) -> Path:
         return self.root / "registry.json"
 
-    def tables(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    # -- manifests ------------------------------------------------------------------------------
+
+    def manifest(self, model: str, checkpoint: str) -> dict:
+        path = self.manifest_path(model, checkpoint)
+        if not path.is_file():
+            return {"model": model, "checkpoint": checkpoint, "generation": 0, "tables": {}}
+        return json.loads(path.read_text())
+
+    def manifests(self) -> Iterator[dict]:
+        for path in sorted((self.root / "_published").glob("model=*/checkpoint=*.json")):
+            try:
+                yield json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as error:
+                log.warning("unreadable manifest %s (%s): run `resdyn check`", path, error)
+
+    def partitions(self) -> list[tuple[str, str]]:
+        return [(manifest["model"], manifest["checkpoint"]) for manifest in self.manifests()]
 
     # -- writes ---------------------------------------------------------------------------------
 
     def open_writer(self, table: str, model: str, checkpoint: str, *, width: int | None = None) -> TableWriter:
         """A streaming writer for one partition of ``table`` (schema from dagster_project/schema.py)."""
-        return TableWriter(self.partition_directory(table, model, checkpoint), spec(table), width)
+        run_id = self.run_id or new_run_id()
+        target = self.partition_directory(table, model, checkpoint) / f"{run_id}.parquet"
+        provenance = {"run_id": run_id, "settings_hash": self.settings_hash}
+        if table in LOG_TABLES:
+            return TableWriter(target, spec(table), width, provenance)
+
+        def on_written(name: str, written: WrittenTable) -> None:
+            entry = {"file": str(written.path.relative_to(self.root)), "rows": written.rows, "bytes": written.bytes,
+                     "content_hash": written.content_hash, "run_id": run_id, "settings_hash": self.settings_hash}
+            if self.run_id is None:
+                self._publish_entries(model, checkpoint, {name: entry})
+            else:
+                atomic_write_text(self.staging_directory(run_id, model, checkpoint) / f"{name}.json", json.dumps(entry))
+
+        return TableWriter(target, spec(table), width, provenance, on_written)
 
     def write(self, table: str, model: str, checkpoint: str, data: pa.Table | pa.RecordBatch, *,
               width: int | None = None) -> WrittenTable:
-        """Replace the partition atomically with ``data`` (one call, one row group per batch)."""
+        """Write a whole table partition (one row group per record batch)."""
         with self.open_writer(table, model, checkpoint, width=width) as writer:
             writer.write(data)
         return writer.result
 
+    def staged(self, model: str, checkpoint: str, run_id: str | None = None) -> dict[str, dict]:
+        """Tables a run has written for a partition and not yet published."""
+        directory = self.staging_directory(run_id or self.run_id, model, checkpoint)
+        return {path.stem: json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))}
+
+    def publish(self, model: str, checkpoint: str) -> dict:
+        """Publish everything this run staged for the partition, in one manifest swap."""
+        entries = self.staged(model, checkpoint)
+        manifest = self._publish_entries(model, checkpoint, entries)
+        for path in self.staging_directory(self.run_id, model, checkpoint).glob("*.json"):
+            path.unlink(missing_ok=True)
+        return manifest
+
+    def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict]) -> dict:
+        path = self.manifest_path(model, checkpoint)
+        with file_lock(path.with_name(path.name + ".lock")):
+            manifest = self.manifest(model, checkpoint)
+            generation = manifest["generation"] + 1
+            superseded = dict(manifest.get("previous", {}))
+            previous = {}
+            for table, entry in entries.items():
+                if table in manifest["tables"] and manifest["tables"][table]["file"] != entry["file"]:
+                    previous[table] = manifest["tables"][table]["file"]
+                manifest["tables"][table] = {**entry, "generation": generation,
+                                             "published_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            manifest.update(generation=generation, published_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            previous={**{t: f for t, f in manifest.get("previous", {}).items() if t not in previous},
+                                      **previous})
+            atomic_write_text(path, json.dumps(manifest, indent=1))
+        self._collect_garbage(model, checkpoint, manifest, superseded, set(entries))
+        return manifest
+
+    def _collect_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict, tables: set) -> None:
+        """Remove the generation before the previous one, and files no manifest entry names (dead runs)."""
+        keep = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values())
+        for table in tables:
+            directory = self.partition_directory(table, model, checkpoint)
+            for path in directory.glob("*.parquet"):
+                relative = str(path.relative_to(self.root))
+                if relative not in keep and (relative in superseded.values() or not self._written_by_live_run(path)):
+                    path.unlink(missing_ok=True)
+
+    def _written_by_live_run(self, path: Path) -> bool:
+        """Is ``path`` a staged table of a run that may still publish (its lease is held)?"""
+        run_id = path.stem
+        for lease in (self.root / "_locks").glob("*.json"):
+            try:
+                if json.loads(lease.read_text()).get("run_id") == run_id:
+                    return True
+            except (OSError, json.JSONDecodeError):
+                continue
+        return False
+
     # -- reads ----------------------------------------------------------------------------------
 
-    def _existing_path(self, table: str, model: str, checkpoint: str) -> Path:
-        path = self.partition_path(table, model, checkpoint)
-        if not path.is_file():
+    def table_path(self, table: str, model: str, checkpoint: str) -> Path:
+        """The file a reader of this partition sees: this run's staged one, else the published one."""
+        if table in LOG_TABLES:
+            raise ValueError(f"{table} has one file per run; query it through SQL")
+        if self.run_id is not None:
+            staged = self.staging_directory(self.run_id, model, checkpoint) / f"{table}.json"
+            if staged.is_file():
+                return self.root / json.loads(staged.read_text())["file"]
+        entry = self.manifest(model, checkpoint)["tables"].get(table)
+        if entry is None:
             raise MissingPartitionError(
-                f"table {table!r} has no partition model={model}/checkpoint={checkpoint} under {self.root}; "
+                f"table {table!r} has no published partition model={model}/checkpoint={checkpoint} under {self.root}; "
                 f"materialize it first (`resdyn run --model {model} --checkpoint {checkpoint}`)"
             )
-        return path
+        return self.root / entry["file"]
+
+    def has(self, table: str, model: str, checkpoint: str) -> bool:
+        try:
+            self.table_path(table, model, checkpoint)
+            return True
+        except MissingPartitionError:
+            return False
+
+    def _corrupt(self, path: Path, model: str, checkpoint: str, error: Exception) -> CorruptPartitionError:
+        return CorruptPartitionError(
+            f"{path} is not a readable Parquet file ({str(error).splitlines()[0]}); rematerialize the partition "
+            f"(`resdyn run --model {model} --checkpoint {checkpoint}`)"
+        )
 
     def read(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None) -> pa.Table:
-        path = self._existing_path(table, model, checkpoint)
+        path = self.table_path(table, model, checkpoint)
         try:
             return pq.read_table(path, columns=columns)
         except (pa.ArrowInvalid, OSError) as error:
-            raise CorruptPartitionError(
-                f"{path} is not a readable Parquet file ({error}); delete it and rematerialize the partition "
-                f"(`resdyn run --model {model} --checkpoint {checkpoint}`)"
-            ) from error
+            raise self._corrupt(path, model, checkpoint, error) from error
 
     def _parquet_file(self, table: str, model: str, checkpoint: str) -> pq.ParquetFile:
-        path = self._existing_path(table, model, checkpoint)
+        path = self.table_path(table, model, checkpoint)
         try:
             return pq.ParquetFile(path, buffer_size=PAGE_BYTES, pre_buffer=False)
         except (pa.ArrowInvalid, OSError) as error:
-            raise CorruptPartitionError(
-                f"{path} is not a readable Parquet file ({error}); delete it and rematerialize the partition "
-                f"(`resdyn run --model {model} --checkpoint {checkpoint}`)"
-            ) from error
+            raise self._corrupt(path, model, checkpoint, error) from error
 
     def row_groups(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None
                    ) -> Iterator[pa.Table]:
@@ -215,38 +403,78 @@ class Warehouse:
         return self._parquet_file(table, model, checkpoint).read_row_group(index, columns=columns)
 
     def content_hash(self, table: str, model: str, checkpoint: str) -> str:
-        """Hash of the partition's data (not its file bytes), for Dagster data versions."""
+        """Hash of the partition's data columns (not its file bytes, not its provenance)."""
         digest = hashlib.sha256()
-        for group in self.row_groups(table, model, checkpoint):
+        names = spec(table).column_names
+        for group in self.row_groups(table, model, checkpoint, columns=names):
             for batch in group.to_batches():
                 _hash_batch(digest, batch)
         return digest.hexdigest()[:16]
 
+    def checkpoints_of(self, table: str, model: str) -> list[str]:
+        """Checkpoints of ``model`` with ``table`` published (figures compare them)."""
+        return sorted(manifest["checkpoint"] for manifest in self.manifests()
+                      if manifest["model"] == model and table in manifest["tables"])
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def record_run(self, model: str, checkpoint: str, row: dict) -> None:
+        """Write (or rewrite) this run's row of the ``runs`` table for the partition."""
+        table = pa.Table.from_pylist([row], schema=spec("runs").schema())
+        Warehouse(self.root, run_id=row["run_id"], settings_hash=row["settings_hash"]).write(
+            "runs", model, checkpoint, table)
+
+    def run_records(self, model: str, checkpoint: str) -> list[dict]:
+        directory = self.partition_directory("runs", model, checkpoint)
+        records = []
+        for path in directory.glob("*.parquet"):
+            try:
+                records += pq.read_table(path).to_pylist()
+            except (pa.ArrowInvalid, OSError):
+                log.warning("unreadable runs file %s", path)
+        return sorted(records, key=lambda row: row["started_at"] or "")
+
     # -- DuckDB ---------------------------------------------------------------------------------
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB with one read-only view per table that has data (sql/views.sql)."""
-        connection = duckdb.connect(":memory:")
-        present = set(self.tables())
-        for table, statement in view_statements(self.root):
-            if table in present:
-                connection.execute(statement)
-        return connection
+    def published_files(self) -> tuple[dict[str, list[str]], list[dict], list[str]]:
+        """(table -> published files that look intact, manifest rows, problems): a file missing or of
+        another size than published is left out of the views and reported, so the rest still answers."""
+        files: dict[str, list[str]] = {}
+        rows, problems = [], []
+        for manifest in self.manifests():
+            for table, entry in manifest["tables"].items():
+                path = self.root / entry["file"]
+                intact = path.is_file() and path.stat().st_size == entry["bytes"]
+                if not intact:
+                    problems.append(f"{path} is {'missing' if not path.is_file() else 'damaged (size differs)'}; "
+                                    f"rematerialize with `resdyn run --model {manifest['model']} --checkpoint "
+                                    f"{manifest['checkpoint']}` (and see `resdyn check`)")
+                else:
+                    files.setdefault(table, []).append(path.as_posix())
+                rows.append({"model": manifest["model"], "checkpoint": manifest["checkpoint"], "table_name": table,
+                             "run_id": entry["run_id"], "settings_hash": entry["settings_hash"],
+                             "generation": entry["generation"], "rows": entry["rows"], "intact": intact})
+        return files, rows, problems
 
-    def query(self, sql: str) -> pa.Table:
-        with self.connect() as connection:
-            return connection.sql(sql).to_arrow_table()
+    def connect(self, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB over the published tables (views from the manifests, sql/views.sql on top),
+        that can read only under the warehouse root and whose configuration is locked."""
+        from .sql_views import build_connection
+
+        return build_connection(self, complete_only=complete_only)
+
+    def query(self, sql: str, *, complete_only: bool = False) -> pa.Table:
+        """Run read-only SQL (SELECT / EXPLAIN; the last statement's result)."""
+        from .sql_views import run_read_only
+
+        with self.connect(complete_only=complete_only) as connection:
+            return run_read_only(connection, sql)
 
 
-def view_statements(root: Path) -> list[tuple[str, str]]:
-    """``sql/views.sql`` split into (table, CREATE VIEW statement), with the warehouse root filled in."""
-    lines = (SQL_DIRECTORY / "views.sql").read_text().splitlines()
-    text = "\n".join(line for line in lines if not line.strip().startswith("--"))
-    statements = []
-    for statement in text.split(";"):
-        body = statement.strip()
-        if not body:
-            continue
-        table = body.split()[4] if body.upper().startswith("CREATE OR REPLACE VIEW") else body.split()[2]
-        statements.append((table, body.replace("{warehouse}", root.as_posix().replace("'", "''"))))
-    return statements
+def table_names() -> list[str]:
+    return list(TABLES)
+
+
+def partition_key_of(path: Path) -> tuple[str, str] | None:
+    match = re.search(r"model=([^/]+)/checkpoint=([^/]+)", path.as_posix())
+    return (match.group(1), match.group(2)) if match else None

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .models.hub import datasets_hub_is_reachable
+
 log = logging.getLogger(__name__)
 
 WIKITEXT_DIR_VARIABLE = "RESDYN_WIKITEXT_DIR"
@@ -97,10 +99,12 @@ def _load_wikitext(split: str, use_hub: bool, directory: str | None) -> Corpus:
             return corpus
     else:
         log.warning("%s is not set; trying datasets", WIKITEXT_DIR_VARIABLE)
-    if use_hub:
+    if use_hub and datasets_hub_is_reachable():
         corpus = _read_hub(split)
         if corpus is not None:
             return corpus
+    elif use_hub:
+        log.warning("the hub is not reachable (or HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set); skipping datasets")
     return fallback_corpus()
 
 

@@ -1,54 +1,52 @@
--- One read-only view per warehouse table over its hive-partitioned Parquet files.
--- {warehouse} is replaced by the warehouse root; model and checkpoint come from the path.
--- A view is created only for tables that have at least one partition.
-
-CREATE OR REPLACE VIEW model_checkpoints AS SELECT * FROM read_parquet('{warehouse}/model_checkpoints/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW training_loss AS SELECT * FROM read_parquet('{warehouse}/training_loss/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW samples AS SELECT * FROM read_parquet('{warehouse}/samples/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW activations AS SELECT * FROM read_parquet('{warehouse}/activations/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW jacobians AS SELECT * FROM read_parquet('{warehouse}/jacobians/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW sample_jacobians AS SELECT * FROM read_parquet('{warehouse}/sample_jacobians/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW eigenvalues AS SELECT * FROM read_parquet('{warehouse}/eigenvalues/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW singular_values AS SELECT * FROM read_parquet('{warehouse}/singular_values/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW layer_metrics AS SELECT * FROM read_parquet('{warehouse}/layer_metrics/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW layer_metrics_per_sample AS SELECT * FROM read_parquet('{warehouse}/layer_metrics_per_sample/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW cumulative_rank AS SELECT * FROM read_parquet('{warehouse}/cumulative_rank/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW schur_surgery AS SELECT * FROM read_parquet('{warehouse}/schur_surgery/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW graph_edges AS SELECT * FROM read_parquet('{warehouse}/graph_edges/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW communities AS SELECT * FROM read_parquet('{warehouse}/communities/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW gamma_scan AS SELECT * FROM read_parquet('{warehouse}/gamma_scan/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW unit_amplification AS SELECT * FROM read_parquet('{warehouse}/unit_amplification/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
-
-CREATE OR REPLACE VIEW coupling_tests AS SELECT * FROM read_parquet('{warehouse}/coupling_tests/*/*/*.parquet',
-    hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true);
+-- Derived views. Every table of dagster_project/schema.py is already a view over exactly the files its
+-- partitions' manifests publish (dagster_project/sql_views.py), plus two registered relations:
+--   published_tables(model, checkpoint, table_name, run_id, settings_hash, generation, rows, intact)
+--   study_tables(table_name, required)
+--
+-- partitions: one row per partition that has published tables or a recorded run.
+--   complete      every required table published and intact, all written by one run with one settings hash
+--   inconsistent  every required table there, but from several runs or several settings (a partial rerun)
+--   incomplete    a required table missing or damaged (a run in progress publishes only at its end)
+--   failed        not complete and the partition's latest run failed
+CREATE OR REPLACE VIEW partitions AS
+WITH required AS (
+    SELECT count(*) AS n FROM study_tables WHERE required
+), published AS (
+    SELECT p.model, p.checkpoint,
+           count(*) FILTER (WHERE s.required AND p.intact)  AS n_required_published,
+           count(*) FILTER (WHERE NOT p.intact)              AS n_damaged,
+           count(DISTINCT p.run_id)                          AS n_runs,
+           count(DISTINCT p.settings_hash)                   AS n_settings,
+           min(p.run_id)                                     AS run_id,
+           min(p.settings_hash)                              AS settings_hash,
+           max(p.generation)                                 AS generation,
+           sum(p.rows)                                       AS total_rows
+    FROM published_tables p JOIN study_tables s USING (table_name)
+    GROUP BY p.model, p.checkpoint
+), last_run AS (
+    SELECT model, checkpoint,
+           arg_max(run_id, started_at) AS last_run_id,
+           arg_max(status, started_at) AS last_run_status,
+           arg_max(error, started_at)  AS last_error,
+           count(*)                    AS n_recorded_runs
+    FROM runs
+    GROUP BY model, checkpoint
+)
+SELECT model, checkpoint,
+       CASE
+           WHEN p.n_required_published IS NULL OR p.n_required_published < (SELECT n FROM required)
+                OR p.n_damaged > 0
+               THEN CASE WHEN r.last_run_status = 'failed' THEN 'failed' ELSE 'incomplete' END
+           WHEN p.n_runs > 1 OR p.n_settings > 1 THEN 'inconsistent'
+           ELSE 'complete'
+       END AS status,
+       CASE WHEN p.n_runs = 1 THEN p.run_id END               AS run_id,
+       CASE WHEN p.n_settings = 1 THEN p.settings_hash END    AS settings_hash,
+       coalesce(p.n_required_published, 0)                     AS required_tables_published,
+       (SELECT n FROM required)                                AS required_tables,
+       coalesce(p.n_runs, 0)                                   AS runs_in_published_tables,
+       coalesce(p.n_damaged, 0)                                AS damaged_tables,
+       p.generation, p.total_rows,
+       r.last_run_id, r.last_run_status, r.last_error
+FROM published p FULL OUTER JOIN last_run r USING (model, checkpoint)
+ORDER BY model, checkpoint;

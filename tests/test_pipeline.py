@@ -28,7 +28,9 @@ def test_every_asset_and_check_succeeds(warehouse):
                                                "activations_are_finite_and_complete"}
     assert all(c.passed for c in checks), [c for c in checks if not c.passed]
     for table in TABLES:
-        assert store.partition_path(table, "tiny-olmo3", "step-000000").is_file()
+        assert store.has(table, "tiny-olmo3", "step-000000"), table
+    status = store.query("SELECT status, run_id, settings_hash FROM partitions").to_pylist()
+    assert len(status) == 1 and status[0]["status"] == "complete" and status[0]["run_id"] and status[0]["settings_hash"]
 
 
 def test_duckdb_answers_over_the_parquet(warehouse):
@@ -54,13 +56,20 @@ def test_rerun_is_idempotent_and_keeps_data_versions(warehouse):
     store, _, instance = warehouse
     before = {t: store.query(f"SELECT count(*) AS n FROM {t}").to_pylist()[0]["n"] for t in TABLES}
     hashes = {t: store.content_hash(t, "tiny-olmo3", "step-000000") for t in ("jacobians", "activations")}
-    result, _, _ = materialize_partition(store.root, KEY, instance=instance)
-    assert result.success
+    first_run = store.query("SELECT run_id FROM partitions").to_pylist()[0]["run_id"]
+    for _ in range(2):
+        result, _, _ = materialize_partition(store.root, KEY, instance=instance)
+        assert result.success
     after = {t: store.query(f"SELECT count(*) AS n FROM {t}").to_pylist()[0]["n"] for t in TABLES}
     assert before == after
     assert hashes == {t: store.content_hash(t, "tiny-olmo3", "step-000000") for t in ("jacobians", "activations")}
-    files = list((store.root / "jacobians").rglob("*"))
-    assert [p.name for p in files if p.is_file()] == ["data.parquet"]
+    runs = store.query("SELECT run_id, status FROM runs ORDER BY started_at").to_pylist()
+    assert [r["status"] for r in runs] == ["success"] * 3 and runs[0]["run_id"] == first_run
+    partition = store.query("SELECT status, run_id FROM partitions").to_pylist()
+    assert partition == [{"status": "complete", "run_id": runs[-1]["run_id"]}]
+    # the published generation and the one before it are on disk; the first run's files are collected
+    names = sorted(p.stem for p in (store.root / "jacobians").rglob("*.parquet"))
+    assert names == sorted(r["run_id"] for r in runs[1:])
 
 
 def test_sample_jacobians_cover_every_sublayer(warehouse):

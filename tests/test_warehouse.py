@@ -66,12 +66,30 @@ def test_a_writer_killed_mid_write_leaves_no_partial_file_visible(tmp_path):
 def test_missing_and_corrupt_partitions_name_the_fix(tmp_path):
     store = Warehouse(tmp_path)
     with pytest.raises(MissingPartitionError, match="resdyn run --model m --checkpoint c"):
-        store.read("jacobians", "m", "c")
-    path = store.partition_path("jacobians", "m", "c")
-    path.parent.mkdir(parents=True)
+        store.read(TABLE, "m", "c")
+    path = store.write(TABLE, "m", "c", _table(4, 0)).path
     path.write_bytes(b"PAR1 this is not parquet")
-    with pytest.raises(CorruptPartitionError, match="delete it and rematerialize"):
-        store.read("jacobians", "m", "c")
+    with pytest.raises(CorruptPartitionError, match="rematerialize the partition"):
+        store.read(TABLE, "m", "c")
+
+
+def test_a_run_bound_writer_stages_until_the_run_publishes(tmp_path, fresh_seed):
+    """Tables of a run are invisible until it publishes; readers in the run see them first; the generation
+    before the published one is kept for running queries and the one before that is collected."""
+    published = Warehouse(tmp_path)
+    published.write(TABLE, "m", "c", _table(5, fresh_seed))
+    first_file = published.table_path(TABLE, "m", "c")
+    runs = [Warehouse(tmp_path, run_id=f"run-{i}", settings_hash="h") for i in range(2)]
+    for number, run in enumerate(runs):
+        run.write(TABLE, "m", "c", _table(6 + number, fresh_seed + number))
+        assert published.read(TABLE, "m", "c").num_rows == 5 + number  # still the published generation
+        assert run.read(TABLE, "m", "c").num_rows == 6 + number  # the run reads its own
+        run.publish("m", "c")
+        assert published.read(TABLE, "m", "c").num_rows == 6 + number
+        rows = published.query("SELECT DISTINCT run_id, settings_hash FROM training_loss").to_pylist()
+        assert rows == [{"run_id": f"run-{number}", "settings_hash": "h"}]
+    files = sorted(path.name for path in published.partition_directory(TABLE, "m", "c").glob("*.parquet"))
+    assert files == ["run-0.parquet", "run-1.parquet"] and not first_file.exists()
 
 
 MATRIX_MEMORY_SCRIPT = """

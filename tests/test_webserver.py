@@ -51,6 +51,35 @@ def _graphql(port: int, query: str, variables: dict | None = None) -> dict:
     return body["data"]
 
 
+LAUNCH = """
+    mutation($executionParams: ExecutionParams!) {
+      launchRun(executionParams: $executionParams) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+        ... on RunConfigValidationInvalid { errors { message } }
+      }
+    }"""
+
+
+def _wait_for(port: int, run_id: str) -> str:
+    status = None
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        status = _graphql(port, "query($runId: ID!) { runOrError(runId: $runId) { ... on Run { status } } }",
+                          {"runId": run_id})["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            break
+        time.sleep(2)
+    return status
+
+
+def _stale_status(port: int, asset: str) -> str:
+    nodes = _graphql(port, """
+        query($keys: [AssetKeyInput!], $partition: String) {
+          assetNodes(assetKeys: $keys) { staleStatus(partition: $partition) }
+        }""", {"keys": [{"path": [asset]}], "partition": KEY})["assetNodes"]
+    return nodes[0]["staleStatus"]
+
+
 def test_webserver_launches_a_partition_materialization(tmp_path):
     port = _free_port()
     environment = _environment(tmp_path)
@@ -79,28 +108,31 @@ def test_webserver_launches_a_partition_materialization(tmp_path):
                                   partitionKey: $partitionKey) { __typename }
             }""", {"repositorySelector": repository, "partitionsDefName": "model_checkpoint", "partitionKey": KEY})
         assert added["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess"
-        launched = _graphql(port, """
-            mutation($executionParams: ExecutionParams!) {
-              launchRun(executionParams: $executionParams) {
-                __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
-              }
-            }""", {"executionParams": {
+        launched = _graphql(port, LAUNCH, {"executionParams": {
                 "selector": {**repository, "jobName": "resdyn_job"}, "runConfigData": {},
                 "executionMetadata": {"tags": [{"key": "dagster/partition", "value": KEY}]}}})
         assert launched["launchRun"]["__typename"] == "LaunchRunSuccess", launched
         run_id = launched["launchRun"]["run"]["runId"]
-        status = None
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            status = _graphql(port, "query($runId: ID!) { runOrError(runId: $runId) { ... on Run { status } } }",
-                              {"runId": run_id})["runOrError"]["status"]
-            if status in ("SUCCESS", "FAILURE", "CANCELED"):
-                break
-            time.sleep(2)
-        assert status == "SUCCESS", (tmp_path / "webserver.log").read_text()[-4000:]
-        warehouse = tmp_path / "warehouse"
+        assert _wait_for(port, run_id) == "SUCCESS", (tmp_path / "webserver.log").read_text()[-4000:]
+        from dagster_project.warehouse import Warehouse
+
+        store = Warehouse(tmp_path / "warehouse")
         for table in ("model_checkpoints", "samples", "activations", "jacobians"):
-            assert (warehouse / table / "model=tiny-llama" / "checkpoint=step-000000" / "data.parquet").is_file()
+            assert store.has(table, "tiny-llama", "step-000000"), table
+        assert _stale_status(port, "jacobians") == "FRESH"
+        # rematerialize only `samples`, with another seed: everything downstream of it is stale
+        launched = _graphql(port, LAUNCH, {"executionParams": {
+            "selector": {**repository, "jobName": "resdyn_job", "assetSelection": [{"path": ["samples"]}]},
+            "runConfigData": {"resources": {"settings": {"config": {"seed": 1}}}},
+            "executionMetadata": {"tags": [{"key": "dagster/partition", "value": KEY}]}}})
+        assert launched["launchRun"]["__typename"] == "LaunchRunSuccess", launched
+        assert _wait_for(port, launched["launchRun"]["run"]["runId"]) == "SUCCESS"
+        assert store.query("SELECT DISTINCT seed FROM samples").to_pylist() == [{"seed": 1}]
+        # Dagster marks the direct dependents stale (its staleness looks one edge up); the partitions view
+        # marks the whole partition, whose tables now come from two runs
+        for asset in ("activations", "jacobians", "sample_jacobians", "finite_difference_probe"):
+            assert _stale_status(port, asset) == "STALE", asset
+        assert store.query("SELECT status FROM partitions").to_pylist() == [{"status": "inconsistent"}]
     finally:
         server.terminate()
         try:

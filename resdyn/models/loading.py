@@ -11,6 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from .adapters import FamilyAdapter, adapter_for
+from .hub import hub_is_reachable
 from .precision import DTYPES, use_full_precision
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,15 @@ def _check_source(source: str) -> str:
     return source
 
 
+def _offline(source: str) -> bool:
+    """Only the cache for a hub id when the hub is unreachable; a local directory never asks the hub."""
+    return not os.path.isdir(source) and not hub_is_reachable()
+
+
 def load_config(source: str, revision: str | None = None):
     source = _check_source(source)
     try:
-        return AutoConfig.from_pretrained(source, revision=revision)
+        return AutoConfig.from_pretrained(source, revision=revision, local_files_only=_offline(source))
     except OSError as error:
         raise ModelNotReachableError(
             f"cannot load the config of {source!r} at revision {revision!r}: {error}\n"
@@ -81,10 +87,11 @@ def load_model(source: str, revision: str | None = None, *, dtype: str = "float6
     adapter = adapter_for(config.model_type)  # fails before any weights are read
     source = _check_source(source)
     try:
+        offline = _offline(source)
         model = AutoModelForCausalLM.from_pretrained(
-            source, revision=revision, dtype=DTYPES[dtype], attn_implementation="eager"
+            source, revision=revision, dtype=DTYPES[dtype], attn_implementation="eager", local_files_only=offline
         )
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, local_files_only=offline)
     except OSError as error:
         raise ModelNotReachableError(f"cannot load weights or tokenizer of {source!r}@{revision}: {error}") from error
     model.eval()

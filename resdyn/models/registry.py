@@ -7,6 +7,7 @@ Built-in entries live in ``registry.toml`` beside this file; entries a user adds
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -89,24 +90,37 @@ class ModelRegistry:
         return sorted(name for name, spec in self.specs.items() if spec.is_tiny)
 
     def add(self, spec: ModelSpec) -> None:
-        """Record (or extend) a user model; written atomically."""
+        """Record (or extend) a user model. Concurrent adds from several processes all land: the file is
+        re-read under an exclusive lock, changed, and replaced atomically (temp file + rename)."""
         if self.user_file is None:
             raise ValueError("this registry has no user file to write to")
         check_name(spec.name, "model name")
         for checkpoint in spec.checkpoints:
             check_name(checkpoint, "checkpoint")
-        existing = self.specs.get(spec.name)
-        if existing is not None and existing.source != spec.source:
-            raise ValueError(f"model name {spec.name!r} already means {existing.source}; choose another --name")
-        checkpoints = {**(existing.checkpoints if existing else {}), **spec.checkpoints}
-        self.specs[spec.name] = ModelSpec(spec.name, spec.family, spec.source, checkpoints)
-        users = [asdict(s) for s in self.specs.values() if s.name not in _built_in_names() or s.name == spec.name]
         self.user_file.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self.user_file.parent, suffix=".inprogress")
-        with os.fdopen(handle, "w") as stream:
-            json.dump(users, stream, indent=2)
-        os.replace(temporary, self.user_file)
+        with open(self.user_file.with_name(self.user_file.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            users = {entry["name"]: entry for entry in self._read_user_file()}
+            existing = users.get(spec.name) or (asdict(self.specs[spec.name]) if spec.name in self.specs else None)
+            if existing is not None and existing["source"] != spec.source:
+                raise ValueError(f"model name {spec.name!r} already means {existing['source']}; choose another --name")
+            checkpoints = {**(existing["checkpoints"] if existing else {}), **spec.checkpoints}
+            users[spec.name] = asdict(ModelSpec(spec.name, spec.family, spec.source, checkpoints))
+            handle, temporary = tempfile.mkstemp(dir=self.user_file.parent, prefix=".registry.", suffix=".inprogress")
+            with os.fdopen(handle, "w") as stream:
+                json.dump(list(users.values()), stream, indent=2)
+            os.chmod(temporary, 0o666 & ~_umask())
+            os.replace(temporary, self.user_file)
+        for entry in users.values():
+            self.specs[entry["name"]] = ModelSpec(**entry)
+
+    def _read_user_file(self) -> list[dict]:
+        if not self.user_file.is_file():
+            return []
+        return json.loads(self.user_file.read_text())
 
 
-def _built_in_names() -> set[str]:
-    return set(tomllib.loads(BUILT_IN.read_text())["models"])
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,175 @@
+"""One run's work on one partition: a lease, a provenance record, staged tables, one publication.
+
+Every asset runs inside :func:`partition_run`:
+
+- the settings are checked first (a bad value fails the step before anything is written);
+- the partition's lease is taken (``_locks/<model>@<checkpoint>.json``): a second run of the same
+  partition stops at once with a message naming the run that holds it, unless that run is dead
+  (its process is gone, or the Dagster instance says it has ended), which is then recorded as
+  ``killed``;
+- the run's row of the ``runs`` table is written when its first step for the partition starts;
+- on success the step's tables stay staged, and the step that completes the run's selection for
+  the partition publishes them all (one manifest swap), records ``success`` and frees the lease;
+- on an exception the run is recorded ``failed`` with the first line of the error, the lease is
+  freed, nothing is published.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from resdyn.models.registry import split_partition_key
+
+from .settings import settings_hash
+from .warehouse import REPOSITORY_ROOT, Warehouse, atomic_write_text, file_lock, process_alive
+
+IN_PROGRESS_STATUSES = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"}
+
+
+class PartitionBusyError(RuntimeError):
+    pass
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+@functools.lru_cache(maxsize=1)
+def code_environment() -> dict:
+    """Versions of the code that computes (package, git commit, libraries), once per process."""
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+
+    commit = ""
+    if (REPOSITORY_ROOT / ".git").exists():
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPOSITORY_ROOT, capture_output=True, text=True,
+                                    timeout=10).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPOSITORY_ROOT,
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            commit += "+dirty" if dirty else ""
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
+    return {"resdyn_version": version("resdyn"), "git_commit": commit, "torch_version": version("torch"),
+            "transformers_version": version("transformers"), "dagster_version": version("dagster"),
+            "python_version": platform.python_version(), "host": socket.gethostname()}
+
+
+@functools.lru_cache(maxsize=4)
+def corpus_record(directory: str | None) -> dict:
+    """The analysis corpus, resolved once per process (and setting), by label and content hash."""
+    del directory  # part of the cache key only
+    from resdyn.corpus import load_wikitext
+
+    corpus = load_wikitext("test")
+    return {"corpus": corpus.label, "corpus_sha256": hashlib.sha256(corpus.text.encode()).hexdigest()[:16]}
+
+
+def _lease_is_live(lease: dict, instance) -> bool:
+    if lease.get("host") == socket.gethostname() and lease.get("single_process"):
+        if not process_alive(int(lease.get("pid", 0))):
+            return False
+    if instance is not None:
+        run = instance.get_run_by_id(lease["run_id"])
+        if run is not None:
+            return run.status.value in IN_PROGRESS_STATUSES
+    if lease.get("host") == socket.gethostname():
+        return process_alive(int(lease.get("pid", 0)))
+    return True  # another machine, unknown to this instance: cannot tell, so respect it
+
+
+def acquire_lease(store: Warehouse, model: str, checkpoint: str, *, single_process: bool, instance=None) -> None:
+    path = store.lease_path(model, checkpoint)
+    with file_lock(path.with_name(path.name + ".lock")):
+        if path.is_file():
+            try:
+                lease = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                lease = {"run_id": "?"}
+            if lease.get("run_id") == store.run_id:
+                return
+            if lease.get("run_id") != "?" and _lease_is_live(lease, instance):
+                raise PartitionBusyError(
+                    f"partition {model}@{checkpoint} is being materialized by run {lease['run_id']} (pid "
+                    f"{lease.get('pid')} on {lease.get('host')} since {lease.get('started_at')}); wait for it to "
+                    f"finish, or stop it. If that run is gone, delete {path}."
+                )
+            _mark_killed(store, model, checkpoint, lease.get("run_id"))
+        atomic_write_text(path, json.dumps({"run_id": store.run_id, "pid": os.getpid(), "host": socket.gethostname(),
+                                            "single_process": single_process, "started_at": now()}))
+
+
+def release_lease(store: Warehouse, model: str, checkpoint: str) -> None:
+    path = store.lease_path(model, checkpoint)
+    with file_lock(path.with_name(path.name + ".lock")):
+        try:
+            if json.loads(path.read_text()).get("run_id") == store.run_id:
+                path.unlink()
+        except (OSError, json.JSONDecodeError):
+            pass
+
+
+def _mark_killed(store: Warehouse, model: str, checkpoint: str, run_id: str | None) -> None:
+    for record in store.run_records(model, checkpoint):
+        if record["run_id"] == run_id and record["status"] == "started":
+            store.record_run(model, checkpoint, {**record, "status": "killed", "ended_at": now(),
+                                                 "error": "found dead by a later run"})
+
+
+def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict, executor: str, **fields) -> None:
+    existing = {r["run_id"]: r for r in store.run_records(model, checkpoint)}.get(store.run_id)
+    row = existing or {
+        "run_id": store.run_id, "settings_hash": store.settings_hash, "settings": json.dumps(settings_values,
+                                                                                             sort_keys=True),
+        **corpus_record(os.environ.get("RESDYN_WIKITEXT_DIR")), "dtype": settings_values["dtype"],
+        "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
+        **code_environment(), "pid": os.getpid(), "started_at": now(), "ended_at": None, "status": "started",
+        "error": None,
+    }
+    store.record_run(model, checkpoint, {**row, **fields})
+
+
+def selected_tables(context) -> set[str]:
+    """The tables this run will write for the partition: its selected assets (each writes its own table)."""
+    keys = context.run.asset_selection or context.job_def.asset_layer.executable_asset_keys
+    return {key.to_user_string() for key in keys}
+
+
+@contextmanager
+def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
+    """The warehouse bound to this run and partition, for one asset step (module docstring)."""
+    model, checkpoint = split_partition_key(context.partition_key)
+    values = settings.values()
+    store = Warehouse(warehouse.open().root, run_id=context.run_id, settings_hash=settings_hash(values))
+    executor = context.job_def.executor_def.name
+    single_process = "in_process" in executor or "in-process" in executor
+    acquire_lease(store, model, checkpoint, single_process=single_process, instance=context.instance)
+    try:
+        if not store.partition_directory("runs", model, checkpoint).joinpath(f"{store.run_id}.parquet").is_file():
+            _record(store, model, checkpoint, values, executor)
+        yield store
+    except BaseException as error:
+        message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        step = getattr(getattr(context, "op_def", None), "name", "")
+        _record(store, model, checkpoint, values, executor, status="failed", ended_at=now(),
+                error=f"{step}: {type(error).__name__}: {message}"[:2000])
+        release_lease(store, model, checkpoint)
+        raise
+    staged = set(store.staged(model, checkpoint))
+    if selected_tables(context) <= staged:
+        store.publish(model, checkpoint)
+        _record(store, model, checkpoint, values, executor, status="success", ended_at=now())
+        release_lease(store, model, checkpoint)

@@ -1,0 +1,141 @@
+"""DuckDB over the warehouse: views of the published files, read-only by construction, errors in one line.
+
+Each table of dagster_project/schema.py becomes a view over exactly the files its partitions'
+manifests publish (an unpublished, superseded or damaged file is never read); tables with no
+published partition are empty views of the right columns. ``published_tables`` (one row per
+published table of a partition) and ``study_tables`` (the tables a complete partition holds) are
+registered beside them, then ``sql/views.sql`` adds the derived views (``partitions``). The
+connection can read files only under the warehouse root, cannot change that, and
+:func:`run_read_only` runs only SELECT and EXPLAIN statements: DuckDB's ``allowed_directories``
+alone would still let ``COPY ... TO`` and ``ATTACH`` write there.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .schema import PROVENANCE_COLUMNS, TABLES
+from .warehouse import READ_STATEMENTS, SQL_DIRECTORY, QueryError, ReadOnlySqlError
+
+log = logging.getLogger(__name__)
+
+HIVE = "hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _empty(table: str) -> pa.Table:
+    schema = TABLES[table].schema()
+    for name in PROVENANCE_COLUMNS:
+        schema = schema.append(pa.field(name, pa.string()))
+    schema = schema.append(pa.field("model", pa.string())).append(pa.field("checkpoint", pa.string()))
+    return schema.empty_table()
+
+
+def _view(connection, table: str, files: list[str]) -> None:
+    if files:
+        file_list = "[" + ", ".join(_literal(path) for path in sorted(files)) + "]"
+        connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet({file_list}, {HIVE})")
+    else:
+        connection.register(f"_empty_{table}", _empty(table))
+        connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
+
+
+def _readable_run_files(store) -> list[str]:
+    files = []
+    for path in sorted((store.root / "runs").glob("model=*/checkpoint=*/*.parquet")):
+        try:
+            pq.read_metadata(path)
+            files.append(path.as_posix())
+        except (pa.ArrowInvalid, OSError):
+            log.warning("%s is not readable and is left out of the runs view; see `resdyn check`", path)
+    return files
+
+
+def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
+    connection = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                                    "autoload_known_extensions": False})
+    connection.execute(f"SET allowed_directories = [{_literal(store.root.as_posix() + '/')}]")
+    connection.execute("SET enable_external_access = false")
+    files, published, problems = store.published_files()
+    for problem in problems:
+        log.warning(problem)
+    store.problems = problems
+    published_schema = pa.schema([("model", pa.string()), ("checkpoint", pa.string()), ("table_name", pa.string()),
+                                  ("run_id", pa.string()), ("settings_hash", pa.string()),
+                                  ("generation", pa.int64()), ("rows", pa.int64()), ("intact", pa.bool_())])
+    connection.register("published_tables", pa.Table.from_pylist(published, schema=published_schema))
+    connection.register("study_tables", pa.table({"table_name": list(TABLES),
+                                                  "required": [TABLES[t].required for t in TABLES]}))
+    for table in TABLES:
+        _view(connection, table, _readable_run_files(store) if table == "runs" else files.get(table, []))
+    for statement in derived_view_statements():
+        connection.execute(statement)
+    if complete_only:
+        complete = {(m, c) for m, c in connection.sql(
+            "SELECT model, checkpoint FROM partitions WHERE status = 'complete'").fetchall()}
+        for table in TABLES:
+            if table == "runs":
+                continue
+            kept = [path for path in files.get(table, []) if _partition_of(path) in complete]
+            _view(connection, table, kept)
+    connection.execute("SET lock_configuration = true")
+    return connection
+
+
+def _partition_of(path: str) -> tuple[str, str] | None:
+    match = re.search(r"model=([^/]+)/checkpoint=([^/]+)/", path)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def derived_view_statements() -> list[str]:
+    """The CREATE VIEW statements of sql/views.sql (comments dropped)."""
+    lines = (SQL_DIRECTORY / "views.sql").read_text().splitlines()
+    text = "\n".join(line for line in lines if not line.strip().startswith("--"))
+    return [statement.strip() for statement in text.split(";") if statement.strip()]
+
+
+def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """The result of the last statement of ``sql``, after checking every statement only reads."""
+    try:
+        statements = connection.extract_statements(sql)
+    except duckdb.Error as error:
+        raise QueryError(_one_line(error, sql)) from None
+    if not statements:
+        raise QueryError("no SQL statement given")
+    for statement in statements:
+        kind = statement.type.name
+        if kind not in READ_STATEMENTS:
+            raise ReadOnlySqlError(f"SQL is read-only here: {kind} statements are not allowed (only SELECT, WITH, "
+                                   "DESCRIBE, SHOW, SUMMARIZE and EXPLAIN); the warehouse is written by `resdyn run`")
+    try:
+        result = None
+        for statement in statements:
+            result = connection.sql(statement.query)
+        return result.to_arrow_table() if result is not None else pa.table({})
+    except duckdb.Error as error:
+        raise QueryError(_one_line(error, sql)) from None
+
+
+def _one_line(error: Exception, sql: str) -> str:
+    """DuckDB's message, first line, with a hint of what to do."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    name = type(error).__name__
+    if "CatalogException" in name or "does not exist" in message:
+        hint = ("tables: " + ", ".join(TABLES) + "; views: partitions; `resdyn sql \"SHOW TABLES\"` lists them")
+    elif "Parser" in name:
+        hint = "check the SQL syntax"
+    elif "Binder" in name:
+        hint = "`resdyn sql \"DESCRIBE <table>\"` lists a table's columns"
+    elif "IO" in name or ".parquet" in message:
+        hint = "a warehouse file could not be read: `resdyn check` lists damaged files and how to fix them"
+    else:
+        hint = "see `resdyn sql --help`"
+    return f"{message} (hint: {hint})"

@@ -1,0 +1,345 @@
+"""Warehouse integrity, one test per finding of the integrity issue, plus the kill drill.
+
+Every test drives the real CLI (in-process through ``main`` or as a subprocess where a process has
+to be killed or run concurrently) on a small random-init Llama saved to disk.
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from dagster_project.cli import main
+from dagster_project.warehouse import Warehouse
+from resdyn.models.byte_tokenizer import build_byte_tokenizer
+from resdyn.models.tiny_configs import tiny_config
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+RESDYN = [sys.executable, "-m", "resdyn"]
+QUICK = ["--seq-len", "12", "--per-sample", "2", "--leiden-seeds", "2", "--permutations", "50", "--log-level", "ERROR"]
+
+
+def save_model(directory: Path, seed: int = 0) -> Path:
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(tiny_config("llama", hidden_size=32, n_layers=2)).save_pretrained(directory)
+    build_byte_tokenizer().save_pretrained(directory)
+    return directory
+
+
+def environment(**extra) -> dict:
+    values = {key: value for key, value in os.environ.items() if not key.startswith("RESDYN_") or
+              key in ("RESDYN_WIKITEXT_DIR", "RESDYN_WIKITEXT_TOKENIZED_DIR")}
+    values.pop("DAGSTER_HOME", None)
+    return {**values, **extra}
+
+
+def run_cli(*arguments, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([*RESDYN, *arguments], cwd=REPOSITORY, env=env or environment(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def partition_state(root: Path, model: str = "m") -> dict:
+    rows = Warehouse(root).query(f"SELECT * FROM partitions WHERE model = '{model}'").to_pylist()
+    return rows[0] if rows else {}
+
+
+def run_ids_by_table(root: Path, model: str = "m") -> dict:
+    store = Warehouse(root)
+    manifest = store.manifest(model, "local")
+    return {table: entry["run_id"] for table, entry in manifest["tables"].items()}
+
+
+def snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A model on disk and a warehouse holding one complete partition m@local of 6 samples."""
+    base = tmp_path_factory.mktemp("integrity")
+    model = save_model(base / "m")
+    root = base / "warehouse"
+    completed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root))
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return model, root
+
+
+@pytest.fixture
+def warehouse_copy(built, tmp_path):
+    """A private copy of the built warehouse (for tests that damage or change it)."""
+    model, root = built
+    copy = tmp_path / "warehouse"
+    shutil.copytree(root, copy)
+    return model, copy
+
+
+# 1 ---------------------------------------------------------------------------------------------
+
+def test_1_sql_cannot_write_create_or_attach(warehouse_copy, capsys):
+    _, root = warehouse_copy
+    before = snapshot(root)
+    target = next(root.glob("jacobians/model=m/checkpoint=local/*.parquet"))
+    for sql in [f"COPY (SELECT 1 AS x) TO '{target}' (FORMAT parquet)", f"ATTACH '{root}/evil.duckdb'",
+                "CREATE TABLE t AS SELECT 1", "INSERT INTO runs VALUES (1)", "SET enable_external_access = true",
+                "INSTALL httpfs", f"SELECT 1; COPY (SELECT 1) TO '{root}/x.csv'", "PRAGMA version"]:
+        assert main(["sql", sql, "--warehouse", str(root)]) == 2, sql
+        error = capsys.readouterr().err.strip()
+        assert error.count("\n") == 0 and "read-only" in error, (sql, error)
+    assert main(["sql", "SELECT * FROM read_csv('/etc/passwd')", "--warehouse", str(root)]) == 2
+    assert "Permission" in capsys.readouterr().err
+    assert snapshot(root) == before and not (root / "evil.duckdb").exists()
+    assert partition_state(root)["status"] == "complete"
+
+
+# 2 and 4 ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arguments, named", [
+    (["--samples", "0"], "--samples"), (["--samples", "-3"], "--samples"), (["--seq-len", "0"], "--seq-len"),
+    (["--samples", "abc"], "--samples"), (["--positions", "some"], "--positions"),
+    (["--positions", "all", "--warmup", "12"], "warmup"), (["--device", "cuda:5"], "cuda:5"),
+    (["--dtype", "float16"], "--dtype"), (["--backend", "magic"], "--backend"),
+])
+def test_2_4_bad_settings_fail_in_one_line_before_anything_is_written(warehouse_copy, arguments, named, capsys):
+    model, root = warehouse_copy
+    before, state = snapshot(root), partition_state(root)
+    assert main(["run", "--model", str(model), *QUICK, *arguments, "--warehouse", str(root)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert named in error and error.count("\n") == 0, error
+    assert snapshot(root) == before and partition_state(root) == state
+
+
+# 3 and the kill drill ----------------------------------------------------------------------------
+
+def test_3_kill_drill_never_leaves_a_partition_complete_with_mixed_runs(warehouse_copy):
+    """SIGKILL reruns of a partition at random moments: after each the partition is complete from one run
+    (the old one, or the new one if the kill came after publication) or not complete; a rerun completes it."""
+    model, root = warehouse_copy
+    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
+    state = partition_state(root)
+    known_runs = {state["run_id"]}
+    started = time.perf_counter()
+    duration = 0.0
+    for attempt in range(5):
+        process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", str(8 + attempt), *QUICK,
+                                    "--warehouse", str(root)], cwd=REPOSITORY, env=environment(),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if attempt == 0:  # learn how long a run takes, then kill at random moments within it
+            process.wait(timeout=300)
+            duration = time.perf_counter() - started
+        else:
+            time.sleep(rng.uniform(0.05, 1.05) * duration)
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        state = partition_state(root)
+        tables = run_ids_by_table(root)
+        if state["status"] == "complete":
+            assert set(tables.values()) == {state["run_id"]}, (attempt, tables)
+            assert state["run_id"] in known_runs or attempt == 0 or process.returncode != -signal.SIGKILL
+            known_runs.add(state["run_id"])
+            samples = Warehouse(root).query("SELECT count(DISTINCT sample_id) AS n, count(DISTINCT run_id) AS r "
+                                            "FROM samples").to_pylist()[0]
+            observations = Warehouse(root).query("SELECT DISTINCT n_observations AS n FROM jacobians").to_pylist()
+            assert samples["r"] == 1 and observations == [{"n": samples["n"]}]
+        else:
+            assert state["status"] in ("incomplete", "inconsistent", "failed")
+            assert state["run_id"] is None or len(set(tables.values())) == 1
+    completed = run_cli("run", "--model", str(model), "--samples", "7", *QUICK, "--warehouse", str(root))
+    assert completed.returncode == 0, completed.stdout[-2000:]
+    state = partition_state(root)
+    assert state["status"] == "complete" and state["run_id"] not in known_runs
+    statuses = [r["status"] for r in Warehouse(root).query("SELECT status FROM runs ORDER BY started_at").to_pylist()]
+    assert statuses[-1] == "success" and "started" not in statuses[:-1]  # killed runs were found and marked
+
+
+# 5 ---------------------------------------------------------------------------------------------
+
+def test_5_a_damaged_file_is_named_and_every_other_table_still_answers(warehouse_copy, capsys):
+    _, root = warehouse_copy
+    damaged = Warehouse(root).table_path("jacobians", "m", "local")
+    damaged.write_bytes(damaged.read_bytes()[:200])
+    assert main(["sql", "SELECT count(*) AS n FROM layer_metrics", "--warehouse", str(root), "--csv"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1] == "4" and str(damaged) in captured.err and "resdyn check" in captured.err
+    assert partition_state(root)["status"] == "incomplete"
+    assert main(["check", "--warehouse", str(root)]) == 1
+    report = capsys.readouterr().out
+    assert str(damaged) in report and "resdyn run --model m --checkpoint local" in report
+    assert main(["questions", "--warehouse", str(root)]) == 0
+    answers = capsys.readouterr().out
+    assert "skipped: m@local (incomplete)" in answers and "not answerable" not in answers
+
+
+# 6 ---------------------------------------------------------------------------------------------
+
+def _register(arguments):
+    file, name, start = arguments
+    from resdyn.models.registry import ModelRegistry, ModelSpec
+
+    while time.time() < start:
+        time.sleep(0.001)
+    ModelRegistry(Path(file)).add(ModelSpec(name, "llama", f"/models/{name}", {"local": "local"}))
+
+
+def test_6_concurrent_registrations_all_land(tmp_path):
+    import multiprocessing
+
+    from resdyn.models.registry import ModelRegistry
+
+    file = tmp_path / "registry.json"
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(3) as pool:
+        for round_ in range(4):
+            start = time.time() + 1.0
+            pool.map(_register, [(str(file), f"model-{round_}-{i}", start) for i in range(3)])
+    names = {entry["name"] for entry in json.loads(file.read_text())}
+    assert names == {f"model-{r}-{i}" for r in range(4) for i in range(3)}
+    assert {f"model-3-{i}" for i in range(3)} <= set(ModelRegistry(file).specs)
+
+
+# 7 ---------------------------------------------------------------------------------------------
+
+def test_7_a_second_run_of_a_busy_partition_stops_with_a_clear_message(warehouse_copy):
+    model, root = warehouse_copy
+    first = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "10", *QUICK, "--warehouse",
+                              str(root)], cwd=REPOSITORY, env=environment(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    lease = root / "_locks" / "m@local.json"
+    deadline = time.time() + 120
+    while not lease.is_file() and time.time() < deadline:
+        time.sleep(0.05)
+    second = run_cli("run", "--model", str(model), "--samples", "10", *QUICK, "--warehouse", str(root))
+    output = first.communicate(timeout=300)[0]
+    assert first.returncode == 0 and "FileNotFoundError" not in output, output[-3000:]
+    assert second.returncode == 1
+    assert "is being materialized by run" in second.stdout and "wait for it to finish" in second.stdout
+    state = partition_state(root)
+    assert state["status"] == "complete"
+    assert Warehouse(root).query("SELECT count(DISTINCT sample_id) AS n FROM samples").to_pylist() == [{"n": 10}]
+
+
+# 8 ---------------------------------------------------------------------------------------------
+
+def test_8_environment_settings_are_honoured_and_a_bad_one_is_named(built, tmp_path):
+    model, _ = built
+    root = tmp_path / "warehouse"
+    env = environment(RESDYN_SEED="5", RESDYN_DTYPE="float32", RESDYN_POSITIONS="all", RESDYN_WARMUP="9",
+                      RESDYN_SAMPLES="3")
+    completed = run_cli("run", "--model", str(model), *QUICK, "--warehouse", str(root), env=env)
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    store = Warehouse(root)
+    settings = json.loads(store.query("SELECT settings FROM runs").to_pylist()[0]["settings"])
+    assert (settings["seed"], settings["dtype"], settings["positions"], settings["warmup"], settings["n_samples"]) == (
+        5, "float32", "all", 9, 3)
+    assert store.query("SELECT DISTINCT seed FROM samples").to_pylist() == [{"seed": 5}]
+    assert store.query("SELECT list(DISTINCT position ORDER BY position) AS p FROM samples").to_pylist() == [
+        {"p": [9, 10, 11]}]
+    assert store.query("SELECT DISTINCT dtype FROM model_checkpoints").to_pylist() == [{"dtype": "float32"}]
+    # a flag beats the variable
+    bad = environment(RESDYN_SAMPLES="abc")
+    assert run_cli("sql", "SELECT 1 AS one", "--warehouse", str(root), env=bad).returncode == 0
+    refused = run_cli("run", "--model", str(model), "--warehouse", str(root), env=bad)
+    assert refused.returncode == 2 and "RESDYN_SAMPLES" in refused.stderr and refused.stderr.count("\n") == 1
+    flagged = run_cli("run", "--model", str(model), "--samples", "x", "--warehouse", str(root), env=bad)
+    assert "--samples" in flagged.stderr and "RESDYN_SAMPLES" not in flagged.stderr
+
+
+# 10 --------------------------------------------------------------------------------------------
+
+def test_10_a_revision_for_a_local_directory_is_refused(built, tmp_path, capsys):
+    model, _ = built
+    root = tmp_path / "warehouse"
+    assert main(["run", "--model", str(model), "--revision", "nosuchrev", "--warehouse", str(root)]) == 2
+    assert "local directory" in capsys.readouterr().err
+    assert not (root / "registry.json").exists()
+
+
+# 11 --------------------------------------------------------------------------------------------
+
+def test_11_written_files_honour_the_umask(built, tmp_path):
+    script = (
+        "import os, sys, numpy as np, pyarrow as pa\n"
+        "os.umask(0o027)\n"
+        f"sys.path.insert(0, {str(REPOSITORY)!r})\n"
+        "from dagster_project.warehouse import Warehouse\n"
+        "from resdyn.models.registry import ModelRegistry, ModelSpec\n"
+        f"store = Warehouse({str(tmp_path / 'w')!r})\n"
+        "store.write('training_loss', 'm', 'c', pa.table({'step': pa.array([1], pa.int32()), 'loss': [0.5], "
+        "'training_corpus': ['x']}))\n"
+        "ModelRegistry(store.registry_file).add(ModelSpec('m', 'llama', '/m', {'c': 'c'}))\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPOSITORY)
+    files = [p for p in (tmp_path / "w").rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    assert len(files) >= 3
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640, path
+
+
+# 12 --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sql, hint", [("SELEC 1", "syntax"), ("SELECT * FROM no_such_table", "tables:"),
+                                       ("SELECT no_such_column FROM layer_metrics", "DESCRIBE")])
+def test_12_sql_errors_are_one_line_with_a_hint(built, sql, hint, capsys):
+    _, root = built
+    assert main(["sql", sql, "--warehouse", str(root)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "Traceback" not in error and hint in error, error
+
+
+# 13 --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_13_a_signal_stops_the_whole_command(built, tmp_path, signum, code):
+    model, _ = built
+    other = save_model(tmp_path / "other", seed=1)
+    root = tmp_path / "warehouse"
+    process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--model", str(other), "--samples", "6",
+                                *QUICK, "--warehouse", str(root)], cwd=REPOSITORY, env=environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lease = root / "_locks" / "m@local.json"
+    deadline = time.time() + 120
+    while not lease.is_file() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    process.send_signal(signum)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == code, output[-3000:]
+    assert f"stopped by {signal.Signals(signum).name}" in output and "[2/2]" not in output
+    store = Warehouse(root)
+    assert store.query("SELECT * FROM partitions WHERE status = 'complete'").num_rows == 0
+    assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
+
+
+# 14 --------------------------------------------------------------------------------------------
+
+def test_14_offline_the_hub_is_asked_at_most_once_and_quickly(tmp_path):
+    script = (
+        "import logging, time, sys\n"
+        f"sys.path.insert(0, {str(REPOSITORY)!r})\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "started = time.perf_counter()\n"
+        "from resdyn.corpus import load_training_text, load_wikitext\n"
+        "from resdyn.models.hub import _probe\n"
+        "labels = [load_wikitext('test').label, load_wikitext('valid').label, load_training_text().label]\n"
+        "print(labels[0], round(time.perf_counter() - started, 1), _probe.cache_info().misses)\n"
+    )
+    base = {key: value for key, value in environment().items()
+            if key not in ("RESDYN_WIKITEXT_DIR", "RESDYN_WIKITEXT_TOKENIZED_DIR", "HF_HUB_OFFLINE",
+                           "HF_DATASETS_OFFLINE")}
+    unreachable = subprocess.run([sys.executable, "-c", script], env={**base, "HF_ENDPOINT": "https://127.0.0.1:9"},
+                                 capture_output=True, text=True, timeout=120)
+    label, seconds, probes = unreachable.stdout.split()
+    assert label == "fallback:pydoc_data.topics" and int(probes) == 1 and float(seconds) < 10, unreachable.stderr[-2000:]
+    offline = subprocess.run([sys.executable, "-c", script], env={**base, "HF_HUB_OFFLINE": "1"},
+                             capture_output=True, text=True, timeout=120)
+    label, seconds, probes = offline.stdout.split()
+    assert label == "fallback:pydoc_data.topics" and int(probes) == 0 and float(seconds) < 10

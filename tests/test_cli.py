@@ -2,6 +2,7 @@
 
 import re
 
+import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -47,3 +48,28 @@ def test_registered_paper_model_fails_clearly_without_its_weights(tmp_path, caps
     assert code == 1
     assert "olmo-3-7b@stage1-step0 FAILED" in output
     assert "hf download allenai/Olmo-3-1025-7B --revision stage1-step0" in output
+
+
+def test_gemma4_with_per_layer_inputs_and_shared_kv_runs_structured_and_equals_autodiff(tmp_path, capsys,
+                                                                                          fresh_seed):
+    from assets.common import read_mean_jacobians
+
+    from .conftest import random_tiny_model
+
+    directory = tmp_path / "gemma4"
+    random_tiny_model("gemma4", fresh_seed, n_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
+                      num_kv_shared_layers=2, sliding_window=5).save_pretrained(directory)
+    build_byte_tokenizer().save_pretrained(directory)
+    means = {}
+    for backend in ("structured", "autodiff"):
+        warehouse = tmp_path / backend
+        code = main(["run", "--model", str(directory), "--samples", "5", "--seq-len", "12", "--backend", backend,
+                     "--per-sample", "1", "--leiden-seeds", "2", "--permutations", "50", "--warehouse",
+                     str(warehouse), "--log-level", "ERROR"])
+        assert code == 0, capsys.readouterr().out[-3000:]
+        store = Warehouse(warehouse)
+        assert store.query("SELECT DISTINCT backend FROM jacobians").to_pylist() == [{"backend": backend}]
+        means[backend] = read_mean_jacobians(store, "gemma4", "local")
+    assert set(means["structured"]) == set(means["autodiff"]) and len(means["autodiff"]) == 8
+    worst = max(float(np.abs(means["structured"][key] - means["autodiff"][key]).max()) for key in means["autodiff"])
+    assert worst <= 1e-10, worst

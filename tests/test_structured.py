@@ -30,8 +30,7 @@ def test_structured_mean_equals_mean_of_autodiff_jacobians(family, positions, fr
         relative = np.linalg.norm(mean - expected) / np.linalg.norm(expected)
         assert relative < 1e-10, (key, relative, fresh_seed)
     layer = adapter.decoder_layers(model)[0]
-    expected = "structured" if family != "gemma4" else "autodiff (structured fallback)"
-    assert structured.backend_by_sublayer[(0, "mlp")] == structured.backend_by_sublayer[(0, "attn")] == expected
+    assert set(structured.backend_by_sublayer.values()) == {"structured"}
     assert (gated_mlp_of(adapter, layer) is not None) == (attention_view_of(adapter, layer) is not None)
 
 

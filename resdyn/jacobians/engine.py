@@ -35,6 +35,7 @@ import torch
 
 from ..corpus import Sample
 from ..models.adapters import BOUNDARIES, SUBLAYERS, FamilyAdapter, LayerInputs
+from ..models.precision import FULL_PRECISION_ATTENTION
 from .probe import PROBE_STEP, central_difference_sum, probe_directions
 from .streaming import RunningMoments
 
@@ -106,6 +107,7 @@ def analyse_layer(
     progress: Progress | None = None,
 ) -> LayerMeasurement:
     """Every measurement of decoder layer ``layer_index`` over the given sample batches."""
+    check_attention_implementation(layer)
     d_model = batches[0][1].hidden.shape[-1]
     device = batches[0][1].hidden.device
     moments = {sublayer: RunningMoments() for sublayer in SUBLAYERS}
@@ -191,6 +193,25 @@ class _Stopwatch:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - started
+
+
+SUPPORTED_ATTENTION = ("eager", "sdpa", FULL_PRECISION_ATTENTION)
+
+
+class UnsupportedAttentionError(ValueError):
+    pass
+
+
+def check_attention_implementation(layer: torch.nn.Module) -> None:
+    """The engine reads each layer's attention mask as the model passes it; kernels whose masking is
+    implicit (flash, flex) would make both backends silently wrong, so they are refused."""
+    config = getattr(getattr(layer, "self_attn", None), "config", None)
+    implementation = getattr(config, "_attn_implementation", None) or "eager"
+    if implementation not in SUPPORTED_ATTENTION:
+        raise UnsupportedAttentionError(
+            f"attention implementation {implementation!r} is not supported by the Jacobian engine (its masking is "
+            f"implicit in the kernel); load the model with attn_implementation='eager' or 'sdpa' "
+            f"(supported: {', '.join(SUPPORTED_ATTENTION)})")
 
 
 def _keep_subsample(kept, batch, position, jacobians, backend, adapter, layer, inputs, sublayer, keep):

@@ -32,7 +32,7 @@ from torch import nn
 from .adapters import FamilyAdapter, adapter_for
 from .checkpoint import CheckpointFiles, locate_checkpoint
 from .devices import resolve_device
-from .precision import DTYPES, FULL_PRECISION_ATTENTION, use_full_precision
+from .precision import DTYPES, FULL_PRECISION_ATTENTION, loading_options, use_full_precision
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class LayerwiseModel:
         self.device = resolve_device(device, dtype=dtype)
         attention = FULL_PRECISION_ATTENTION if dtype == "float64" else "eager"
         with parameters_on_meta():
-            self.model = AutoModelForCausalLM.from_config(self.config, dtype=self.dtype)
+            self.model = AutoModelForCausalLM.from_config(self.config, dtype=self.dtype, **loading_options(self.config))
         self.model.eval().requires_grad_(False)
         if dtype == "float64":
             use_full_precision(self.model)

@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from .adapters import FamilyAdapter, adapter_for
 from .hub import hub_is_reachable
-from .precision import DTYPES, use_full_precision
+from .precision import DTYPES, loading_options, use_full_precision
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,8 @@ def load_model(source: str, revision: str | None = None, *, dtype: str = "float6
     try:
         offline = _offline(source)
         model = AutoModelForCausalLM.from_pretrained(
-            source, revision=revision, dtype=DTYPES[dtype], attn_implementation="eager", local_files_only=offline
+            source, revision=revision, dtype=DTYPES[dtype], attn_implementation="eager", local_files_only=offline,
+            **loading_options(config),
         )
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, local_files_only=offline)
     except OSError as error:

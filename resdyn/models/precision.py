@@ -24,6 +24,14 @@ log = logging.getLogger(__name__)
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def loading_options(config) -> dict:
+    """Extra from_config / from_pretrained options: mixture-of-experts blocks computed by plain loops
+    (HF's grouped-matmul kernels take no float64)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    moe = getattr(text, "enable_moe_block", False) or getattr(text, "num_experts", None)
+    return {"experts_implementation": "eager"} if moe else {}
+
+
 def _inverse_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 

@@ -149,7 +149,8 @@ class FamilyAdapter:
         if sublayer == "mlp":
             pre_mlp = self.pre_mlp(layer, inputs)
             arguments = {
-                key: (value[:, position : position + 1] if key in self.per_token_arguments else value)
+                key: (value[:, position : position + 1] if key in self.per_token_arguments and value is not None
+                      else value)
                 for key, value in inputs.arguments.items()
             }
 
@@ -177,7 +178,9 @@ class FamilyAdapter:
                 self.attention_map(layer, inputs.hidden, {**inputs.arguments, "cache": recorder})
             inputs.context = recorder
         keys, values = inputs.context.keys, inputs.context.values  # None: the layer reuses another's (Gemma 4)
-        arguments = row_arguments(inputs.arguments, position)
+        batch, length, _ = inputs.hidden.shape
+        arguments = row_arguments(inputs.arguments, position, layer.self_attn, batch, length, inputs.hidden.dtype,
+                                  inputs.hidden.device)
 
         def attention_at_row(x: torch.Tensor) -> torch.Tensor:
             cache = FixedContextCache(keys, values, position) if keys is not None else None
@@ -215,17 +218,20 @@ class FixedContextCache:
         return 0
 
 
-def row_arguments(arguments: dict, position: int) -> dict:
-    """The layer's arguments for a one-token call at ``position``: rotary tables, mask row and
-    position ids sliced to that token (masks keep every key column)."""
+def row_arguments(arguments: dict, position: int, attention: nn.Module, batch: int, length: int, dtype,
+                  device) -> dict:
+    """The layer's arguments for a one-token call at ``position``: rotary tables and position ids sliced
+    to that token, and the mask row made explicit and additive (B, 1, 1, T): sdpa passes no mask on its
+    causal fast path, which a one-query call would read as 'attend to everything'."""
+    from ...jacobians.structured_attention import additive_mask_row
+
     sliced = dict(arguments)
     t = slice(position, position + 1)
     if sliced.get("position_embeddings") is not None:
         cos, sin = sliced["position_embeddings"]
         sliced["position_embeddings"] = (cos[:, t], sin[:, t])
-    mask = sliced.get("attention_mask")
-    if isinstance(mask, torch.Tensor):
-        sliced["attention_mask"] = mask[:, :, t]
+    mask = additive_mask_row(sliced.get("attention_mask"), attention, position, length, batch, dtype, device)
+    sliced["attention_mask"] = mask[:, None, None, :]
     if isinstance(sliced.get("position_ids"), torch.Tensor):
         sliced["position_ids"] = sliced["position_ids"][:, t]
     return sliced

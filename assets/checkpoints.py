@@ -9,12 +9,11 @@ import json
 import dagster as dg
 import pyarrow as pa
 
+from dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.runs import partition_run
 from resdyn.corpus import load_training_text, load_wikitext
 from resdyn.figures import training_loss_figure
-from resdyn.models.layerwise import describe_checkpoint
-from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
 
 from .common import PARTITIONS, checkpoint_source, figure, partition, table_metadata
 
@@ -24,7 +23,8 @@ def _training_text() -> tuple[str, str]:
     return corpus.text, corpus.label
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs",
+@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs", pool=MODEL_RUNNER_POOL,
+          op_tags=ray_tags("model"), retry_policy=STEP_RETRIES,
           description="One row describing the checkpoint (from its config and safetensors headers); trains the "
                       "tiny suite member on first use.")
 def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
@@ -34,6 +34,9 @@ def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseRes
 
 
 def _describe_checkpoint(context, warehouse, settings, store) -> dg.MaterializeResult:
+    from resdyn.models.layerwise import describe_checkpoint  # torch and transformers: only where a step needs them
+    from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
+
     model, checkpoint = partition(context)
     spec, revision = warehouse.registry().resolve(context.partition_key)
     metadata = {}

@@ -15,8 +15,8 @@ from dagster_project.partitions import model_checkpoint_partitions
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.warehouse import Warehouse
 from resdyn.corpus import Sample
-from resdyn.models.adapters import sublayer_depth
 from resdyn.models.registry import split_partition_key
+from resdyn.naming import sublayer_depth
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_project.executors import STEP_RETRIES, ray_tags
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn import coupling
 from resdyn.figures import coupling_by_depth
-from resdyn.models.adapters import sublayer_depth
+from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, figure, iter_matrices, partition, written_metadata
 
@@ -18,6 +19,7 @@ STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling", deps=["jacobians"],
+          op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
           description="Per-unit amplification from each sublayer's mean Jacobian (column, J - I column, row, diagonal).")
 def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                        settings: AnalysisSettings) -> dg.MaterializeResult:
@@ -52,7 +54,8 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling",
-          deps=[unit_amplification, "communities", "layer_metrics"],
+          deps=[unit_amplification, "communities", "layer_metrics"], op_tags=ray_tags("analysis"),
+          retry_policy=STEP_RETRIES,
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
 def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResource,

@@ -13,14 +13,12 @@ import numpy as np
 import pyarrow as pa
 
 from dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
+from dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn.figures import jacobian_heatmaps
-from resdyn.jacobians import make_backend
-from resdyn.jacobians.engine import MeasurementOptions, measure_layer_major
-from resdyn.jacobians.probe import PROBE_STEP
-from resdyn.models.adapters import SUBLAYERS, sublayer_depth
+from resdyn.naming import SUBLAYERS, sublayer_depth
 
 from .common import PARTITIONS, figure, open_layerwise, partition, read_samples, written_metadata
 from .samples import samples
@@ -59,7 +57,8 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
 
 
 @dg.multi_asset(
-    partitions_def=PARTITIONS, group_name="measurements", can_subset=False,
+    partitions_def=PARTITIONS, group_name="measurements", can_subset=False, pool=MODEL_RUNNER_POOL,
+    op_tags=ray_tags("model"), retry_policy=STEP_RETRIES,
     specs=[
         dg.AssetSpec("activations", code_version="2", deps=[samples],
                      description="Residual stream at the analysed positions, one row per (layer, boundary, sample, position)."),
@@ -79,6 +78,10 @@ def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource
 
 
 def _measure(context, warehouse, settings, store):
+    from resdyn.jacobians import make_backend
+    from resdyn.jacobians.engine import MeasurementOptions, measure_layer_major
+    from resdyn.jacobians.probe import PROBE_STEP
+
     model, checkpoint = partition(context)
     sample_list = read_samples(store, model, checkpoint)
     layerwise = open_layerwise(warehouse, settings, model, checkpoint)

@@ -9,23 +9,25 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from dagster_project.executors import STEP_RETRIES, ray_tags
 from dagster_project.parallel import default_workers, ordered_parallel_map
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn import spectra
-from resdyn.models.adapters import sublayer_depth
+from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, partition, written_metadata
 from .spectra import PARALLEL_MIN_WIDTH
 from .spectral_worker import metrics_of_row_group
 
-NUMERIC_METRICS = ("spectral_radius", "log10_condition", "henrici", "henrici_rel_j", "henrici_rel_j_minus_i",
+NUMERIC_METRICS = ("spectral_radius", "sigma_max", "numerical_abscissa", "log10_condition", "henrici", "henrici_rel_j", "henrici_rel_j_minus_i",
                    "frac_complex", "frac_expanding", "self_alignment", "self_alignment_signed", "effective_rank",
                    "participation_ratio", "stable_rank")
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="spectra", deps=["sample_jacobians", "layer_metrics"],
+@dg.asset(partitions_def=PARTITIONS, code_version="3", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
+          op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                              settings: AnalysisSettings) -> dg.MaterializeResult:
@@ -41,6 +43,9 @@ def _per_sample(context, settings, store) -> dg.MaterializeResult:
     width = keys[0][2] if keys else 0
     workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
     of_mean = {(r["layer"], r["sublayer"]): r for r in store.read("layer_metrics", model, checkpoint).to_pylist()}
+    for row in store.read("transient_dynamics", model, checkpoint, columns=["layer", "sublayer",
+                                                                            "numerical_abscissa"]).to_pylist():
+        of_mean[(row["layer"], row["sublayer"])]["numerical_abscissa"] = row["numerical_abscissa"]
     grouped: dict[tuple[int, str], list[dict]] = {}
     metrics = ordered_parallel_map(metrics_of_row_group, [(path, index) for index in range(len(keys))], workers=workers)
     for (layer, sublayer, _), result in zip(keys, metrics):

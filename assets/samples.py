@@ -4,18 +4,18 @@
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-from transformers import AutoTokenizer
 
+from dagster_project.executors import STEP_RETRIES, ray_tags
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.runs import partition_run
 from resdyn.corpus import load_wikitext, sample_windows, tokenize
-from resdyn.models.checkpoint import locate_checkpoint
 
 from .checkpoints import model_checkpoints
 from .common import PARTITIONS, checkpoint_source, partition, table_metadata
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs", deps=[model_checkpoints],
+          op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
 def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
             settings: AnalysisSettings) -> dg.MaterializeResult:
@@ -24,6 +24,10 @@ def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
 
 
 def _draw_samples(context, warehouse, settings, store) -> dg.MaterializeResult:
+    from transformers import AutoTokenizer
+
+    from resdyn.models.checkpoint import locate_checkpoint
+
     model, checkpoint = partition(context)
     source, revision = checkpoint_source(warehouse, model, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(locate_checkpoint(source, revision))

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from dagster_project.arrow_tables import record_batch
+from dagster_project.executors import STEP_RETRIES, ray_tags
 from dagster_project.parallel import default_workers, ordered_parallel_map
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.runs import partition_run
@@ -24,7 +25,7 @@ from resdyn.depth import (
     operated_schur_form,
 )
 from resdyn.figures import eigenvalue_clouds, metrics_by_depth
-from resdyn.models.adapters import sublayer_depth
+from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, figure, partition, written_metadata
 from .spectral_worker import analyse_row_group, read_matrix
@@ -74,7 +75,7 @@ def _rank_columns(step) -> dict:
 
 
 @dg.multi_asset(
-    partitions_def=PARTITIONS, can_subset=False,
+    partitions_def=PARTITIONS, can_subset=False, op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
     specs=[
         dg.AssetSpec("eigenvalues", code_version="2", deps=["jacobians"], group_name="spectra",
                      description="Every eigenvalue of every mean Jacobian (read off its real Schur form)."),

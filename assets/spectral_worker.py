@@ -25,6 +25,17 @@ def analyse_row_group(task: tuple[str, int]):
 
 
 def metrics_of_row_group(task: tuple[str, int]) -> dict:
-    """(path, row group) -> the layer_metrics of that one matrix (no Schur form kept)."""
+    """(path, row group) -> the layer_metrics of that one matrix (no Schur form kept) and its numerical abscissa."""
+    from resdyn.transient import numerical_abscissa
+
     path, row_group = task
-    return analyse_sublayer(read_matrix(path, row_group), keep_schur=False).metrics
+    matrix = read_matrix(path, row_group)
+    return {**analyse_sublayer(matrix, keep_schur=False).metrics, "numerical_abscissa": numerical_abscissa(matrix)}
+
+
+def transient_of_row_group(task: tuple[str, int]):
+    """(path, row group) -> resdyn.transient.TransientDynamics of that matrix."""
+    from resdyn.transient import analyse_transient
+
+    path, row_group = task
+    return analyse_transient(read_matrix(path, row_group))

@@ -5,13 +5,14 @@ import numpy as np
 import pyarrow as pa
 
 from dagster_project.arrow_tables import matrix_rows, record_batch
+from dagster_project.executors import STEP_RETRIES, ray_tags
 from dagster_project.parallel import default_workers
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn import topology
 from resdyn.figures import community_distributions
-from resdyn.models.adapters import sublayer_depth
+from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, figure, partition, written_metadata
 
@@ -34,6 +35,7 @@ def edges_by_boundary(store, model, checkpoint):
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="topology", deps=["activations"],
+          op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
           description="Signed correlation graph of residual units per layer and boundary (kNN by |r| by default).")
 def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                 settings: AnalysisSettings) -> dg.MaterializeResult:
@@ -62,7 +64,8 @@ def _graph_edges(context, settings, store) -> dg.MaterializeResult:
 
 
 @dg.multi_asset(
-    partitions_def=PARTITIONS, group_name="topology", can_subset=False,
+    partitions_def=PARTITIONS, group_name="topology", can_subset=False, op_tags=ray_tags("analysis"),
+    retry_policy=STEP_RETRIES,
     specs=[dg.AssetSpec("communities", code_version="2", deps=[graph_edges],
                         description="Signed Leiden CPM community, participation and boundary flag of every unit."),
            dg.AssetSpec("gamma_scan", code_version="2", deps=[graph_edges],

@@ -57,25 +57,42 @@ def layer_shape(d: int) -> dict:
     return {"d": d, "d_ff": int(round(3.5 * d / 64)) * 64, "heads": heads, "kv_heads": max(1, heads // 4)}
 
 
+def gemma4_shape(d: int) -> dict:
+    """Gemma 4 E4B's proportions at width d: 8 heads of d / 10 (sliding) or d / 5 (full), 2 KV heads, d_ff = 4 d,
+    per-layer inputs of 256."""
+    return {"d": d, "d_ff": 4 * d, "heads": 8, "kv_heads": 2, "family": "gemma4", "head_dim": max(8, d // 10 // 2 * 2)}
+
+
 def build_layer(shape: dict, seed: int = 0):
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
     from resdyn.models.adapters import adapter_for
     from resdyn.models.precision import use_full_precision
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=256, hidden_size=shape["d"], intermediate_size=shape["d_ff"],
-                         num_hidden_layers=1, num_attention_heads=shape["heads"],
-                         num_key_value_heads=shape["kv_heads"], head_dim=shape["d"] // shape["heads"],
-                         max_position_embeddings=512)
+    if shape.get("family") == "gemma4":  # one full-attention layer with the per-layer-input branch and v_norm
+        config = AutoConfig.for_model(
+            "gemma4_text", vocab_size=256, hidden_size=shape["d"], intermediate_size=shape["d_ff"],
+            num_hidden_layers=1, num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
+            head_dim=shape["head_dim"], global_head_dim=2 * shape["head_dim"], layer_types=["full_attention"],
+            hidden_size_per_layer_input=256, vocab_size_per_layer_input=256, max_position_embeddings=512)
+    else:
+        config = LlamaConfig(vocab_size=256, hidden_size=shape["d"], intermediate_size=shape["d_ff"],
+                             num_hidden_layers=1, num_attention_heads=shape["heads"],
+                             num_key_value_heads=shape["kv_heads"], head_dim=shape["d"] // shape["heads"],
+                             max_position_embeddings=512)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float64, attn_implementation="eager").eval()
+    with torch.no_grad():  # norms and the layer scalar off their constant initial values
+        for name, parameter in model.named_parameters():
+            if "norm" in name:
+                parameter.add_(0.1 * torch.randn_like(parameter))
     use_full_precision(model)
-    return model, adapter_for("llama")
+    return model, adapter_for(config.model_type)
 
 
 def forward_flops(shape: dict, n: int, tokens: int) -> float:
     d, d_ff, heads, kv = shape["d"], shape["d_ff"], shape["heads"], shape["kv_heads"]
-    head_dim = d // heads
+    head_dim = shape.get("head_dim", d // heads)
     projections = 2 * d * (2 * heads * head_dim + 2 * kv * head_dim) + 3 * 2 * d * d_ff
     attention = 2 * 2 * tokens * heads * head_dim / 2  # causal: about half the keys per query
     return float(n * tokens * (projections + attention))
@@ -182,6 +199,12 @@ def main() -> None:
     parser.add_argument("--llama-samples", type=int, default=1000)
     parser.add_argument("--llama-tokens", type=int, default=32)
     parser.add_argument("--skip-llama", action="store_true")
+    parser.add_argument("--gemma4-widths", type=int, nargs="*", default=[512],
+                        help="Gemma-4-shaped layers (per-layer inputs, v_norm): structured vs autodiff")
+    parser.add_argument("--autodiff-memory-widths", type=int, nargs="*", default=[1024, 4096],
+                        help="peak memory of the autodiff backend for one sample (d = 4096: Llama-3.1-8B's layer)")
+    parser.add_argument("--only-new-rows", action="store_true",
+                        help="measure only the Gemma 4 and autodiff-memory rows, keeping the rest of the output file")
     parser.add_argument("--reuse-baselines", action="store_true",
                         help="take autograd/autodiff timings from the existing output file (same d, n, T) "
                              "instead of measuring them again; they take most of the run")
@@ -189,8 +212,10 @@ def main() -> None:
     arguments = parser.parse_args()
 
     previous = []
-    if arguments.reuse_baselines and Path(arguments.output).is_file():
+    if (arguments.reuse_baselines or arguments.only_new_rows) and Path(arguments.output).is_file():
         previous = json.loads(Path(arguments.output).read_text())
+    if arguments.only_new_rows:
+        arguments.widths, arguments.skip_llama = [], True
     gflops = matmul_gflops()
     print(f"float64 matmul: {gflops:.1f} GFLOP/s on {torch.get_num_threads()} threads")
     records = []
@@ -226,9 +251,31 @@ def main() -> None:
                   f"{record['fraction_of_flop_floor']:10.3f} "
                   f"{record['peak_rss_mb']:8.0f}{'  (scaled from ' + str(result['samples_measured']) + ')' if result['extrapolated'] else ''}",
                   flush=True)
+    for d in arguments.gemma4_widths:
+        shape = gemma4_shape(d)
+        autodiff = measure("autodiff", shape, arguments.samples, arguments.tokens, arguments.autodiff_batches)
+        structured = measure("structured", shape, arguments.samples, arguments.tokens, 0)
+        for backend, result in (("autodiff", autodiff), ("structured", structured)):
+            records.append({"d": d, "n": arguments.samples, "tokens": arguments.tokens, "backend": backend,
+                            "seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"],
+                            "purpose": "gemma-4-shaped layer", "ratio_vs_autodiff": autodiff["seconds"] / result["seconds"],
+                            "extrapolated_from_samples": result["samples_measured"] if result["extrapolated"] else None})
+        print(f"Gemma-4-shaped layer d={d}: autodiff {autodiff['seconds']:.1f} s (scaled from "
+              f"{autodiff['samples_measured']}), structured {structured['seconds']:.2f} s, "
+              f"{autodiff['seconds'] / structured['seconds']:.0f}x", flush=True)
+    for d in arguments.autodiff_memory_widths:
+        shape = {"d": 4096, "d_ff": 14336, "heads": 32, "kv_heads": 8} if d == 4096 else layer_shape(d)
+        result = measure("autodiff", shape, 1, arguments.tokens, 1)
+        records.append({"d": d, "n": 1, "tokens": arguments.tokens, "backend": "autodiff",
+                        "seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"],
+                        "purpose": "autodiff memory, one sample"})
+        print(f"autodiff, one sample, d={d}: {result['seconds']:.1f} s, peak {result['peak_rss_mb']:.0f} MB", flush=True)
+    if arguments.only_new_rows:
+        kept = [r for r in previous if r.get("purpose") not in ("gemma-4-shaped layer", "autodiff memory, one sample")]
+        records = kept + records
     # memory of the streaming stage does not grow with n
-    small = min(arguments.widths)
-    for n in (arguments.samples, 4 * arguments.samples):
+    small = min(arguments.widths) if arguments.widths else None
+    for n in (arguments.samples, 4 * arguments.samples) if small else ():
         result = measure("structured", layer_shape(small), n, arguments.tokens, 0)
         records.append({"d": small, "n": n, "backend": "structured", "seconds": result["seconds"],
                         "peak_rss_mb": result["peak_rss_mb"], "purpose": "memory vs n"})

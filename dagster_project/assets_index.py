@@ -7,6 +7,7 @@ from assets.per_sample import layer_metrics_per_sample
 from assets.samples import samples
 from assets.spectra import spectral_analysis
 from assets.topology import community_tables, graph_edges
+from assets.transient import transient_analysis
 
-ALL_ASSETS = [model_checkpoints, samples, measurements, spectral_analysis, layer_metrics_per_sample, graph_edges,
+ALL_ASSETS = [model_checkpoints, samples, measurements, spectral_analysis, transient_analysis, layer_metrics_per_sample, graph_edges,
               community_tables, unit_amplification, coupling_tests]

@@ -6,7 +6,6 @@ import numpy as np
 
 from assets.common import iter_matrices, partition
 from dagster_project.arrow_tables import matrix_rows
-from resdyn.jacobians.probe import probe_error
 
 from .resources import AnalysisSettings, WarehouseResource
 
@@ -47,6 +46,8 @@ def jacobians_row_count(context, warehouse: WarehouseResource) -> dg.AssetCheckR
                             "the model: forward passes only, no autodiff.")
 def jacobians_match_finite_differences(context, warehouse: WarehouseResource,
                                        settings: AnalysisSettings) -> dg.AssetCheckResult:
+    from resdyn.jacobians.probe import probe_error
+
     model, checkpoint = partition(context)
     store = warehouse.open(run_id=context.run.run_id)
     probe = {}

@@ -240,10 +240,47 @@ class SignalRecorder:
         signal.signal(signal.SIGTERM, self.original)
 
 
+def _persistent_dagster_home(store: Warehouse) -> None:
+    """Executors that run steps in other processes need an instance on disk: DAGSTER_HOME, else one beside
+    the warehouse."""
+    if os.environ.get("DAGSTER_HOME"):
+        return
+    home = store.root / "_dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").is_file():
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    os.environ["DAGSTER_HOME"] = str(home)
+
+
+def _report(number: int, total: int, key: str, result, started: float, summary: dict, failed: list) -> None:
+    checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    failing = [c.check_name for c in checks if not c.passed]
+    steps = _step_summary(result)
+    summary[key] = {"seconds": round(time.perf_counter() - started, 2), "success": result.success and not failing,
+                    "steps": steps, "failing_checks": failing, "run_id": result.run_id}
+    if steps:
+        print("    steps: " + ", ".join(f"{name} {step['seconds']:.1f} s" for name, step in steps.items()), flush=True)
+    status = "ok" if result.success and not failing else "FAILED"
+    print(f"[{number}/{total}] {key} {status} in {time.perf_counter() - started:.1f} s; checks "
+          f"{len(checks) - len(failing)}/{len(checks)} passed{' (failing: ' + ', '.join(failing) + ')' if failing else ''}",
+          flush=True)
+    if not result.success or failing:
+        for line in _failure_lines(result):
+            print(line)
+        failed.append(key)
+
+
 def command_run(arguments) -> int:
+    from .executors import check_ray_address, executor_name, ray_address
     from .settings import SETTINGS, resolve
 
     values = resolve({setting.name: getattr(arguments, setting.name) for setting in SETTINGS})  # before any write
+    executor = executor_name(arguments.executor)
+    if executor == "ray":
+        address = ray_address(arguments.ray_address)
+        check_ray_address(address)
+        os.environ["RESDYN_RAY_ADDRESS"] = address
+    os.environ["RESDYN_EXECUTOR"] = executor
     if arguments.warehouse:
         os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
     store = Warehouse(arguments.warehouse)
@@ -252,49 +289,22 @@ def command_run(arguments) -> int:
 
     import dagster as dg
 
-    from .assets_index import ALL_ASSETS
-    from .checks import ALL_CHECKS
     from .partitions import register_partitions
-    from .resources import AnalysisSettings, WarehouseResource
 
-    resources = {"warehouse": WarehouseResource(root=str(store.root)), "settings": AnalysisSettings(**values)}
+    if executor != "in_process":
+        _persistent_dagster_home(store)
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     register_partitions(instance, keys)
-    print(f"resdyn: {len(keys)} partition(s) into {store.root}: {', '.join(keys)}")
+    print(f"resdyn: {len(keys)} partition(s) into {store.root} ({executor} executor): {', '.join(keys)}")
     failed, summary = [], {}
     signals = SignalRecorder()
     try:
-        for number, key in enumerate(keys, 1):
-            started = time.perf_counter()
-            print(f"[{number}/{len(keys)}] {key} ...", flush=True)
-            try:
-                result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], partition_key=key, resources=resources,
-                                        instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
-                                        run_config={"loggers": {"console": {"config": {"log_level": arguments.log_level}}}})
-            except KeyboardInterrupt:
-                result = None
-            received = signals.poll()
-            if received is not None or result is None:
-                received = received or int(signal.SIGINT)
-                print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; the steps cleaned up, "
-                      "nothing half-written is published. Stopping.", flush=True)
-                return 128 + received
-            checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-            failing = [c.check_name for c in checks if not c.passed]
-            steps = _step_summary(result)
-            summary[key] = {"seconds": round(time.perf_counter() - started, 2),
-                            "success": result.success and not failing, "steps": steps, "failing_checks": failing}
-            if steps:
-                print("    steps: " + ", ".join(f"{name} {step['seconds']:.1f} s" for name, step in steps.items()),
-                      flush=True)
-            status = "ok" if result.success and not failing else "FAILED"
-            print(f"[{number}/{len(keys)}] {key} {status} in {time.perf_counter() - started:.1f} s; checks "
-                  f"{len(checks) - len(failing)}/{len(checks)} passed"
-                  f"{' (failing: ' + ', '.join(failing) + ')' if failing else ''}", flush=True)
-            if not result.success or failing:
-                for line in _failure_lines(result):
-                    print(line)
-                failed.append(key)
+        if executor == "in_process":
+            code = _run_in_process(keys, values, store, instance, arguments, signals, summary, failed)
+        else:
+            code = _run_out_of_process(keys, values, store, instance, arguments, summary, failed)
+        if code:
+            return code
     finally:
         signals.close()
         if arguments.summary:
@@ -304,6 +314,73 @@ def command_run(arguments) -> int:
     if failed:
         print(f"resdyn: {len(failed)} partition(s) failed: {', '.join(failed)}")
         return 1
+    return 0
+
+
+def _run_in_process(keys, values, store, instance, arguments, signals, summary, failed) -> int:
+    import dagster as dg
+
+    from .assets_index import ALL_ASSETS
+    from .checks import ALL_CHECKS
+    from .resources import AnalysisSettings, WarehouseResource
+
+    resources = {"warehouse": WarehouseResource(root=str(store.root)), "settings": AnalysisSettings(**values)}
+    for number, key in enumerate(keys, 1):
+        started = time.perf_counter()
+        print(f"[{number}/{len(keys)}] {key} ...", flush=True)
+        try:
+            result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], partition_key=key, resources=resources,
+                                    instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
+                                    run_config={"loggers": {"console": {"config": {"log_level": arguments.log_level}}}})
+        except KeyboardInterrupt:
+            result = None
+        received = signals.poll()
+        if received is not None or result is None:
+            received = received or int(signal.SIGINT)
+            print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; the steps cleaned up, "
+                  "nothing half-written is published. Stopping.", flush=True)
+            return 128 + received
+        _report(number, len(keys), key, result, started, summary, failed)
+    return 0
+
+
+def _run_out_of_process(keys, values, store, instance, arguments, summary, failed) -> int:
+    """Each partition a run of the reconstructable job on the chosen executor; partitions fan out over
+    threads (``--parallel-runs``), their model-running steps bounded by the model_runner pool."""
+    import threading
+
+    import dagster as dg
+
+    from .executors import MODEL_RUNNER_POOL, model_runner_slots
+    from .jobs import resolved_study_job
+
+    instance.event_log_storage.set_concurrency_slots(MODEL_RUNNER_POOL, model_runner_slots())
+    run_config = {"resources": {"settings": {"config": values}, "warehouse": {"config": {"root": str(store.root)}}},
+                  "loggers": {"console": {"config": {"log_level": arguments.log_level}}}}
+    job = dg.reconstructable(resolved_study_job)
+    semaphore = threading.Semaphore(max(1, arguments.parallel_runs or len(keys)))
+    lock = threading.Lock()
+
+    def run_one(number: int, key: str) -> None:
+        with semaphore:
+            started = time.perf_counter()
+            print(f"[{number}/{len(keys)}] {key} ...", flush=True)
+            result = dg.execute_job(job, instance=instance, run_config=run_config,
+                                    tags={"dagster/partition": key, "resdyn/cli": "run"})
+            with lock:
+                _report(number, len(keys), key, result, started, summary, failed)
+
+    threads = [threading.Thread(target=run_one, args=(number, key), daemon=True)
+               for number, key in enumerate(keys, 1)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.5)
+    except KeyboardInterrupt:
+        print("resdyn: interrupted; runs already handed to the executor are stopped with it", flush=True)
+        return 130
     return 0
 
 
@@ -325,6 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
         run.add_argument(setting.flag, dest=setting.name, default=None,
                          help=f"{setting.help} [{setting.variable}; default {setting.default}]")
     run.add_argument("--warehouse", help="warehouse root (default: $RESDYN_WAREHOUSE or ./warehouse)")
+    run.add_argument("--executor", help="in_process (default), multiprocess or ray [RESDYN_EXECUTOR]")
+    run.add_argument("--ray-address", help="the Ray cluster's job-submission address, http://HOST:8265 "
+                                           "[RESDYN_RAY_ADDRESS]")
+    run.add_argument("--parallel-runs", type=int, default=0,
+                     help="partitions run at once with the multiprocess and ray executors (0: all)")
     run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
     run.add_argument("--summary", help="write per-partition step seconds and peak memory as JSON to this file")
     run.set_defaults(handler=command_run)

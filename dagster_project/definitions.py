@@ -2,7 +2,9 @@ import dagster as dg
 
 from .assets_index import ALL_ASSETS
 from .checks import ALL_CHECKS
+from .executors import executor_definition
 from .jobs import resdyn_job
 from .resources import default_resources
 
-defs = dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, jobs=[resdyn_job], resources=default_resources())
+defs = dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, jobs=[resdyn_job], resources=default_resources(),
+                      executor=executor_definition())

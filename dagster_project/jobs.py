@@ -1,12 +1,22 @@
-"""The study as one partitioned job, run in-process (one model load per asset, no subprocess per step)."""
+"""The study as one partitioned job, on the executor RESDYN_EXECUTOR names (in-process by default)."""
 
 import dagster as dg
 
+from .executors import executor_definition
 from .partitions import model_checkpoint_partitions
 
-resdyn_job = dg.define_asset_job(
-    "resdyn_job",
-    selection=dg.AssetSelection.all(),
-    partitions_def=model_checkpoint_partitions,
-    executor_def=dg.in_process_executor,
-)
+
+def study_job(executor: str | None = None, ray_address: str | None = None):
+    return dg.define_asset_job("resdyn_job", selection=dg.AssetSelection.all(),
+                               partitions_def=model_checkpoint_partitions,
+                               executor_def=executor_definition(executor, ray_address))
+
+
+def resolved_study_job() -> dg.JobDefinition:
+    """The job with its resources, as step processes rebuild it (``dg.reconstructable`` target)."""
+    from .definitions import defs
+
+    return defs.resolve_job_def("resdyn_job")
+
+
+resdyn_job = study_job()

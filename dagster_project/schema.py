@@ -132,7 +132,7 @@ _table("layer_metrics", "sublayer", "spectra",
        _c("numerical_rank", I32, "sigma > d eps sigma_max"),
        _c("operator_type", STR, "`near_symmetric`, `rotational_non_normal` or `other` (README rule)"))
 _table("layer_metrics_per_sample", "(sublayer, metric)", "spectra",
-       LAYER, SUBLAYER, DEPTH, _c("metric", STR, "a layer_metrics column"), _c("n_samples", I32, "per-sample Jacobians"),
+       LAYER, SUBLAYER, DEPTH, _c("metric", STR, "a layer_metrics column (sigma_max = spectral norm) or numerical_abscissa"), _c("n_samples", I32, "per-sample Jacobians"),
        _c("mean", F64, "mean over them"), _c("std", F64, "standard deviation"),
        _c("ci_low", F64, "95% percentile-bootstrap interval of the mean, low"), _c("ci_high", F64, "high"),
        _c("value_of_mean_jacobian", F64, "the metric of E[J] (layer_metrics)"))
@@ -148,6 +148,28 @@ _table("schur_surgery", "(alpha, depth)", "depth",
        _c("log_sigma_max", F64, "log of the product's largest singular value"),
        _c("max_eigenvalue_drift", F64, "largest move of an eigenvalue of a Schur block T(alpha) vs T, up to this depth"),
        _c("block_rule", STR, "2x2 block rebalancing rule"), _c("schur_ordering", STR, "eigenvalue ordering of the Schur form"))
+_table("transient_dynamics", "sublayer", "transient",
+       LAYER, SUBLAYER, DEPTH, _c("spectral_radius", F64, "rho(J) = max |lambda|"),
+       _c("spectral_norm", F64, "||J||_2"),
+       _c("numerical_abscissa", F64, "lambda_max((J + J^T) / 2): initial growth rate (Trefethen & Embree 2005, ch. 17)"),
+       _c("numerical_abscissa_j_minus_i", F64, "the same for J - I (= numerical_abscissa - 1)"),
+       _c("numerical_radius", F64, "w(J) = max |z| over the field of values, certified lower end of the bracket "
+          "(adaptive supporting-line polygon, relative gap <= 1e-6; resdyn/transient.py)"),
+       _c("numerical_radius_upper", F64, "upper end of the bracket: W(J) lies inside a polygon of this modulus"),
+       _c("kreiss_lower_bound", F64, "max over the eps grid of (rho_eps(J) - 1) / eps: a lower bound on the Kreiss "
+          "constant K, with K <= sup_k ||J^k|| <= e d K (Kreiss matrix theorem)"),
+       _c("growth_beyond_spectrum", F64, "||J||_2 / rho(J): one step's amplification beyond the eigenvalues"))
+_table("pseudospectra", "(sublayer, eps)", "transient",
+       LAYER, SUBLAYER, DEPTH, _c("eps", F64, "perturbation size"),
+       _c("pseudospectral_radius", F64, "rho_eps(J) = max |z| with sigma_min(zI - J) <= eps (rays from a complex "
+          "Schur form, Newton + bisection to the outermost crossing, best ray refined; resdyn/transient.py)"),
+       _c("excess_over_normal", F64, "(rho_eps - rho) / eps: 1 for a normal matrix, larger when non-normal"))
+_table("transient_growth", "(start_depth, window)", "transient",
+       _c("start_depth", I32, "depth of the first map of the window"),
+       _c("window_length", I32, "number of consecutive sublayer maps k (1, 2, 4, 8 and the full depth)"),
+       _c("product_norm", F64, "||J_{l+k-1} ... J_l||_2 (matrix-free Lanczos above d = 256)"),
+       _c("spectral_radius_product", F64, "prod of rho(J_i) over the window: what the eigenvalues predict"),
+       _c("growth_beyond_spectrum", F64, "product_norm / spectral_radius_product"))
 _table("graph_edges", "undirected edge i < j of a (layer, boundary) graph", "topology",
        LAYER, BOUNDARY, _c("source", I32, "unit i"), _c("target", I32, "unit j"),
        _c("weight", F64, "Pearson r (signed)"), _c("n_units", I32, "d"), _c("construction", STR, "knn, threshold or dense"),
@@ -211,5 +233,18 @@ def readme_tables() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-if __name__ == "__main__":
-    print(readme_tables())
+TABLES_HEADING = "Every table also has"
+
+
+def warehouse_readme(current: str) -> str:
+    """warehouse/README.md with its table section (from the first line starting TABLES_HEADING) regenerated."""
+    head = current.split(TABLES_HEADING, 1)[0]
+    return head + readme_tables()
+
+
+if __name__ == "__main__":  # python -m dagster_project.schema: rewrite warehouse/README.md's table section
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[1] / "warehouse" / "README.md"
+    readme.write_text(warehouse_readme(readme.read_text()))
+    print(f"rewrote the table section of {readme}")

@@ -60,16 +60,8 @@ def _check_device(value) -> None:
     resolve_device(value)
 
 
-def _dtypes() -> tuple:
-    from resdyn.models.precision import DTYPES
-
-    return tuple(DTYPES)
-
-
-def _backends() -> tuple:
-    from resdyn.jacobians import BACKENDS
-
-    return tuple(BACKENDS)
+DTYPE_CHOICES = ("float64", "float32", "bfloat16")  # resdyn.models.precision.DTYPES (a test keeps them equal)
+BACKEND_CHOICES = ("structured", "autodiff", "autodiff-forward")  # resdyn.jacobians.BACKENDS, likewise
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -81,10 +73,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("warmup", "--warmup", "RESDYN_WARMUP", int, 16, "first analysed position with --positions all", minimum=0),
     Setting("batch_size", "--batch-size", "RESDYN_BATCH_SIZE", int, 16, "samples per forward batch", minimum=1,
             in_hash=False),
-    Setting("dtype", "--dtype", "RESDYN_DTYPE", str, "float64", "compute precision", choices=_dtypes()),
+    Setting("dtype", "--dtype", "RESDYN_DTYPE", str, "float64", "compute precision", choices=DTYPE_CHOICES),
     Setting("backend", "--backend", "RESDYN_BACKEND", str, "structured", "Jacobian backend: structured (closed-form "
             "means, autodiff where none applies), autodiff (adds per-entry variance) or autodiff-forward",
-            choices=_backends()),
+            choices=BACKEND_CHOICES),
     Setting("device", "--device", "RESDYN_DEVICE", str, "auto", "compute device: auto (cuda when available, else cpu), "
             "cpu, cuda, cuda:N or mps", check=_check_device),
     Setting("workers", "--workers", "RESDYN_WORKERS", int, 0, "processes for spectral and topology work (0: one per "

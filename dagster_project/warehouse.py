@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import socket
 import tempfile
 import time
 import uuid
@@ -146,11 +147,9 @@ class TableWriter:
         self.result: WrittenTable | None = None
         directory = target.parent
         directory.mkdir(parents=True, exist_ok=True)
-        for stale in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
-            owner = stale.name[1:].split("-", 1)[0]
-            if not owner.isdigit() or not process_alive(int(owner)):
-                stale.unlink(missing_ok=True)  # left by a killed writer; a live writer's file is never touched
-        handle, self.temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.getpid()}-", suffix=IN_PROGRESS_SUFFIX)
+        sweep_dead_writers(directory)
+        handle, self.temporary = tempfile.mkstemp(dir=directory, prefix=f".{HOST}-{os.getpid()}-",
+                                                  suffix=IN_PROGRESS_SUFFIX)
         self._stream = os.fdopen(handle, "wb")
         strings = [f.name for f in self.schema if pa.types.is_string(f.type)]
         scalars = [f.name for f in self.schema if not pa.types.is_nested(f.type)]
@@ -196,6 +195,19 @@ class TableWriter:
                     self.on_written(self.table.name, self.result)
         finally:
             Path(self.temporary).unlink(missing_ok=True)
+
+
+HOST = socket.gethostname().replace("-", "_")
+
+
+def sweep_dead_writers(directory: Path) -> None:
+    """Remove temp files of writers on this machine whose process is gone; a live writer's file, or one
+    from another machine sharing the warehouse, is never touched."""
+    for stale in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
+        host, _, rest = stale.name[1:].partition("-")
+        pid = rest.split("-", 1)[0]
+        if host == HOST and pid.isdigit() and not process_alive(int(pid)):
+            stale.unlink(missing_ok=True)
 
 
 def _hash_batch(digest, batch: pa.RecordBatch) -> None:

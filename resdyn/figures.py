@@ -120,3 +120,34 @@ def coupling_by_depth(series: dict[str, tuple[list, list, list]], directory: Pat
     axis.legend(fontsize=7, title="filled: q < 0.05", title_fontsize=7)
     axis.set_title(title)
     return _save(figure, directory, "coupling_by_depth")
+
+
+def pseudospectra_contours(panels: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                           growth: dict[int, tuple[float, float]], directory: Path, *, title: str,
+                           epsilons=(1e-3, 1e-2, 1e-1)) -> Path:
+    """Left panels: log10 sigma_min(zI - J) contours at the eps levels over a grid, eigenvalues as dots, one
+    panel per chosen sublayer (label -> (real grid, imaginary grid, sigma_min, eigenvalues)). Right: the
+    largest and median growth beyond the spectrum, ||product|| / prod rho, against the window length."""
+    figure, axes = plt.subplots(1, len(panels) + 1, figsize=(4 * (len(panels) + 1), 3.6), squeeze=False)
+    levels = np.log10(sorted(epsilons))
+    for axis, (label, (real, imaginary, sigma, eigenvalues)) in zip(axes[0], panels.items()):
+        contour = axis.contour(real, imaginary, np.log10(np.maximum(sigma, 1e-300)), levels=levels,
+                               cmap="viridis")
+        axis.clabel(contour, fmt=lambda level: f"1e{level:.0f}", fontsize=6)
+        axis.scatter(eigenvalues.real, eigenvalues.imag, s=4, color="black")
+        axis.set_aspect("equal")
+        axis.set_title(label, fontsize=8)
+        axis.tick_params(labelsize=6)
+    axis = axes[0][-1]
+    windows = sorted(growth)
+    axis.plot(windows, [growth[w][0] for w in windows], marker="o", label="largest")
+    axis.plot(windows, [growth[w][1] for w in windows], marker="s", label="median")
+    axis.axhline(1.0, color="0.6", lw=0.8)
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set_xlabel("window k (sublayer maps)")
+    axis.set_ylabel("||J_{l+k-1}...J_l|| / prod rho")
+    axis.legend(fontsize=7)
+    axis.set_title("growth beyond the spectrum", fontsize=8)
+    figure.suptitle(title)
+    return _save(figure, directory, "pseudospectra")

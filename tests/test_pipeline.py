@@ -10,7 +10,8 @@ from .pipeline_helpers import materialize_partition
 KEY = "tiny-olmo3@step-000000"
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "eigenvalues",
           "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery", "layer_metrics_per_sample",
-          "graph_edges", "communities", "gamma_scan", "unit_amplification", "coupling_tests"]
+          "graph_edges", "communities", "gamma_scan", "unit_amplification", "coupling_tests",
+          "transient_dynamics", "pseudospectra", "transient_growth"]
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +120,27 @@ def test_structured_backend_through_the_pipeline_passes_the_finite_difference_pr
         "FROM jacobians GROUP BY sublayer ORDER BY sublayer").to_pylist()
     assert backends == [{"sublayer": "attn", "backend": "structured", "no_variance": True},
                         {"sublayer": "mlp", "backend": "structured", "no_variance": True}]
+
+
+def test_transient_tables_are_filled_and_agree_with_numpy(warehouse):
+    """Every sublayer has its transient row and eps rows; the growth windows match explicit products."""
+    from assets.common import read_matrices
+
+    store, _, _ = warehouse
+    matrices = read_matrices(store, "jacobians", "tiny-olmo3", "step-000000")
+    n = len(matrices)
+    dynamics = store.query("SELECT * FROM transient_dynamics ORDER BY depth").to_pylist()
+    assert [r["depth"] for r in dynamics] == list(range(n))
+    by_depth = {2 * layer + (sublayer == "mlp"): m for (layer, sublayer), m in matrices.items()}
+    for row in dynamics:
+        matrix = by_depth[row["depth"]]
+        assert row["numerical_abscissa"] == pytest.approx(np.linalg.eigvalsh((matrix + matrix.T) / 2)[-1], abs=1e-10)
+        assert row["spectral_norm"] == pytest.approx(np.linalg.norm(matrix, 2), rel=1e-10)
+        assert row["spectral_radius"] <= row["numerical_radius"] * (1 + 1e-9) <= row["numerical_radius_upper"] * (1 + 1e-9)
+    eps = store.query("SELECT depth, eps, pseudospectral_radius, excess_over_normal FROM pseudospectra").to_pylist()
+    assert len(eps) == 3 * n and all(r["excess_over_normal"] >= 1 - 1e-6 for r in eps)
+    growth = store.query("SELECT * FROM transient_growth WHERE window_length = 2").to_pylist()
+    for row in growth:
+        product = by_depth[row["start_depth"] + 1] @ by_depth[row["start_depth"]]
+        assert row["product_norm"] == pytest.approx(np.linalg.norm(product, 2), rel=1e-10)
+    assert store.query("SELECT max(window_length) AS w FROM transient_growth").to_pylist() == [{"w": n}]

@@ -280,8 +280,10 @@ def measure_whole_model(
     """The same measurements for a model held in memory: every layer's inputs captured per batch first."""
     batches = sample_batches(samples, options.batch_size)
     device = next(model.parameters()).device
-    captured = [adapter.capture_layer_inputs(model, _token_ids(batch, device)) for batch in batches]
     layers = adapter.decoder_layers(model)
+    for layer in layers:  # refused before any forward: the kernel may not even be installed
+        check_attention_implementation(layer)
+    captured = [adapter.capture_layer_inputs(model, _token_ids(batch, device)) for batch in batches]
     for layer_index, layer in enumerate(layers):
         inputs = [(batch, per_layer[layer_index]) for batch, per_layer in zip(batches, captured)]
         yield analyse_layer(adapter, layer_index, layer, inputs, backend=backend, options=options,

@@ -105,7 +105,11 @@ class ModelRegistry:
             if existing is not None and existing["source"] != spec.source:
                 raise ValueError(f"model name {spec.name!r} already means {existing['source']}; choose another --name")
             checkpoints = {**(existing["checkpoints"] if existing else {}), **spec.checkpoints}
-            users[spec.name] = asdict(ModelSpec(spec.name, spec.family, spec.source, checkpoints))
+            entry = asdict(ModelSpec(spec.name, spec.family, spec.source, checkpoints))
+            if users.get(spec.name) == entry:  # already recorded: leave the file (and its mtime) alone
+                self.specs[spec.name] = ModelSpec(**entry)
+                return
+            users[spec.name] = entry
             handle, temporary = tempfile.mkstemp(dir=self.user_file.parent, prefix=".registry.", suffix=".inprogress")
             with os.fdopen(handle, "w") as stream:
                 json.dump(list(users.values()), stream, indent=2)

@@ -20,13 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-SUBLAYERS = ("attn", "mlp")
-BOUNDARIES = ("pre_attn", "pre_mlp")
-
-
-def sublayer_depth(layer: int, sublayer: str) -> int:
-    """Depth as time: 2 layer + 1 for the MLP map; the boundary where a sublayer starts has the same depth."""
-    return 2 * layer + (sublayer in ("mlp", "pre_mlp"))
+from ...naming import BOUNDARIES, SUBLAYERS, sublayer_depth  # noqa: F401 - re-exported
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""Stage 8: what non-normality does to the dynamics (resdyn.transient).
+
+Per sublayer (in parallel processes at large d): numerical abscissa and radius, pseudospectral radii
+on the eps grid and the Kreiss lower bound. Then, in depth order with at most 8 matrices held, the
+norm of every window of consecutive maps against the product of their spectral radii. The figure
+draws the pseudospectra of the most and the least non-normal sublayer (by henrici_rel_j_minus_i)
+and the growth beyond the spectrum against the window length.
+"""
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+
+from dagster_project.executors import STEP_RETRIES, ray_tags
+from dagster_project.parallel import default_workers, ordered_parallel_map
+from dagster_project.resources import AnalysisSettings, WarehouseResource
+from dagster_project.runs import partition_run
+from dagster_project.schema import spec
+from resdyn.figures import pseudospectra_contours
+from resdyn.naming import sublayer_depth
+from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, ShiftedSchur, transient_growth
+
+from .common import PARTITIONS, figure, partition, written_metadata
+from .spectra import PARALLEL_MIN_WIDTH, sublayers_in_depth_order
+from .spectral_worker import read_matrix, transient_of_row_group
+
+TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
+
+
+@dg.multi_asset(
+    partitions_def=PARTITIONS, can_subset=False, op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
+    specs=[
+        dg.AssetSpec("transient_dynamics", code_version="1", deps=["jacobians", "layer_metrics"], group_name="transient",
+                     description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "
+                                 "Kreiss lower bound, ||J|| / rho(J) (resdyn.transient)."),
+        dg.AssetSpec("pseudospectra", code_version="1", deps=["jacobians"], group_name="transient",
+                     description="Pseudospectral radius rho_eps(J) for eps in 1e-3, 1e-2, 1e-1, and (rho_eps - rho) / eps."),
+        dg.AssetSpec("transient_growth", code_version="1", deps=["jacobians"], group_name="transient",
+                     description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
+                                 "full depth."),
+    ],
+)
+def transient_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
+    with partition_run(context, warehouse, settings) as store:
+        yield from _analyse(context, settings, store)
+
+
+def _analyse(context, settings, store):
+    model, checkpoint = partition(context)
+    path = str(store.table_path("jacobians", model, checkpoint))
+    order = sublayers_in_depth_order(store, model, checkpoint)
+    width = len(read_matrix(path, order[0][0]))
+    workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
+    results = list(ordered_parallel_map(transient_of_row_group, [(path, index) for index, _, _ in order],
+                                        workers=workers))
+    dynamics_rows, pseudo_rows, radii = [], [], []
+    for (_, layer, sublayer), result in zip(order, results):
+        key = {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer)}
+        radii.append(result.spectral_radius)
+        dynamics_rows.append({**key, "spectral_radius": result.spectral_radius, "spectral_norm": result.spectral_norm,
+                              "numerical_abscissa": result.numerical_abscissa,
+                              "numerical_abscissa_j_minus_i": result.numerical_abscissa_j_minus_i,
+                              "numerical_radius": result.numerical_radius,
+                              "numerical_radius_upper": result.numerical_radius_upper,
+                              "kreiss_lower_bound": result.kreiss_lower_bound,
+                              "growth_beyond_spectrum": result.spectral_norm / result.spectral_radius
+                              if result.spectral_radius > 0 else float("inf")})
+        for epsilon, radius in sorted(result.pseudospectral_radii.items()):
+            pseudo_rows.append({**key, "eps": epsilon, "pseudospectral_radius": radius,
+                                "excess_over_normal": (radius - result.spectral_radius) / epsilon})
+        context.log.info(f"{context.partition_key}: transient dynamics of depth {key['depth']} done")
+    growth = list(transient_growth((read_matrix(path, index) for index, _, _ in order), radii))
+    tables = {
+        "transient_dynamics": pa.Table.from_pylist(dynamics_rows, schema=spec("transient_dynamics").schema()),
+        "pseudospectra": pa.Table.from_pylist(pseudo_rows, schema=spec("pseudospectra").schema()),
+        "transient_growth": pa.table({
+            "start_depth": pa.array([g.start_depth for g in growth], pa.int32()),
+            "window_length": pa.array([g.window for g in growth], pa.int32()),
+            "product_norm": pa.array([g.product_norm for g in growth], pa.float64()),
+            "spectral_radius_product": pa.array([g.spectral_radius_product for g in growth], pa.float64()),
+            "growth_beyond_spectrum": pa.array([g.growth_beyond_spectrum for g in growth], pa.float64()),
+        }, schema=spec("transient_growth").schema()),
+    }
+    written = {name: store.write(name, model, checkpoint, table) for name, table in tables.items()}
+    extra = {name: {} for name in TABLES}
+    extra["transient_dynamics"] = figure(_figure(context, settings, store, model, checkpoint, path, order, results,
+                                                 growth))
+    for name in TABLES:
+        yield dg.MaterializeResult(asset_key=name, metadata={**written_metadata(written[name], tables[name]),
+                                                             **extra[name]},
+                                   data_version=dg.DataVersion(written[name].content_hash))
+
+
+def _figure(context, settings, store, model, checkpoint, path, order, results, growth):
+    """Pseudospectra of the most and least non-normal sublayer, and growth against window length."""
+    metrics = {(r["layer"], r["sublayer"]): r["henrici_rel_j_minus_i"]
+               for r in store.read("layer_metrics", model, checkpoint, columns=["layer", "sublayer",
+                                                                               "henrici_rel_j_minus_i"]).to_pylist()}
+    positions = {(layer, sublayer): i for i, (_, layer, sublayer) in enumerate(order)}
+    ranked = sorted(positions, key=lambda key: metrics.get(key, 0.0))
+    chosen = {"most non-normal": ranked[-1], "least non-normal": ranked[0]}
+    width = len(read_matrix(path, order[0][0]))
+    points = 48 if width <= 256 else 20  # each grid point beyond d = 256 is an inverse iteration
+    panels = {}
+    for label, key in chosen.items():
+        index = positions[key]
+        schur = ShiftedSchur(read_matrix(path, order[index][0]))
+        reach = max(radius - results[index].spectral_radius for radius in results[index].pseudospectral_radii.values())
+        real, imaginary, sigma = schur.contour_grid(1.5 * max(reach, max(PSEUDOSPECTRAL_EPSILONS)), points=points,
+                                                    device=settings.device)
+        panels[f"{label}: depth {sublayer_depth(*key)} ({key[1]})"] = (real, imaginary, sigma, schur.eigenvalues)
+    by_window: dict[int, list[float]] = {}
+    for g in growth:
+        if np.isfinite(g.growth_beyond_spectrum):
+            by_window.setdefault(g.window, []).append(g.growth_beyond_spectrum)
+    summary = {w: (float(np.max(v)), float(np.median(v))) for w, v in by_window.items()}
+    directory = store.artefact_directory("figures", model, checkpoint)
+    return pseudospectra_contours(panels, summary, directory, title=f"{context.partition_key}: pseudospectra "
+                                  f"(eps = {', '.join(f'{e:g}' for e in PSEUDOSPECTRAL_EPSILONS)})")

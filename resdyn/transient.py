@@ -1,0 +1,375 @@
+"""What non-normality does to the dynamics: field of values, pseudospectra, Kreiss bound, growth of products.
+
+Eigenvalues say what a map does after many steps; a non-normal map can amplify for a while even
+when every eigenvalue is small (Trefethen & Embree, *Spectra and Pseudospectra*, Princeton 2005,
+abbreviated T&E below). For one real d x d matrix A (a mean sublayer Jacobian), in float64:
+
+- numerical abscissa          omega(A) = lambda_max((A + A^T) / 2)                              (T&E 17)
+  the initial growth rate d/dt ||e^{tA}|| at t = 0; also reported for A - I (the residual update).
+- numerical radius            w(A) = max{|z| : z in W(A)}, W(A) = {x* A x : ||x|| = 1}          (T&E 17)
+  computed as max_theta f(theta), f(theta) = lambda_max((e^{i theta} A + e^{-i theta} A*) / 2)
+  (Johnson 1978, SIAM J. Numer. Anal. 15), by an adaptive angle grid that keeps a certified
+  bracket: every evaluated f is attained in W(A) (lower bound) and W(A) lies inside the polygon
+  of the supporting lines Re(e^{i theta} z) <= f(theta), whose largest vertex modulus is an
+  upper bound; the interval with the largest vertex is halved until upper/lower - 1 <= tolerance.
+- pseudospectral radius       rho_eps(A) = max{|z| : sigma_min(z I - A) <= eps}                 (T&E 2, 16)
+  along rays from the origin (a uniform angle grid plus the angles of the largest eigenvalues),
+  marching in from |z| = ||A||_2 + 2 eps, where the pseudospectrum cannot reach, to the
+  outermost crossing of sigma_min(z I - A) = eps: safeguarded Newton on r with the derivative
+  d sigma_min / dr = Re(e^{i theta} u* v) of the singular triple, bisection when a step lands
+  inside; then the best angle is refined by a bounded scalar search. sigma_min comes from the
+  complex Schur form A = Q T Q* computed once: a dense SVD of z I - T for d <= DENSE_LIMIT,
+  otherwise inverse iteration with two triangular solves per step (T&E 39, the EigTool method).
+  Known answers (tested): a normal matrix has rho_eps = rho + eps; a Jordan block J_n(0) has a
+  disc of radius ~eps^(1/n).
+- Kreiss lower bound          K_grid(A) = max over the eps grid of (rho_eps(A) - 1) / eps
+  a lower bound on the Kreiss constant K(A) = sup_eps (rho_eps(A) - 1) / eps, which bounds the
+  transient growth of powers: K(A) <= sup_k ||A^k|| <= e d K(A) (Kreiss matrix theorem, T&E 18).
+- transient growth of a window of maps, ||J_{l+k-1} ... J_l||_2 against prod_i rho(J_i): the
+  product of spectral radii is what the eigenvalues predict, the norm is what happens.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+import scipy.sparse.linalg
+
+PSEUDOSPECTRAL_EPSILONS = (1e-3, 1e-2, 1e-1)
+GROWTH_WINDOWS = (1, 2, 4, 8)  # plus the full depth
+DENSE_LIMIT = 256  # at or below this width a dense SVD / eigendecomposition beats the iterative methods
+NUMERICAL_RADIUS_TOLERANCE = 1e-6
+RADIAL_TOLERANCE = 1e-10
+
+
+def _float64(matrix) -> np.ndarray:
+    matrix = np.asarray(matrix)
+    return matrix.astype(np.complex128 if np.iscomplexobj(matrix) else np.float64)
+
+
+def _largest_hermitian_eigenvalue(hermitian: np.ndarray, dense_limit: int = DENSE_LIMIT) -> float:
+    d = len(hermitian)
+    if d <= dense_limit:
+        return float(scipy.linalg.eigvalsh(hermitian, subset_by_index=[d - 1, d - 1])[0])
+    start = np.random.default_rng(0).standard_normal(d).astype(hermitian.dtype)  # reproducible Lanczos start
+    return float(scipy.sparse.linalg.eigsh(hermitian, k=1, which="LA", v0=start, tol=1e-13,
+                                           return_eigenvectors=False)[0])
+
+
+def numerical_abscissa(matrix, *, dense_limit: int = DENSE_LIMIT) -> float:
+    """omega(A) = lambda_max((A + A*) / 2), the largest real part of the field of values (T&E 17)."""
+    matrix = _float64(matrix)
+    return _largest_hermitian_eigenvalue((matrix + matrix.conj().T) / 2, dense_limit)
+
+
+@dataclass(frozen=True)
+class NumericalRadius:
+    """w(A) bracketed: ``lower`` is attained by a point of W(A), ``upper`` bounds all of W(A)."""
+
+    lower: float
+    upper: float
+    evaluations: int
+
+    @property
+    def value(self) -> float:
+        return self.lower
+
+
+def numerical_radius(matrix, *, tolerance: float = NUMERICAL_RADIUS_TOLERANCE, max_evaluations: int = 4096,
+                     dense_limit: int = DENSE_LIMIT) -> NumericalRadius:
+    """w(A) = max_theta lambda_max(H(theta)), H(theta) = (e^{i theta} A + e^{-i theta} A*) / 2 (Johnson 1978).
+
+    The supporting line of W(A) in direction theta is Re(e^{i theta} z) = f(theta); two adjacent
+    lines at theta_a < theta_b meet at the vertex z with e^{i theta_a} z = f_a + i t, whose modulus
+    bounds |W(A)| over that sector. Halving the sector with the largest vertex shrinks the bracket
+    where it matters. For real A, W(A) is symmetric about the real axis, so theta in [0, pi] suffices.
+    """
+    matrix = _float64(matrix)
+    real = not np.iscomplexobj(matrix)
+    hermitian_part = (matrix + matrix.conj().T) / 2
+    skew_part = (matrix - matrix.conj().T) / 2  # H(theta) = cos(theta) hermitian + i sin(theta) skew
+
+    def support(theta: float) -> float:
+        return _largest_hermitian_eigenvalue(np.cos(theta) * hermitian_part + 1j * np.sin(theta) * skew_part,
+                                             dense_limit)
+
+    span = np.pi if real else 2 * np.pi
+    angles = list(np.linspace(0.0, span, 17))
+    values = [support(theta) for theta in angles]
+    if not real:
+        values[-1] = values[0]  # theta = 2 pi is theta = 0
+
+    def vertex(i: int) -> complex:
+        a, b = angles[i], angles[i + 1]
+        fa, fb, gap = values[i], values[i + 1], b - a
+        # e^{i a} z = fa + i t with Re(e^{i b} z) = fb  =>  t = (fa cos(gap) - fb) / sin(gap)
+        t = (fa * np.cos(gap) - fb) / np.sin(gap)
+        return complex(np.exp(-1j * a) * (fa + 1j * t))
+
+    while True:
+        vertices = [vertex(i) for i in range(len(angles) - 1)]
+        moduli = np.abs(vertices)
+        lower = max(values)
+        upper = max(float(moduli.max()), lower)
+        if upper - lower <= tolerance * max(lower, np.finfo(float).tiny) or len(values) >= max_evaluations:
+            return NumericalRadius(lower, upper, len(values))
+        worst = int(np.argmax(moduli))
+        # look straight at the worst vertex: if it is a corner of W(A) this closes the bracket at once
+        # (Re(e^{i theta} z) = |z| at theta = -arg z; for real A its mirror +arg z is the same line's twin)
+        theta = abs(np.angle(vertices[worst])) if real else -np.angle(vertices[worst]) % span
+        if min(abs(np.array(angles) - theta)) < 1e-9 * span:  # already there: halve the interval instead
+            theta = (angles[worst] + angles[worst + 1]) / 2
+        position = int(np.searchsorted(angles, theta))
+        angles.insert(position, theta)
+        values.insert(position, support(theta))
+
+
+class ShiftedSchur:
+    """sigma_min(z I - A) for many z from one complex Schur form A = Q T Q* (unitary invariance)."""
+
+    def __init__(self, matrix, *, dense_limit: int = DENSE_LIMIT) -> None:
+        matrix = _float64(matrix)
+        if not np.isfinite(matrix).all():
+            raise FloatingPointError("the matrix has non-finite entries; rematerialize the jacobians partition")
+        self.real = not np.iscomplexobj(matrix)
+        self.triangular, _ = scipy.linalg.schur(matrix.astype(np.complex128), output="complex")
+        self.eigenvalues = np.diag(self.triangular).copy()
+        self.norm = float(scipy.linalg.norm(matrix, 2)) if len(matrix) <= dense_limit else _spectral_norm(matrix)
+        self.dense = len(matrix) <= dense_limit
+        self._start = np.random.default_rng(0).standard_normal(len(matrix)) + 0j
+        self.sigma_at_zero = self.smallest_singular_value(0.0)
+
+    def shifted(self, z: complex) -> np.ndarray:
+        shifted = -self.triangular
+        shifted[np.diag_indices_from(shifted)] += z
+        return shifted
+
+    def smallest_singular_triple(self, z: complex) -> tuple[float, np.ndarray, np.ndarray]:
+        """(sigma_min, u, v) of R = z I - T with R v = sigma u."""
+        shifted = self.shifted(z)
+        if self.dense:
+            u, s, vh = np.linalg.svd(shifted)
+            return float(s[-1]), u[:, -1], vh[-1].conj()
+        v = self._start / np.linalg.norm(self._start)
+        estimate = 0.0
+        for _ in range(300):  # power iteration on (R* R)^{-1}: two triangular solves per step
+            w = scipy.linalg.solve_triangular(shifted, v, trans="C")
+            x = scipy.linalg.solve_triangular(shifted, w)
+            previous, estimate = estimate, float(np.linalg.norm(w))
+            v = x / np.linalg.norm(x)
+            if abs(estimate - previous) <= 1e-13 * estimate:
+                break
+        self._start = v  # the next z is usually close: warm start
+        image = shifted @ v
+        sigma = float(np.linalg.norm(image))
+        return sigma, image / sigma if sigma > 0 else image, v
+
+    def smallest_singular_value(self, z: complex) -> float:
+        if self.dense:
+            return float(np.linalg.svd(self.shifted(z), compute_uv=False)[-1])
+        return self.smallest_singular_triple(z)[0]
+
+    def outermost_crossing(self, theta: float, epsilon: float, tolerance: float = RADIAL_TOLERANCE, *,
+                           outside: float | None = None) -> float:
+        """The largest r with sigma_min(r e^{i theta} I - A) <= epsilon (0 if the ray never enters).
+
+        ``outside``: a radius beyond which the ray is known to stay outside (default ||A|| + 2 eps, where
+        sigma_min(z I - A) >= |z| - ||A|| > eps); the crossing for a larger eps is one (pseudospectra nest)."""
+        direction = np.exp(1j * theta)
+        if outside is not None and self.smallest_singular_value(outside * direction) <= epsilon:
+            outside = None  # the hint was not outside after all: start from where nothing can be inside
+        outside = self.norm + 2 * epsilon if outside is None else outside
+        inside = 0.0 if self.sigma_at_zero <= epsilon else None
+        r = outside
+        for _ in range(200):
+            sigma, u, v = self.smallest_singular_triple(r * direction)
+            if sigma <= epsilon:
+                inside = r
+            else:
+                outside = r
+            if inside is not None and outside - inside <= tolerance * max(outside, 1.0):
+                break
+            slope = float(np.real(direction * np.vdot(u, v)))
+            step = (sigma - epsilon) / slope if slope > 1e-12 else sigma - epsilon
+            if sigma > epsilon and abs(step) <= tolerance * max(r, 1.0):
+                return r  # converged from outside: within tolerance of the crossing
+            candidate = r - step
+            low = inside if inside is not None else 0.0
+            if not (low < candidate < outside):  # Newton left the bracket: bisect (or march by Lipschitz)
+                candidate = (low + outside) / 2 if inside is not None else max(outside - (sigma - epsilon), 0.0)
+            if inside is None and candidate <= 0.0:
+                return 0.0
+            r = candidate
+        return inside if inside is not None else outside
+
+    def pseudospectral_radius(self, epsilon: float, *, angles: int = 32) -> float:
+        """rho_eps(A) = max over rays of the outermost crossing, the best ray refined (module docstring)."""
+        return self.pseudospectral_radii([epsilon], angles=angles)[epsilon]
+
+    def pseudospectral_radii(self, epsilons: Iterable[float], *, angles: int = 32) -> dict[float, float]:
+        """rho_eps(A) for each eps, largest eps first: each ray starts at its crossing for the previous eps."""
+        largest = self.eigenvalues[np.argsort(-np.abs(self.eigenvalues))[:4]]
+        if self.real:  # the pseudospectra of a real matrix are symmetric about the real axis
+            thetas = np.unique(np.concatenate([np.linspace(0, np.pi, angles // 2 + 1), np.abs(np.angle(largest))]))
+        else:
+            thetas = np.unique(np.concatenate([np.linspace(-np.pi, np.pi, angles, endpoint=False), np.angle(largest)]))
+        width = 2 * np.pi / angles
+        starts = [None] * len(thetas)
+        radii_by_epsilon = {}
+        for epsilon in sorted({float(e) for e in epsilons}, reverse=True):
+            radii = np.array([self.outermost_crossing(theta, epsilon, outside=start)
+                              for theta, start in zip(thetas, starts)])
+            best = int(np.argmax(radii))
+            beyond = radii[best] * (1 + width) + epsilon  # a hint only: checked, and dropped if inside
+
+            def negative_crossing(theta, epsilon=epsilon, beyond=beyond):
+                return -self.outermost_crossing(theta, epsilon, outside=beyond)
+
+            refined = scipy.optimize.minimize_scalar(negative_crossing, bounds=(thetas[best] - width, thetas[best] + width),
+                                                     method="bounded", options={"xatol": 1e-8})
+            radii_by_epsilon[epsilon] = float(max(radii[best], -refined.fun))
+            starts = [radius + 1e-12 if radius > 0 else None for radius in radii]
+        return radii_by_epsilon
+
+    def sigma_min_grid(self, real: np.ndarray, imaginary: np.ndarray, *, device: str = "cpu") -> np.ndarray:
+        """sigma_min(z I - A) on the grid z = real[j] + i imaginary[i] (pseudospectra contours): batched
+        dense singular values on ``device`` (torch: the GPU when there is one) up to DENSE_LIMIT, inverse
+        iteration beyond."""
+        points = (real[None, :] + 1j * imaginary[:, None]).ravel()
+        if not self.dense:
+            return np.array([self.smallest_singular_value(z) for z in points]).reshape(len(imaginary), len(real))
+        import torch  # only here: the rest of this module is numpy/scipy
+
+        from resdyn.models.devices import resolve_device
+
+        device = resolve_device(device)
+        triangular = torch.as_tensor(self.triangular, device=device)
+        identity = torch.eye(len(triangular), dtype=triangular.dtype, device=device)
+        values = []
+        for chunk in np.array_split(points, max(1, len(points) // 256)):
+            shifts = torch.as_tensor(chunk, device=device)[:, None, None]
+            values.append(torch.linalg.svdvals(shifts * identity - triangular)[:, -1].cpu().numpy())
+        return np.concatenate(values).reshape(len(imaginary), len(real))
+
+    def contour_grid(self, margin: float, *, points: int = 48,
+                     device: str = "cpu") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """sigma_min on a grid over the eigenvalues' bounding box widened by ``margin`` on every side (the
+        caller passes how far the largest eps-pseudospectrum reaches beyond the spectrum), square cells."""
+        low_re, high_re = self.eigenvalues.real.min() - margin, self.eigenvalues.real.max() + margin
+        low_im, high_im = self.eigenvalues.imag.min() - margin, self.eigenvalues.imag.max() + margin
+        half = max(high_re - low_re, high_im - low_im) / 2
+        centre_re, centre_im = (low_re + high_re) / 2, (low_im + high_im) / 2
+        real = np.linspace(centre_re - half, centre_re + half, points)
+        imaginary = np.linspace(centre_im - half, centre_im + half, points)
+        return real, imaginary, self.sigma_min_grid(real, imaginary, device=device)
+
+
+def _spectral_norm(matrix: np.ndarray) -> float:
+    start = np.random.default_rng(0).standard_normal(min(matrix.shape))
+    return float(scipy.sparse.linalg.svds(matrix, k=1, v0=start, tol=1e-13, return_singular_vectors=False)[0])
+
+
+def kreiss_lower_bound(pseudospectral_radii: dict[float, float]) -> float:
+    """max over the eps grid of (rho_eps - 1) / eps: a lower bound on the Kreiss constant (T&E 18)."""
+    return float(max((radius - 1.0) / epsilon for epsilon, radius in pseudospectral_radii.items()))
+
+
+@dataclass
+class TransientDynamics:
+    """The per-sublayer scalars of the ``transient_dynamics`` table and its rows of ``pseudospectra``."""
+
+    spectral_radius: float
+    spectral_norm: float
+    numerical_abscissa: float
+    numerical_abscissa_j_minus_i: float
+    numerical_radius: float
+    numerical_radius_upper: float
+    pseudospectral_radii: dict[float, float]
+
+    @property
+    def kreiss_lower_bound(self) -> float:
+        return kreiss_lower_bound(self.pseudospectral_radii)
+
+
+def analyse_transient(matrix, *, epsilons: Iterable[float] = PSEUDOSPECTRAL_EPSILONS,
+                      dense_limit: int = DENSE_LIMIT) -> TransientDynamics:
+    matrix = _float64(matrix)
+    schur = ShiftedSchur(matrix, dense_limit=dense_limit)
+    radius = numerical_radius(matrix, dense_limit=dense_limit)
+    abscissa = numerical_abscissa(matrix, dense_limit=dense_limit)
+    return TransientDynamics(
+        spectral_radius=float(np.abs(schur.eigenvalues).max()),
+        spectral_norm=schur.norm,
+        numerical_abscissa=abscissa,
+        numerical_abscissa_j_minus_i=abscissa - 1.0,  # omega(A - I) = omega(A) - 1: (A - I)'s Hermitian part is H - I
+        numerical_radius=radius.lower,
+        numerical_radius_upper=radius.upper,
+        pseudospectral_radii=schur.pseudospectral_radii(epsilons),
+    )
+
+
+def product_norm(factors: list[np.ndarray], *, dense_limit: int = DENSE_LIMIT) -> float:
+    """||F_k ... F_1||_2 for factors in application order F_1 first; a matrix-free Lanczos SVD above
+    dense_limit (k matrix-vector products per step, never the d x d product)."""
+    d = factors[0].shape[0]
+    if d <= dense_limit:
+        product = factors[0]
+        for factor in factors[1:]:
+            product = factor @ product
+        return float(np.linalg.norm(product, 2))
+
+    def forward(x):
+        for factor in factors:
+            x = factor @ x
+        return x
+
+    def adjoint(x):
+        for factor in reversed(factors):
+            x = factor.T @ x
+        return x
+
+    operator = scipy.sparse.linalg.LinearOperator((d, d), matvec=forward, rmatvec=adjoint, dtype=np.float64)
+    start = np.random.default_rng(0).standard_normal(d)
+    return float(scipy.sparse.linalg.svds(operator, k=1, v0=start, tol=1e-13, return_singular_vectors=False)[0])
+
+
+@dataclass(frozen=True)
+class GrowthWindow:
+    start_depth: int
+    window: int
+    product_norm: float
+    spectral_radius_product: float
+
+    @property
+    def growth_beyond_spectrum(self) -> float:
+        return self.product_norm / self.spectral_radius_product if self.spectral_radius_product > 0 else np.inf
+
+
+def transient_growth(matrices: Iterable[np.ndarray], spectral_radii: Iterable[float], *,
+                     windows: Iterable[int] = GROWTH_WINDOWS, full_depth: bool = True,
+                     dense_limit: int = DENSE_LIMIT) -> Iterator[GrowthWindow]:
+    """Every window of consecutive maps in depth order, streamed: at most max(windows) matrices are held,
+    plus the running full-depth product (one more matrix) when ``full_depth``."""
+    windows = sorted(set(windows))
+    recent: deque = deque(maxlen=max(windows))
+    full, full_radius, count = None, 1.0, 0
+    for end, (matrix, radius) in enumerate(zip(matrices, spectral_radii)):
+        matrix = np.asarray(matrix, dtype=np.float64)
+        recent.append((matrix, float(radius)))
+        count += 1
+        for window in windows:
+            if window <= len(recent):
+                chosen = list(recent)[-window:]
+                yield GrowthWindow(end - window + 1, window, product_norm([m for m, _ in chosen], dense_limit=dense_limit),
+                                   float(np.prod([r for _, r in chosen])))
+        if full_depth:
+            full = matrix.copy() if full is None else matrix @ full
+            full_radius *= float(radius)
+    if full_depth and count > 0 and count not in windows:
+        yield GrowthWindow(0, count, float(np.linalg.norm(full, 2)) if count and len(full) <= dense_limit
+                           else _spectral_norm(full), full_radius)

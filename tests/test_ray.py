@@ -1,0 +1,198 @@
+"""The study on a real Ray cluster (a head and a worker node on 127.0.0.1), through dagster-ray's executor.
+
+The cluster is started by this module (``dagster_project.ray_local``) and stopped by killing the
+PIDs it started, never with ``ray stop``. Three partitions run through the Ray executor while one
+step's process is SIGKILLed: Dagster's retry policy reruns that step, and every table equals an
+in-process run of the same partitions.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dagster_project.warehouse import Warehouse
+
+from .test_integrity import save_model
+
+pytestmark = pytest.mark.cluster
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+QUICK = ["--samples", "5", "--seq-len", "12", "--per-sample", "1", "--leiden-seeds", "2", "--permutations", "30",
+         "--log-level", "WARNING"]
+TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "finite_difference_probe",
+          "eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery",
+          "layer_metrics_per_sample", "graph_edges", "communities", "gamma_scan", "unit_amplification",
+          "coupling_tests"]
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for item in sockets:
+        item.bind(("127.0.0.1", 0))
+    ports = [item.getsockname()[1] for item in sockets]
+    for item in sockets:
+        item.close()
+    return ports
+
+
+def _environment(**extra) -> dict:
+    values = {key: value for key, value in os.environ.items() if not key.startswith("RESDYN_") or
+              key in ("RESDYN_WIKITEXT_DIR", "RESDYN_WIKITEXT_TOKENIZED_DIR")}
+    return {**values, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **extra}
+
+
+def _nodes(gcs: str) -> list[dict]:
+    script = ("import json, ray; ray.init(address=%r, logging_level='ERROR');"
+              "print(json.dumps([{'address': n['NodeManagerAddress'], 'alive': n['Alive']} for n in ray.nodes()]))"
+              % gcs)
+    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env=_environment())
+    return json.loads(output.stdout.strip().splitlines()[-1]) if output.returncode == 0 else []
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("ray")
+    port, dashboard, client, agent, metrics, agent_grpc, runtime_env = _free_ports(7)
+    processes = []
+    try:
+        head = subprocess.Popen(
+            [sys.executable, "-m", "dagster_project.ray_local", "head", "--port", str(port), "--dashboard-port",
+             str(dashboard), "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent),
+             "--metrics-export-port", str(metrics), "--dashboard-agent-grpc-port", str(agent_grpc),
+             "--runtime-env-agent-port", str(runtime_env), "--num-cpus", "1"],
+            cwd=REPOSITORY, env=_environment(), stdout=open(logs / "head.log", "w"), stderr=subprocess.STDOUT)
+        processes.append(head)
+        address = f"http://127.0.0.1:{dashboard}"
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{address}/api/version", timeout=2).read()
+                break
+            except OSError:
+                if time.time() > deadline or head.poll() is not None:
+                    pytest.fail("the Ray head did not start:\n" + (logs / "head.log").read_text()[-3000:])
+                time.sleep(1)
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "dagster_project.ray_local", "worker", "--address", f"127.0.0.1:{port}",
+             "--num-cpus", "1"], cwd=REPOSITORY, env=_environment(), stdout=open(logs / "worker.log", "w"),
+            stderr=subprocess.STDOUT)
+        processes.append(worker)
+        deadline = time.time() + 120
+        nodes = []
+        while len([n for n in nodes if n["alive"]]) < 2:
+            if time.time() > deadline or worker.poll() is not None:
+                pytest.fail("the Ray worker did not join:\n" + (logs / "worker.log").read_text()[-3000:])
+            time.sleep(2)
+            nodes = _nodes(f"127.0.0.1:{port}")
+        yield {"address": address, "gcs": f"127.0.0.1:{port}", "nodes": nodes}
+    finally:
+        for process in reversed(processes):  # the PIDs this module started, nothing else
+            process.send_signal(signal.SIGTERM)
+        for process in reversed(processes):
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _step_processes(step: str) -> list[int]:
+    """PIDs of processes running Dagster step ``step`` (dagster-ray passes DAGSTER_RUN_STEP_KEY to them)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environment = (entry / "environ").read_bytes().split(b"\0")
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"DAGSTER_RUN_STEP_KEY={step}".encode() in environment and b"execute_step" in command:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_every_node_is_on_loopback(cluster):
+    assert len(cluster["nodes"]) == 2
+    assert {node["address"] for node in cluster["nodes"]} == {"127.0.0.1"}
+
+
+def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(cluster, tmp_path):
+    models = [save_model(tmp_path / name, seed) for seed, name in enumerate(("alpha", "beta", "gamma"))]
+    arguments = [argument for model in models for argument in ("--model", str(model))]
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    ray_warehouse, local_warehouse = tmp_path / "ray", tmp_path / "local"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "resdyn", "run", *arguments, *QUICK, "--warehouse", str(ray_warehouse),
+         "--executor", "ray", "--ray-address", cluster["address"]], cwd=REPOSITORY,
+        env=_environment(DAGSTER_HOME=str(home)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = []
+    deadline = time.time() + 600
+    while not killed and time.time() < deadline and process.poll() is None:
+        pids = _step_processes("measurements")
+        if pids:
+            time.sleep(0.5)  # let it start its work
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            killed += pids
+        time.sleep(0.2)
+    output = process.communicate(timeout=900)[0]
+    assert killed, "no measurements step was seen running; nothing was killed:\n" + output[-3000:]
+    assert process.returncode == 0, output[-4000:]
+    assert output.count(" ok in ") == 3, output[-3000:]
+
+    # the killed step was retried by Dagster, and the runs (with their steps' logs) are in the instance
+    import dagster as dg
+
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        instance = dg.DagsterInstance.get()
+        runs = instance.get_runs()
+        assert {run.tags["dagster/partition"] for run in runs} == {"alpha@local", "beta@local", "gamma@local"}
+        assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
+        events = [record.event_log_entry for run in runs for record in instance.get_records_for_run(run.run_id).records]
+        kinds = [entry.dagster_event.event_type_value for entry in events if entry.dagster_event]
+        assert "STEP_UP_FOR_RETRY" in kinds and "STEP_RESTARTED" in kinds
+        assert "LOGS_CAPTURED" in kinds
+    finally:
+        del os.environ["DAGSTER_HOME"]
+
+    local = subprocess.run([sys.executable, "-m", "resdyn", "run", *arguments, *QUICK, "--warehouse",
+                            str(local_warehouse)], cwd=REPOSITORY, env=_environment(), capture_output=True, text=True,
+                           timeout=900)
+    assert local.returncode == 0, local.stdout[-3000:]
+    ray_store, local_store = Warehouse(ray_warehouse), Warehouse(local_warehouse)
+    for table in TABLES:
+        query = f"SELECT model, count(*) AS n FROM {table} GROUP BY model ORDER BY model"
+        assert ray_store.query(query).to_pylist() == local_store.query(query).to_pylist(), table
+    assert ray_store.query("SELECT DISTINCT status FROM partitions").to_pylist() == [{"status": "complete"}]
+    from assets.common import read_mean_jacobians
+
+    for name in ("alpha", "beta", "gamma"):
+        ours, theirs = read_mean_jacobians(ray_store, name, "local"), read_mean_jacobians(local_store, name, "local")
+        assert set(ours) == set(theirs)
+        assert max(float(np.abs(ours[key] - theirs[key]).max()) for key in ours) <= 1e-12
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:{closed}", "http://10.255.255.1:8265"])
+def test_an_unreachable_ray_address_is_a_one_line_error_within_30_seconds(address, tmp_path):
+    closed = _free_ports(1)[0]
+    address = address.format(closed=closed)
+    started = time.perf_counter()
+    completed = subprocess.run([sys.executable, "-m", "resdyn", "run", "--model", "tiny-llama", "--executor", "ray",
+                                "--ray-address", address, "--warehouse", str(tmp_path)], cwd=REPOSITORY,
+                               env=_environment(), capture_output=True, text=True, timeout=60)
+    assert time.perf_counter() - started < 30
+    assert completed.returncode == 2
+    assert address in completed.stderr and completed.stderr.strip().count("\n") == 0, completed.stderr

@@ -1,0 +1,144 @@
+"""Transient dynamics against known answers (Trefethen & Embree 2005) and independent brute force."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.optimize
+
+from resdyn import transient
+
+
+@pytest.fixture
+def rng(fresh_seed):
+    return np.random.default_rng(fresh_seed)
+
+
+def random_normal_matrix(rng, d: int) -> np.ndarray:
+    """Q diag(blocks) Q^T with real eigenvalues and rotation-scale 2x2 blocks: normal, not symmetric."""
+    blocks = []
+    while sum(len(b) for b in blocks) < d:
+        if d - sum(len(b) for b in blocks) >= 2 and rng.random() < 0.5:
+            radius, angle = rng.uniform(0.2, 1.5), rng.uniform(0.1, 3.0)
+            blocks.append(radius * np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]))
+        else:
+            blocks.append(np.array([[rng.uniform(-1.5, 1.5)]]))
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    return q @ scipy.linalg.block_diag(*blocks) @ q.T
+
+
+def brute_force_numerical_radius(matrix, angles: int = 20000) -> float:
+    hermitian, skew = (matrix + matrix.T) / 2, (matrix - matrix.T) / 2
+    return max(np.linalg.eigvalsh(np.cos(t) * hermitian + 1j * np.sin(t) * skew)[-1]
+               for t in np.linspace(0, 2 * np.pi, angles, endpoint=False))
+
+
+def test_two_by_two_field_of_values_is_the_closed_form_disc(rng):
+    """W([[a, b], [0, a]]) is the disc of centre a, radius |b|/2: w = |a| + |b|/2, omega = a + |b|/2."""
+    a, b = rng.uniform(-2, 2), rng.uniform(-3, 3)
+    matrix = np.array([[a, b], [0.0, a]])
+    radius = transient.numerical_radius(matrix)
+    exact = abs(a) + abs(b) / 2
+    assert radius.lower <= exact * (1 + 1e-12) and exact <= radius.upper * (1 + 1e-12)
+    assert radius.upper - radius.lower <= 1e-6 * exact
+    assert transient.numerical_abscissa(matrix) == pytest.approx(a + abs(b) / 2, abs=1e-12)
+
+
+def test_numerical_radius_brackets_brute_force_and_iterative_paths_agree(rng):
+    matrix = rng.standard_normal((24, 24)) / np.sqrt(24)
+    reference = brute_force_numerical_radius(matrix)
+    dense = transient.numerical_radius(matrix)
+    assert dense.lower <= reference * (1 + 1e-12) and reference <= dense.upper * (1 + 1e-12)
+    assert dense.upper / dense.lower - 1 <= 1e-6
+    lanczos = transient.numerical_radius(matrix, dense_limit=4)
+    assert lanczos.lower <= reference * (1 + 1e-12) and reference <= lanczos.upper * (1 + 1e-12)
+    assert lanczos.lower == pytest.approx(dense.lower, rel=2e-6)
+    assert transient.numerical_abscissa(matrix, dense_limit=4) == pytest.approx(
+        np.linalg.eigvalsh((matrix + matrix.T) / 2)[-1], abs=1e-10)
+
+
+def test_normal_matrix_pseudospectrum_is_the_union_of_eps_discs(rng):
+    matrix = random_normal_matrix(rng, 20)
+    eigenvalues = np.linalg.eigvals(matrix)
+    rho = np.abs(eigenvalues).max()
+    result = transient.analyse_transient(matrix)
+    for epsilon, radius in result.pseudospectral_radii.items():
+        assert radius == pytest.approx(rho + epsilon, abs=1e-9)
+    assert result.numerical_radius == pytest.approx(rho, rel=1e-6)  # w(A) = rho(A) for normal A
+    assert result.numerical_abscissa == pytest.approx(eigenvalues.real.max(), abs=1e-10)
+    assert result.kreiss_lower_bound == pytest.approx(max((rho + e - 1) / e for e in transient.PSEUDOSPECTRAL_EPSILONS))
+
+
+def test_jordan_block_pseudospectral_radius_and_powers(rng):
+    n = int(rng.integers(4, 9))
+    jordan = np.eye(n, k=1)
+    schur = transient.ShiftedSchur(jordan)
+    for epsilon in (1e-3, 1e-2, 1e-1):
+        # the pseudospectra of J_n(0) are discs (J and e^{i t} J are unitarily similar), so along the real axis:
+        reference = scipy.optimize.brentq(
+            lambda r, e=epsilon: np.linalg.svd(r * np.eye(n) - jordan, compute_uv=False)[-1] - e, 0, 3, xtol=1e-15)
+        assert schur.pseudospectral_radius(epsilon) == pytest.approx(reference, abs=1e-9)
+        # ||(rI - J)^{-1}|| lies between its largest entry r^-n and its column sum sum_k r^-k (r < 1), so
+        # r^n (1 - r) / (1 - r^n) <= eps <= r^n at r = rho_eps: rho_eps ~ eps^(1/n) (T&E 7)
+        assert epsilon ** (1 / n) <= reference and reference ** n * (1 - reference) / (1 - reference ** n) <= epsilon
+    growth = {g.window: g for g in transient.transient_growth([jordan] * (n + 2), [0.0] * (n + 2),
+                                                               windows=range(1, n + 2), full_depth=False)
+              if g.start_depth == 0}
+    for k, window in growth.items():  # J^k has ones on the k-th superdiagonal: norm 1 for k < n, then 0
+        assert window.product_norm == pytest.approx(1.0 if k < n else 0.0, abs=1e-12)
+        assert window.spectral_radius_product == 0.0
+
+
+def test_powers_of_a_two_by_two_grow_as_the_closed_form(rng):
+    """A^k = [[a^k, k a^(k-1) b], [0, a^k]]; ||[[p, q], [0, p]]||_2 = (|q| + sqrt(q^2 + 4 p^2)) / 2."""
+    a, b = rng.uniform(0.5, 0.95), rng.uniform(2, 10)
+    matrix = np.array([[a, b], [0.0, a]])
+    depth = 12
+    rows = list(transient.transient_growth([matrix] * depth, [a] * depth))
+    assert {(r.window, r.start_depth) for r in rows} == \
+        {(k, s) for k in (1, 2, 4, 8) for s in range(depth - k + 1)} | {(depth, 0)}
+    for row in rows:
+        k = row.window
+        p, q = a ** k, k * a ** (k - 1) * b
+        assert row.product_norm == pytest.approx((abs(q) + np.sqrt(q * q + 4 * p * p)) / 2, rel=1e-12)
+        assert row.spectral_radius_product == pytest.approx(a ** k, rel=1e-12)
+        assert row.growth_beyond_spectrum > 1
+
+
+def test_growth_of_random_chains_matches_explicit_products_on_both_paths(rng):
+    d, depth = 20, 10
+    chain = [np.eye(d) + rng.standard_normal((d, d)) / np.sqrt(d) for _ in range(depth)]
+    radii = [np.abs(np.linalg.eigvals(m)).max() for m in chain]
+    for dense_limit in (transient.DENSE_LIMIT, 4):
+        for row in transient.transient_growth(chain, radii, dense_limit=dense_limit):
+            product = np.eye(d)
+            for m in chain[row.start_depth : row.start_depth + row.window]:
+                product = m @ product
+            assert row.product_norm == pytest.approx(np.linalg.norm(product, 2), rel=1e-9)
+            assert row.spectral_radius_product == pytest.approx(np.prod(radii[row.start_depth:][:row.window]))
+
+
+def test_inverse_iteration_matches_dense_singular_values(rng):
+    matrix = rng.standard_normal((30, 30)) / np.sqrt(30)
+    dense, iterative = transient.ShiftedSchur(matrix), transient.ShiftedSchur(matrix, dense_limit=4)
+    for z in rng.standard_normal(5) + 1j * rng.standard_normal(5):
+        assert iterative.smallest_singular_value(z) == pytest.approx(
+            np.linalg.svd(z * np.eye(30) - matrix, compute_uv=False)[-1], rel=1e-8)
+    assert iterative.pseudospectral_radius(1e-2) == pytest.approx(dense.pseudospectral_radius(1e-2), rel=1e-8)
+
+
+def test_ginibre_matrices_are_more_non_normal_than_normal_ones_as_theory_says(rng):
+    d = 32
+    ginibre = rng.standard_normal((d, d)) / np.sqrt(d)
+    normal = random_normal_matrix(rng, d)
+    g, n = transient.analyse_transient(ginibre), transient.analyse_transient(normal)
+    # normal: w = rho and rho_eps = rho + eps; Ginibre (departure ~ ||A||_F / sqrt 2): both strictly above
+    assert n.numerical_radius == pytest.approx(n.spectral_radius, rel=1e-6)
+    assert g.numerical_radius > 1.1 * g.spectral_radius
+    for epsilon in transient.PSEUDOSPECTRAL_EPSILONS:
+        assert n.pseudospectral_radii[epsilon] - n.spectral_radius == pytest.approx(epsilon, abs=1e-9)
+        assert g.pseudospectral_radii[epsilon] - g.spectral_radius > epsilon
+    # always: rho <= w <= ||A|| <= 2 w, and omega <= w
+    for result in (g, n):
+        assert result.spectral_radius <= result.numerical_radius * (1 + 1e-9)
+        assert result.numerical_radius <= result.spectral_norm * (1 + 1e-9) <= 2 * result.numerical_radius_upper
+        assert result.numerical_abscissa <= result.numerical_radius_upper

@@ -70,6 +70,102 @@ def worker(arguments) -> int:
     return 0
 
 
+def free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for item in sockets:
+        item.bind((LOOPBACK, 0))
+    ports = [item.getsockname()[1] for item in sockets]
+    for item in sockets:
+        item.close()
+    return ports
+
+
+class LocalCluster:
+    """``with LocalCluster(logs, workers=1) as cluster:`` a head and ``workers`` worker nodes on 127.0.0.1,
+    each with ``num_cpus`` CPUs, started as background processes whose PIDs this object keeps; on exit
+    exactly those are stopped (SIGTERM, then SIGKILL after 60 s). ``cluster.address`` is the dashboard
+    URL for ``--ray-address``, ``cluster.gcs`` the address a worker node joins."""
+
+    def __init__(self, logs, *, workers: int = 1, num_cpus: int = 1, environment: dict | None = None,
+                 timeout: float = 120.0) -> None:
+        from pathlib import Path
+
+        self.logs, self.workers, self.num_cpus, self.timeout = Path(logs), workers, num_cpus, timeout
+        self.environment = {**(environment if environment is not None else os.environ),
+                            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+        self.processes: list[subprocess.Popen] = []
+        self.address = self.gcs = ""
+
+    def _start(self, name: str, arguments: list[str]) -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-m", "dagster_project.ray_local", *arguments],
+                                   env=self.environment, stdout=open(self.logs / f"{name}.log", "w"),
+                                   stderr=subprocess.STDOUT)
+        self.processes.append(process)
+        return process
+
+    def _fail(self, name: str, what: str):
+        raise RuntimeError(f"{what}:\n" + (self.logs / f"{name}.log").read_text()[-3000:])
+
+    def __enter__(self) -> "LocalCluster":
+        import urllib.request
+
+        self.logs.mkdir(parents=True, exist_ok=True)
+        port, dashboard, *others = free_ports(7)
+        flags = ("--ray-client-server-port", "--dashboard-agent-listen-port", "--metrics-export-port",
+                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port")
+        try:
+            head_process = self._start("head", ["head", "--port", str(port), "--dashboard-port", str(dashboard),
+                                                *[v for pair in zip(flags, map(str, others)) for v in pair],
+                                                "--num-cpus", str(self.num_cpus)])
+            self.address, self.gcs = f"http://{LOOPBACK}:{dashboard}", f"{LOOPBACK}:{port}"
+            deadline = time.time() + self.timeout
+            while True:
+                try:
+                    urllib.request.urlopen(f"{self.address}/api/version", timeout=2).read()
+                    break
+                except OSError:
+                    if time.time() > deadline or head_process.poll() is not None:
+                        self._fail("head", "the Ray head did not start")
+                    time.sleep(1)
+            for index in range(self.workers):
+                self._start(f"worker{index}", ["worker", "--address", self.gcs, "--num-cpus", str(self.num_cpus)])
+            deadline = time.time() + self.timeout
+            while len([n for n in self.nodes() if n["alive"]]) < 1 + self.workers:
+                if time.time() > deadline or any(p.poll() is not None for p in self.processes):
+                    self._fail("worker0", "a Ray worker node did not join")
+                time.sleep(2)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def nodes(self) -> list[dict]:
+        """[{address, alive}] of every node, asked from a separate process (this one stays Ray-free)."""
+        import json
+
+        script = ("import json, ray; ray.init(address=%r, logging_level='ERROR');"
+                  "print(json.dumps([{'address': n['NodeManagerAddress'], 'alive': n['Alive']} for n in ray.nodes()]))"
+                  % self.gcs)
+        output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                                env=self.environment)
+        return json.loads(output.stdout.strip().splitlines()[-1]) if output.returncode == 0 else []
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):  # the PIDs this object started, nothing else
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+    def __exit__(self, *_) -> None:
+        self.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)

@@ -6,19 +6,17 @@ step's process is SIGKILLed: Dagster's retry policy reruns that step, and every 
 in-process run of the same partitions.
 """
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dagster_project.ray_local import LocalCluster, free_ports
 from dagster_project.warehouse import Warehouse
 
 from .test_integrity import save_model
@@ -31,17 +29,7 @@ QUICK = ["--samples", "5", "--seq-len", "12", "--per-sample", "1", "--leiden-see
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "finite_difference_probe",
           "eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery",
           "layer_metrics_per_sample", "graph_edges", "communities", "gamma_scan", "unit_amplification",
-          "coupling_tests"]
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for item in sockets:
-        item.bind(("127.0.0.1", 0))
-    ports = [item.getsockname()[1] for item in sockets]
-    for item in sockets:
-        item.close()
-    return ports
+          "coupling_tests", "transient_dynamics", "pseudospectra", "transient_growth"]
 
 
 def _environment(**extra) -> dict:
@@ -50,59 +38,10 @@ def _environment(**extra) -> dict:
     return {**values, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **extra}
 
 
-def _nodes(gcs: str) -> list[dict]:
-    script = ("import json, ray; ray.init(address=%r, logging_level='ERROR');"
-              "print(json.dumps([{'address': n['NodeManagerAddress'], 'alive': n['Alive']} for n in ray.nodes()]))"
-              % gcs)
-    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            env=_environment())
-    return json.loads(output.stdout.strip().splitlines()[-1]) if output.returncode == 0 else []
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("ray")
-    port, dashboard, client, agent, metrics, agent_grpc, runtime_env = _free_ports(7)
-    processes = []
-    try:
-        head = subprocess.Popen(
-            [sys.executable, "-m", "dagster_project.ray_local", "head", "--port", str(port), "--dashboard-port",
-             str(dashboard), "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent),
-             "--metrics-export-port", str(metrics), "--dashboard-agent-grpc-port", str(agent_grpc),
-             "--runtime-env-agent-port", str(runtime_env), "--num-cpus", "1"],
-            cwd=REPOSITORY, env=_environment(), stdout=open(logs / "head.log", "w"), stderr=subprocess.STDOUT)
-        processes.append(head)
-        address = f"http://127.0.0.1:{dashboard}"
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{address}/api/version", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline or head.poll() is not None:
-                    pytest.fail("the Ray head did not start:\n" + (logs / "head.log").read_text()[-3000:])
-                time.sleep(1)
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "dagster_project.ray_local", "worker", "--address", f"127.0.0.1:{port}",
-             "--num-cpus", "1"], cwd=REPOSITORY, env=_environment(), stdout=open(logs / "worker.log", "w"),
-            stderr=subprocess.STDOUT)
-        processes.append(worker)
-        deadline = time.time() + 120
-        nodes = []
-        while len([n for n in nodes if n["alive"]]) < 2:
-            if time.time() > deadline or worker.poll() is not None:
-                pytest.fail("the Ray worker did not join:\n" + (logs / "worker.log").read_text()[-3000:])
-            time.sleep(2)
-            nodes = _nodes(f"127.0.0.1:{port}")
-        yield {"address": address, "gcs": f"127.0.0.1:{port}", "nodes": nodes}
-    finally:
-        for process in reversed(processes):  # the PIDs this module started, nothing else
-            process.send_signal(signal.SIGTERM)
-        for process in reversed(processes):
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with LocalCluster(tmp_path_factory.mktemp("ray"), workers=1, num_cpus=1, environment=_environment()) as running:
+        yield {"address": running.address, "gcs": running.gcs, "nodes": running.nodes()}
 
 
 def _step_processes(step: str) -> list[int]:
@@ -187,7 +126,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
 
 @pytest.mark.parametrize("address", ["http://127.0.0.1:{closed}", "http://10.255.255.1:8265"])
 def test_an_unreachable_ray_address_is_a_one_line_error_within_30_seconds(address, tmp_path):
-    closed = _free_ports(1)[0]
+    closed = free_ports(1)[0]
     address = address.format(closed=closed)
     started = time.perf_counter()
     completed = subprocess.run([sys.executable, "-m", "resdyn", "run", "--model", "tiny-llama", "--executor", "ray",

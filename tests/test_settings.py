@@ -1,0 +1,31 @@
+"""One place says what each setting and each table is: the literal choices, the README tables and the
+warehouse README are derived from (and kept equal to) the definitions they document."""
+
+from pathlib import Path
+
+from dagster_project import settings
+from dagster_project.schema import warehouse_readme
+from resdyn.jacobians import BACKENDS
+from resdyn.models.precision import DTYPES
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def test_literal_choices_equal_the_science_packages_definitions():
+    # settings.py lists them literally so that importing it needs no torch; they must not drift
+    assert set(settings.DTYPE_CHOICES) == set(DTYPES)
+    assert set(settings.BACKEND_CHOICES) == set(BACKENDS)
+
+
+def test_readme_settings_table_is_generated_from_settings():
+    text = (REPOSITORY / "README.md").read_text()
+    begin = text.index("<!-- settings:begin")
+    block = text[text.index("\n", begin) + 1 : text.index("<!-- settings:end -->")]
+    assert block == settings.readme_table(), "regenerate the README's settings table from dagster_project/settings.py"
+    for setting in settings.SETTINGS:  # and every flag is one the CLI accepts
+        assert setting.flag in block and setting.variable in block
+
+
+def test_warehouse_readme_tables_are_generated_from_the_schema():
+    readme = REPOSITORY / "warehouse" / "README.md"
+    assert readme.read_text() == warehouse_readme(readme.read_text()), "run: python -m dagster_project.schema"

@@ -11,7 +11,7 @@ ifneq ($(wildcard $(SHARED_DATA)/wikitext-2-raw/wiki.test.raw),)
 export RESDYN_WIKITEXT_DIR ?= $(SHARED_DATA)/wikitext-2-raw
 export RESDYN_WIKITEXT_TOKENIZED_DIR ?= $(SHARED_DATA)/wikitext-2-tokenized
 endif
-export DAGSTER_HOME ?= $(abspath .dagster_home)
+export DAGSTER_HOME ?= $(abspath dagster_home)
 
 .PHONY: demo test ui lint bench gpu-check paper-scale install
 

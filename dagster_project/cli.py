@@ -7,6 +7,7 @@
     resdyn models [--warehouse DIR]
     resdyn questions [--warehouse DIR]
     resdyn check [--warehouse DIR]
+    resdyn forget MODEL@CHECKPOINT [--yes] [--warehouse DIR]
 
 Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/settings.py).
 Exit codes: 0 ok, 1 a partition failed or a check found problems, 2 bad input, 130/143 stopped by
@@ -19,14 +20,15 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
 
-from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partition_key
+from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partition_key, split_partition_key
 
-from .warehouse import SQL_DIRECTORY, QueryError, ReadOnlySqlError, Warehouse
+from .warehouse import SQL_DIRECTORY, PartitionBusyError, QueryError, ReadOnlySqlError, Warehouse
 
 log = logging.getLogger("resdyn")
 
@@ -119,6 +121,48 @@ def command_models(arguments) -> int:
             print(f"{partition_key(name, checkpoint):45s} {spec.family:8s} {spec.source:35s} "
                   f"revision={revision:20s} {row.get('status', '-')}")
     return 0
+
+
+def command_forget(arguments) -> int:
+    """Remove partition MODEL@CHECKPOINT: its data, its registry entry (user-added models) and its
+    Dagster partition key. Asks first unless --yes."""
+    store = Warehouse(arguments.warehouse)
+    registry = ModelRegistry(store.registry_file)
+    model, checkpoint = split_partition_key(arguments.partition)
+    known = set(registry.partition_keys())
+    dagster_keys = set(_dagster_partition_keys())
+    if arguments.partition not in known | dagster_keys and (model, checkpoint) not in set(store.partitions()):
+        print(f"resdyn: unknown partition {arguments.partition!r}; known: {', '.join(sorted(known))}", file=sys.stderr)
+        return 2
+    if not arguments.yes:
+        answer = input(f"remove partition {arguments.partition} and all its data under {store.root}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return 1
+    removed = store.forget(model, checkpoint)
+    dropped = registry.forget(arguments.partition)
+    if os.environ.get("DAGSTER_HOME"):
+        import dagster as dg
+
+        from .partitions import model_checkpoint_partitions
+
+        instance = dg.DagsterInstance.get()
+        if instance.has_dynamic_partition(model_checkpoint_partitions.name, arguments.partition):
+            instance.delete_dynamic_partition(model_checkpoint_partitions.name, arguments.partition)
+    print(f"forgot {arguments.partition}: {len(removed)} data path(s) removed"
+          + ("; removed from the registry" if dropped else "")
+          + ("" if dropped or arguments.partition not in known else " (a built-in checkpoint: still registered)"))
+    return 0
+
+
+def _dagster_partition_keys() -> list[str]:
+    if not os.environ.get("DAGSTER_HOME"):
+        return []
+    import dagster as dg
+
+    from .partitions import model_checkpoint_partitions
+
+    return dg.DagsterInstance.get().get_dynamic_partitions(model_checkpoint_partitions.name)
 
 
 def _register_with_dagster(keys: list[str]) -> None:
@@ -240,6 +284,9 @@ class SignalRecorder:
         signal.signal(signal.SIGTERM, self.original)
 
 
+SHIPPED_INSTANCE = Path(__file__).resolve().parents[1] / "dagster_home" / "dagster.yaml"
+
+
 def _persistent_dagster_home(store: Warehouse) -> None:
     """Executors that run steps in other processes need an instance on disk: DAGSTER_HOME, else one beside
     the warehouse."""
@@ -247,8 +294,8 @@ def _persistent_dagster_home(store: Warehouse) -> None:
         return
     home = store.root / "_dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").is_file():
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    if not (home / "dagster.yaml").is_file():  # the shipped instance settings (telemetry off, run queue)
+        shutil.copyfile(SHIPPED_INSTANCE, home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
 
 
@@ -425,6 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
     questions.add_argument("--warehouse")
     questions.set_defaults(handler=command_questions)
 
+    forget = commands.add_parser("forget", help="remove a partition MODEL@CHECKPOINT and its data")
+    forget.add_argument("partition", help="MODEL@CHECKPOINT")
+    forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    forget.add_argument("--warehouse")
+    forget.set_defaults(handler=command_forget)
+
     check = commands.add_parser("check", help="read every published file's footer and schema; list problems")
     check.add_argument("--warehouse")
     check.set_defaults(handler=command_check)
@@ -439,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("resdyn: interrupted", file=sys.stderr)
         return 130
+    except PartitionBusyError as error:
+        print(f"resdyn: {error}", file=sys.stderr)
+        return 1
     except (KeyError, ValueError, FileNotFoundError, OSError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
         print(f"resdyn: error: {message.strip().splitlines()[0] if message.strip() else type(error).__name__}",

@@ -5,6 +5,7 @@ from .checks import ALL_CHECKS
 from .executors import executor_definition
 from .jobs import resdyn_job
 from .resources import default_resources
+from .sensors import registry_partitions
 
-defs = dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, jobs=[resdyn_job], resources=default_resources(),
-                      executor=executor_definition())
+defs = dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, jobs=[resdyn_job], sensors=[registry_partitions],
+                      resources=default_resources(), executor=executor_definition())

@@ -31,13 +31,9 @@ from contextlib import contextmanager
 from resdyn.models.registry import split_partition_key
 
 from .settings import settings_hash
-from .warehouse import REPOSITORY_ROOT, Warehouse, atomic_write_text, file_lock, process_alive
+from .warehouse import REPOSITORY_ROOT, PartitionBusyError, Warehouse, atomic_write_text, file_lock, process_alive
 
 IN_PROGRESS_STATUSES = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"}
-
-
-class PartitionBusyError(RuntimeError):
-    pass
 
 
 def now() -> str:

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -63,6 +64,10 @@ def _umask() -> int:
 
 
 FILE_MODE = 0o666 & ~_umask()  # temp files are created 0600; published files honour the umask
+
+
+class PartitionBusyError(RuntimeError):
+    """A live run holds the partition's lease."""
 
 
 class CorruptPartitionError(IOError):
@@ -259,6 +264,35 @@ class Warehouse:
     @property
     def registry_file(self) -> Path:
         return self.root / "registry.json"
+
+    def forget(self, model: str, checkpoint: str) -> list[Path]:
+        """Remove a partition's data: its published manifest first (so readers stop seeing it at once),
+        then every table's files, its figures and its runs. Refused while a live run holds the lease."""
+        lease = self.lease_path(model, checkpoint)
+        if lease.is_file():
+            try:
+                holder = json.loads(lease.read_text())
+            except (OSError, json.JSONDecodeError):
+                holder = {}
+            if holder.get("host") == socket.gethostname() and process_alive(int(holder.get("pid", 0))):
+                raise PartitionBusyError(f"partition {model}@{checkpoint} is being materialized by run "
+                                         f"{holder.get('run_id')} (pid {holder.get('pid')}); stop it first")
+        removed = []
+        manifest = self.manifest_path(model, checkpoint)
+        if manifest.is_file():
+            manifest.unlink()
+            removed.append(manifest)
+        for directory in [self.partition_directory(table, model, checkpoint) for table in TABLES] + [
+                self.root / "_artefacts" / kind / model / checkpoint for kind in ("figures",)]:
+            if directory.is_dir():
+                shutil.rmtree(directory)
+                removed.append(directory)
+                try:  # the model's directory too, when this was its last checkpoint
+                    directory.parent.rmdir()
+                except OSError:
+                    pass
+        lease.unlink(missing_ok=True)
+        return removed
 
     # -- manifests ------------------------------------------------------------------------------
 

@@ -350,3 +350,49 @@ def test_14_offline_the_hub_is_asked_at_most_once_and_quickly(tmp_path):
                              capture_output=True, text=True, timeout=120)
     label, seconds, probes = offline.stdout.split()
     assert label == "fallback:pydoc_data.topics" and int(probes) == 0 and float(seconds) < 10
+
+
+# forgetting a partition and the registry's partition keys (UI findings 2 and 3) ----------------
+
+def test_forget_asks_then_removes_the_partition_its_data_and_its_registry_entry(warehouse_copy, capsys, monkeypatch,
+                                                                               tmp_path):
+    import dagster as dg
+
+    from dagster_project.partitions import model_checkpoint_partitions
+    from resdyn.models.registry import ModelRegistry
+
+    _, root = warehouse_copy
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    dg.DagsterInstance.get().add_dynamic_partitions(model_checkpoint_partitions.name, ["m@local"])
+    assert main(["forget", "m@nowhere", "--warehouse", str(root)]) == 2
+    assert "unknown partition 'm@nowhere'" in capsys.readouterr().err
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert main(["forget", "m@local", "--warehouse", str(root)]) == 1
+    assert partition_state(root)["status"] == "complete"
+    assert main(["forget", "m@local", "--yes", "--warehouse", str(root)]) == 0
+    assert partition_state(root) == {}
+    assert not any((root / "jacobians").rglob("*.parquet")) and not (root / "_artefacts" / "figures" / "m").exists()
+    assert "m" not in ModelRegistry(root / "registry.json").specs
+    assert "m@local" not in dg.DagsterInstance.get().get_dynamic_partitions(model_checkpoint_partitions.name)
+    assert Warehouse(root).query("SELECT count(*) AS n FROM layer_metrics").to_pylist() == [{"n": 0}]
+
+
+def test_the_sensor_keeps_partition_keys_equal_to_the_registry(built, tmp_path):
+    import dagster as dg
+
+    from dagster_project.partitions import model_checkpoint_partitions
+    from dagster_project.resources import WarehouseResource
+    from dagster_project.sensors import registry_partitions
+    from resdyn.models.registry import ModelRegistry
+
+    _, root = built
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(model_checkpoint_partitions.name, ["tiny-llama@step-000300", "m@local"])
+    context = dg.build_sensor_context(instance=instance)
+    result = registry_partitions(context, warehouse=WarehouseResource(root=str(root)))
+    requests = {type(r).__name__: set(r.partition_keys) for r in result.dynamic_partitions_requests}
+    registered = set(ModelRegistry(root / "registry.json").partition_keys())
+    assert requests["DeleteDynamicPartitionsRequest"] == {"tiny-llama@step-000300"}  # typed in the UI, names nothing
+    assert requests["AddDynamicPartitionsRequest"] == registered - {"m@local"}
+    assert "tiny-llama@step-000400" in registered and "llama-3.1-8b@main" in registered

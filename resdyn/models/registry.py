@@ -118,6 +118,28 @@ class ModelRegistry:
         for entry in users.values():
             self.specs[entry["name"]] = ModelSpec(**entry)
 
+    def forget(self, key: str) -> bool:
+        """Drop checkpoint ``model@checkpoint`` of a user-added model (the model goes with its last
+        checkpoint). Built-in specs stay (they live in registry.toml): returns False for them."""
+        name, checkpoint = split_partition_key(key)
+        if self.user_file is None or not self.user_file.is_file():
+            return False
+        with open(self.user_file.with_name(self.user_file.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            users = {entry["name"]: entry for entry in self._read_user_file()}
+            if name not in users or checkpoint not in users[name]["checkpoints"]:
+                return False
+            del users[name]["checkpoints"][checkpoint]
+            if not users[name]["checkpoints"]:
+                del users[name]
+            handle, temporary = tempfile.mkstemp(dir=self.user_file.parent, prefix=".registry.", suffix=".inprogress")
+            with os.fdopen(handle, "w") as stream:
+                json.dump(list(users.values()), stream, indent=2)
+            os.chmod(temporary, 0o666 & ~_umask())
+            os.replace(temporary, self.user_file)
+        self.__init__(self.user_file)
+        return True
+
     def _read_user_file(self) -> list[dict]:
         if not self.user_file.is_file():
             return []

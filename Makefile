@@ -27,6 +27,7 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	mkdir -p $(DAGSTER_HOME)
 	$(VENV)/bin/resdyn run --suite tiny
+	$(VENV)/bin/resdyn report
 
 test: install
 	mkdir -p $(DAGSTER_HOME)

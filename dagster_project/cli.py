@@ -8,6 +8,7 @@
     resdyn questions [--warehouse DIR]
     resdyn check [--warehouse DIR]
     resdyn forget MODEL@CHECKPOINT [--yes] [--warehouse DIR]
+    resdyn report [--warehouse DIR] [--output FILE]
 
 Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/settings.py).
 Exit codes: 0 ok, 1 a partition failed or a check found problems, 2 bad input, 130/143 stopped by
@@ -163,6 +164,19 @@ def _dagster_partition_keys() -> list[str]:
     from .partitions import model_checkpoint_partitions
 
     return dg.DagsterInstance.get().get_dynamic_partitions(model_checkpoint_partitions.name)
+
+
+def command_report(arguments) -> int:
+    """The study across every complete partition: five tables with figures, and one report.html."""
+    from .report import build_report
+
+    store = Warehouse(arguments.warehouse)
+    _warn_problems(store)
+    output, results = build_report(store, Path(arguments.output) if arguments.output else None)
+    for name, (table, figure) in results.items():
+        print(f"{name}: {table.num_rows} rows, {figure}")
+    print(f"report: {output}")
+    return 0
 
 
 def _register_with_dagster(keys: list[str]) -> None:
@@ -471,6 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
     questions = commands.add_parser("questions", help="answer every named question in sql/questions/")
     questions.add_argument("--warehouse")
     questions.set_defaults(handler=command_questions)
+
+    report = commands.add_parser("report", help="the study across partitions: tables, figures, report.html")
+    report.add_argument("--warehouse")
+    report.add_argument("--output", help="where to write the HTML (default: <warehouse>/report.html)")
+    report.set_defaults(handler=command_report)
 
     forget = commands.add_parser("forget", help="remove a partition MODEL@CHECKPOINT and its data")
     forget.add_argument("partition", help="MODEL@CHECKPOINT")

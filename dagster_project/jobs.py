@@ -7,7 +7,9 @@ from .partitions import model_checkpoint_partitions
 
 
 def study_job(executor: str | None = None, ray_address: str | None = None):
-    return dg.define_asset_job("resdyn_job", selection=dg.AssetSelection.all(),
+    from .assets_index import STUDY_ASSET_KEYS
+
+    return dg.define_asset_job("resdyn_job", selection=dg.AssetSelection.all() - dg.AssetSelection.assets(*STUDY_ASSET_KEYS),
                                partitions_def=model_checkpoint_partitions,
                                executor_def=executor_definition(executor, ray_address))
 
@@ -20,3 +22,6 @@ def resolved_study_job() -> dg.JobDefinition:
 
 
 resdyn_job = study_job()
+
+study_report_job = dg.define_asset_job("study_report_job", selection=dg.AssetSelection.groups("study"),
+                                       description="The study across every complete partition, and report.html.")

@@ -151,3 +151,39 @@ def pseudospectra_contours(panels: dict[str, tuple[np.ndarray, np.ndarray, np.nd
     axis.set_title("growth beyond the spectrum", fontsize=8)
     figure.suptitle(title)
     return _save(figure, directory, "pseudospectra")
+
+
+def study_lines(series: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]], directory: Path, *, name: str,
+                title: str, x_label: str = "relative depth", log_y: tuple[str, ...] = ()) -> Path:
+    """Across partitions: one panel per quantity, one line per model@checkpoint.
+    series[quantity][label] = (x, y)."""
+    quantities = list(series)
+    figure, axes = plt.subplots(1, len(quantities), figsize=(5 * len(quantities), 3.4), squeeze=False)
+    for axis, quantity in zip(axes[0], quantities):
+        for label, (x, y) in sorted(series[quantity].items()):
+            axis.plot(x, y, marker="o", ms=2.5, lw=1, label=label)
+        axis.set_title(quantity, fontsize=9)
+        axis.set_xlabel(x_label, fontsize=8)
+        if quantity in log_y:
+            axis.set_yscale("log")
+        axis.legend(fontsize=5.5, ncol=2)
+    figure.suptitle(title)
+    return _save(figure, directory, name)
+
+
+def study_bars(groups: dict[str, dict[str, float]], directory: Path, *, name: str, title: str, y_label: str) -> Path:
+    """Grouped bars across partitions: groups[partition][bar] = value (one colour per bar name)."""
+    labels = list(groups)
+    bars = sorted({bar for values in groups.values() for bar in values})
+    width = 0.8 / max(1, len(bars))
+    figure, axis = plt.subplots(figsize=(max(5, 0.7 * len(labels) * max(1, len(bars)) ** 0.5 + 2), 3.4))
+    positions = np.arange(len(labels))
+    for index, bar in enumerate(bars):
+        axis.bar(positions + index * width, [groups[label].get(bar, np.nan) for label in labels], width, label=bar)
+    axis.set_xticks(positions + width * (len(bars) - 1) / 2)
+    axis.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
+    axis.set_ylabel(y_label, fontsize=8)
+    axis.axhline(0, color="0.6", lw=0.6)
+    axis.legend(fontsize=7)
+    figure.suptitle(title)
+    return _save(figure, directory, name)

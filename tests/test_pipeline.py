@@ -144,3 +144,45 @@ def test_transient_tables_are_filled_and_agree_with_numpy(warehouse):
         product = by_depth[row["start_depth"] + 1] @ by_depth[row["start_depth"]]
         assert row["product_norm"] == pytest.approx(np.linalg.norm(product, 2), rel=1e-10)
     assert store.query("SELECT max(window_length) AS w FROM transient_growth").to_pylist() == [{"w": n}]
+
+
+def test_study_report_tables_figures_and_html(warehouse, tmp_path):
+    """The study sections answer from the complete partition; (a) equals a count made here from the
+    coupling_tests rows; the HTML embeds every figure and names the run that made the partition."""
+    import base64
+
+    from dagster_project.report import SECTIONS, build_report
+
+    store, _, _ = warehouse
+    output, results = build_report(store, tmp_path / "report.html")
+    assert set(results) == {section.name for section in SECTIONS}
+    rows = store.query("SELECT significant, direction FROM coupling_tests").to_pylist()
+    fdr = results["study_fdr_layers"][0].to_pylist()
+    assert len(fdr) == 1 and fdr[0]["n_significant"] == sum(r["significant"] for r in rows)
+    assert fdr[0]["n_sublayers"] == len(rows)
+    depth = results["study_nonnormality_by_depth"][0].column("relative_depth").to_numpy()
+    assert np.all((depth > 0) & (depth < 1)) and np.all(np.diff(depth) > 0)
+    text = output.read_text()
+    images = text.count("src='data:image/png;base64,")
+    assert images == len(SECTIONS)
+    first = text.split("src='data:image/png;base64,", 1)[1].split("'", 1)[0]
+    assert base64.b64decode(first)[:8] == b"\x89PNG\r\n\x1a\n"
+    run_id = store.query("SELECT run_id FROM partitions").to_pylist()[0]["run_id"]
+    assert run_id in text and "tiny-olmo3" in text
+
+
+def test_study_assets_materialize_with_figures_in_their_metadata(warehouse):
+    import dagster as dg
+
+    from assets.report import study
+    from dagster_project.resources import WarehouseResource
+
+    store, _, _ = warehouse
+    result = dg.materialize([study], resources={"warehouse": WarehouseResource(root=str(store.root))})
+    assert result.success
+    materializations = {m.asset_key.path[-1]: m for m in result.get_asset_materialization_events()}
+    assert set(materializations) == {"study_fdr_layers", "study_nonnormality_by_depth", "study_cumulative_rank_by_depth",
+                                     "study_surgery_effect", "study_coupling_by_operator", "study_report"}
+    metadata = materializations["study_fdr_layers"].materialization.metadata
+    assert metadata["rows"].value == 1 and "data:image/png;base64," in str(metadata["figure_study_fdr_layers"].value)
+    assert (store.root / "report.html").is_file()

@@ -1,0 +1,145 @@
+"""The study across partitions: five tables with a figure each, and one self-contained report.html.
+
+(a) FDR-significant sublayers per model and checkpoint (the paper's 0 -> 14 -> 24),
+(b) non-normality and complex fraction against relative depth, a line per model and checkpoint,
+(c) cumulative effective rank against relative depth,
+(d) the surgery effect (full-depth rank at alpha = 0 against alpha = 1),
+(e) the coupling effect by operator type.
+Every table is a named SQL file over the complete partitions only (sql/questions/, sql/study/);
+the report embeds its figures (base64 PNG), shows each table beside its figure, and lists the
+settings and provenance (run, settings hash, code commit, corpus) of every partition it used.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from resdyn.figures import study_bars, study_lines
+
+from .warehouse import SQL_DIRECTORY, Warehouse, atomic_write_text
+
+
+@dataclass(frozen=True)
+class StudySection:
+    name: str
+    title: str
+    sql_file: str  # relative to sql/
+
+
+SECTIONS = (
+    StudySection("study_fdr_layers", "(a) FDR-significant sublayers per model and checkpoint",
+                 "questions/fdr_significant_layers.sql"),
+    StudySection("study_nonnormality_by_depth", "(b) Non-normality and complex fraction vs relative depth",
+                 "study/nonnormality_by_depth.sql"),
+    StudySection("study_cumulative_rank_by_depth", "(c) Cumulative effective rank vs relative depth",
+                 "study/cumulative_rank_by_depth.sql"),
+    StudySection("study_surgery_effect", "(d) Surgery effect: full-depth rank at alpha = 0 vs 1",
+                 "questions/surgery_effect.sql"),
+    StudySection("study_coupling_by_operator", "(e) Coupling effect by operator type",
+                 "questions/coupling_sign_rule.sql"),
+)
+
+
+def section_table(store: Warehouse, section: StudySection) -> pa.Table:
+    return store.query((SQL_DIRECTORY / section.sql_file).read_text(), complete_only=True)
+
+
+def _label(row: dict) -> str:
+    return f"{row['model']}@{row['checkpoint']}"
+
+
+def _lines(table: pa.Table, quantities: list[str]) -> dict:
+    series: dict[str, dict[str, tuple[list, list]]] = {quantity: {} for quantity in quantities}
+    for row in table.to_pylist():
+        for quantity in quantities:
+            x, y = series[quantity].setdefault(_label(row), ([], []))
+            x.append(row["relative_depth"])
+            y.append(row[quantity])
+    return series
+
+
+def section_figure(section: StudySection, table: pa.Table, directory: Path) -> Path:
+    rows = table.to_pylist()
+    if section.name == "study_fdr_layers":
+        return study_bars({_label(r): {"significant": r["n_significant"], "amplified": r["n_amplified"],
+                                       "suppressed": r["n_suppressed"]} for r in rows}, directory,
+                          name=section.name, title=section.title, y_label="sublayers (BH q < 0.05)")
+    if section.name == "study_nonnormality_by_depth":
+        return study_lines(_lines(table, ["henrici_rel_j_minus_i", "frac_complex"]), directory, name=section.name,
+                           title=section.title)
+    if section.name == "study_cumulative_rank_by_depth":
+        return study_lines(_lines(table, ["effective_rank"]), directory, name=section.name, title=section.title,
+                           log_y=("effective_rank",))
+    if section.name == "study_surgery_effect":
+        return study_bars({_label(r): {"alpha = 0": r["rank_alpha_0"], "alpha = 0.5": r["rank_alpha_half"],
+                                       "alpha = 1": r["rank_alpha_1"]} for r in rows}, directory,
+                          name=section.name, title=section.title, y_label="full-depth effective rank")
+    if section.name == "study_coupling_by_operator":
+        groups: dict[str, dict[str, float]] = {}
+        for r in rows:
+            groups.setdefault(_label(r), {})[r["operator_type"]] = r["mean_effect"]
+        return study_bars(groups, directory, name=section.name, title=section.title,
+                          y_label="mean boundary effect (rank-biserial)")
+    raise KeyError(section.name)
+
+
+def _html_table(table: pa.Table, max_rows: int = 200) -> str:
+    def cell(value) -> str:
+        return html.escape(f"{value:.4g}" if isinstance(value, float) else str(value))
+
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in table.column_names)
+    body = "".join("<tr>" + "".join(f"<td>{cell(row[name])}</td>" for name in table.column_names) + "</tr>"
+                   for row in table.slice(0, max_rows).to_pylist())
+    more = f"<p>({table.num_rows - max_rows} more rows: see the SQL)</p>" if table.num_rows > max_rows else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+
+
+def provenance(store: Warehouse) -> pa.Table:
+    """Per complete partition: the run that published it, its settings and code version."""
+    return store.query("""
+        SELECT p.model, p.checkpoint, p.run_id, p.settings_hash, r.git_commit, r.resdyn_version, r.corpus,
+               r.dtype, r.backend, r.device, r.started_at, r.settings
+        FROM partitions p LEFT JOIN runs r ON r.run_id = p.run_id AND r.model = p.model AND r.checkpoint = p.checkpoint
+             AND r.status = 'success'
+        WHERE p.status = 'complete' ORDER BY p.model, p.checkpoint""")
+
+
+STYLE = """body{font-family:sans-serif;max-width:1500px;margin:1em auto;padding:0 1em}
+section{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start;border-top:1px solid #ccc;padding:1em 0}
+img{max-width:100%;height:auto}figure{flex:1 1 600px;margin:0}div.table{flex:1 1 500px;overflow-x:auto}
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
+th{background:#f4f4f4}code{font-size:12px}"""
+
+
+def build_report(store: Warehouse, output: Path | None = None) -> tuple[Path, dict[str, tuple[pa.Table, Path]]]:
+    """Every section's table and figure, and report.html (default: <warehouse>/report.html)."""
+    directory = store.root / "_artefacts" / "report"
+    directory.mkdir(parents=True, exist_ok=True)
+    results = {}
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>resdyn study report</title>"
+             f"<style>{STYLE}</style></head><body><h1>resdyn: the residual stream across models and checkpoints</h1>"
+             f"<p>Warehouse <code>{html.escape(str(store.root))}</code>; complete partitions only.</p>"]
+    for section in SECTIONS:
+        table = section_table(store, section)
+        figure = section_figure(section, table, directory)
+        results[section.name] = (table, figure)
+        image = base64.b64encode(figure.read_bytes()).decode()
+        parts.append(f"<h2>{html.escape(section.title)}</h2><p>SQL: <code>sql/{section.sql_file}</code></p><section>"
+                     f"<figure><img alt='{section.name}' src='data:image/png;base64,{image}'></figure>"
+                     f"<div class='table'>{_html_table(table)}</div></section>")
+    runs = provenance(store)
+    parts.append("<h2>Settings and provenance of every partition used</h2><section><div class='table'>"
+                 + _html_table(runs.drop_columns(["settings"])) + "</div></section>")
+    settings = {f"{r['model']}@{r['checkpoint']}": json.loads(r["settings"]) if r["settings"] else None
+                for r in runs.to_pylist()}
+    parts.append(f"<details><summary>settings (JSON)</summary><pre>{html.escape(json.dumps(settings, indent=1))}"
+                 "</pre></details></body></html>")
+    output = Path(output) if output else store.root / "report.html"
+    atomic_write_text(output, "".join(parts))
+    return output, results

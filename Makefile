@@ -17,11 +17,13 @@ export DAGSTER_HOME ?= $(abspath dagster_home)
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first: the CPU wheel on disk; a bare 'torch' would pull a multi-GB CUDA build
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[dev]'
+	# then the exact versions of everything (requirements.lock), then the project itself
+	$(PY) -m pip install -r requirements.lock
+	$(PY) -m pip install --no-deps -e '.[dev]'
 	touch $@
 
 demo: install

@@ -46,7 +46,7 @@ GROWTH_WINDOWS = (1, 2, 4, 8)  # plus the full depth
 DENSE_LIMIT = 2048  # at or below this width a dense Hermitian eigensolver beats Lanczos (measured: 4x at d = 1024)
 DENSE_SVD_LIMIT = 96  # above this, sigma_min(zI - T) by inverse iteration on the Schur form beats a dense SVD
 NUMERICAL_RADIUS_TOLERANCE = 1e-6
-RADIAL_TOLERANCE = 1e-10
+RADIAL_TOLERANCE = 1e-9
 
 
 def _float64(matrix) -> np.ndarray:
@@ -163,7 +163,7 @@ class ShiftedSchur:
 
         operator = scipy.sparse.linalg.LinearOperator(shifted.shape, matvec=inverse_gram, dtype=np.complex128)
         # Lanczos for the largest eigenvalue 1 / sigma_min^2, warm-started from the previous z's vector
-        _, vectors = scipy.sparse.linalg.eigsh(operator, k=1, which="LM", tol=1e-11, v0=self._start, ncv=6)
+        _, vectors = scipy.sparse.linalg.eigsh(operator, k=1, which="LM", tol=1e-10, v0=self._start, ncv=6)
         v = vectors[:, 0] / np.linalg.norm(vectors[:, 0])
         self._start = v
         image = shifted @ v
@@ -212,11 +212,11 @@ class ShiftedSchur:
         except ValueError:  # the two sigma_min routines disagree in the last bits at the bracket's end
             return r
 
-    def pseudospectral_radius(self, epsilon: float, *, angles: int = 12) -> float:
+    def pseudospectral_radius(self, epsilon: float, *, angles: int = 8) -> float:
         """rho_eps(A) = max over rays of the outermost crossing, the best ray refined (module docstring)."""
         return self.pseudospectral_radii([epsilon], angles=angles)[epsilon]
 
-    def pseudospectral_radii(self, epsilons: Iterable[float], *, angles: int = 12) -> dict[float, float]:
+    def pseudospectral_radii(self, epsilons: Iterable[float], *, angles: int = 8) -> dict[float, float]:
         """rho_eps(A) for each eps, largest eps first: each ray starts at its crossing for the previous eps."""
         largest = self.eigenvalues[np.argsort(-np.abs(self.eigenvalues))[:4]]
         if self.real:  # the pseudospectra of a real matrix are symmetric about the real axis
@@ -236,7 +236,7 @@ class ShiftedSchur:
                 return -self.outermost_crossing(theta, epsilon, outside=beyond)
 
             refined = scipy.optimize.minimize_scalar(negative_crossing, bounds=(thetas[best] - width, thetas[best] + width),
-                                                     method="bounded", options={"xatol": 1e-4})
+                                                     method="bounded", options={"xatol": 1e-3})
             radii_by_epsilon[epsilon] = float(max(radii[best], -refined.fun))
             starts = [radius + 1e-12 if radius > 0 else None for radius in radii]
         return radii_by_epsilon

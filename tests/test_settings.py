@@ -29,3 +29,20 @@ def test_readme_settings_table_is_generated_from_settings():
 def test_warehouse_readme_tables_are_generated_from_the_schema():
     readme = REPOSITORY / "warehouse" / "README.md"
     assert readme.read_text() == warehouse_readme(readme.read_text()), "run: python -m dagster_project.schema"
+
+
+def test_every_dependency_is_pinned_in_the_lock_file():
+    import re
+    import tomllib
+
+    project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["dev"]
+    pinned = {}
+    for line in (REPOSITORY / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            pinned[re.sub(r"[-_.]+", "-", name).lower()] = version
+    for requirement in wanted:
+        name = re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0]).lower()
+        assert name in pinned, f"{name} is not in requirements.lock: regenerate it (see its header)"
+    assert "polars" not in pinned

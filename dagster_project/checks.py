@@ -12,6 +12,14 @@ from .resources import AnalysisSettings, WarehouseResource
 PROBE_TOLERANCE = 1e-6  # float64 central differences with h = 1e-5 are good to ~1e-9
 
 
+def _result(context, *, passed: bool, metadata: dict) -> dg.AssetCheckResult:
+    """A check result that names its partition: Dagster keeps check results per asset, not per partition,
+    so the key goes into the metadata and the description the UI shows."""
+    key = context.partition_key
+    return dg.AssetCheckResult(passed=passed, metadata={"partition": dg.MetadataValue.text(key), **metadata},
+                               description=f"partition {key}: {'passed' if passed else 'FAILED'}")
+
+
 def _n_layers_and_width(store, model, checkpoint) -> tuple[int, int]:
     row = store.read("model_checkpoints", model, checkpoint).to_pylist()[0]
     return row["n_layers"], row["d_model"]
@@ -27,7 +35,7 @@ def jacobians_are_finite(context, warehouse: WarehouseResource) -> dg.AssetCheck
         if variance.null_count == 0:
             bad += int((~np.isfinite(matrix_rows(variance))).sum())
             rows_with_variance += len(group)
-    return dg.AssetCheckResult(passed=bad == 0, metadata={"non_finite_entries": bad,
+    return _result(context, passed=bad == 0, metadata={"non_finite_entries": bad,
                                                           "rows_with_variance": rows_with_variance})
 
 
@@ -37,7 +45,7 @@ def jacobians_row_count(context, warehouse: WarehouseResource) -> dg.AssetCheckR
     store = warehouse.open(run_id=context.run.run_id)
     n_layers, d = _n_layers_and_width(store, model, checkpoint)
     rows = store.read("jacobians", model, checkpoint, columns=["row"]).num_rows
-    return dg.AssetCheckResult(passed=rows == n_layers * 2 * d, metadata={"rows": rows, "expected": n_layers * 2 * d})
+    return _result(context, passed=rows == n_layers * 2 * d, metadata={"rows": rows, "expected": n_layers * 2 * d})
 
 
 @dg.asset_check(asset="jacobians", additional_deps=["finite_difference_probe"],
@@ -59,7 +67,7 @@ def jacobians_match_finite_differences(context, warehouse: WarehouseResource,
     worst = max(errors.values())
     tolerance = PROBE_TOLERANCE if settings.dtype == "float64" else 1e-2
     worst_key = max(errors, key=errors.get)
-    return dg.AssetCheckResult(passed=worst < tolerance, metadata={
+    return _result(context, passed=worst < tolerance, metadata={
         "worst_relative_error": worst, "worst_sublayer": f"{worst_key[0]}/{worst_key[1]}", "tolerance": tolerance})
 
 
@@ -73,7 +81,7 @@ def activations_are_finite_and_complete(context, warehouse: WarehouseResource) -
     for group in store.row_groups("activations", model, checkpoint, columns=["values"]):
         rows += len(group)
         finite = finite and bool(np.isfinite(matrix_rows(group.column("values"))).all())
-    return dg.AssetCheckResult(passed=finite and rows == n_layers * 2 * observations,
+    return _result(context, passed=finite and rows == n_layers * 2 * observations,
                                metadata={"rows": rows, "expected": n_layers * 2 * observations, "finite": finite})
 
 
@@ -86,7 +94,7 @@ def layer_metrics_complete(context, warehouse: WarehouseResource) -> dg.AssetChe
     rows = store.read("layer_metrics", model, checkpoint).to_pylist()
     bad = [(r["depth"], k) for r in rows for k, v in r.items()
            if isinstance(v, float) and not np.isfinite(v) and k not in ("condition_number", "log10_condition")]
-    return dg.AssetCheckResult(passed=len(rows) == 2 * n_layers and not bad,
+    return _result(context, passed=len(rows) == 2 * n_layers and not bad,
                                metadata={"rows": len(rows), "non_finite": str(bad[:10])})
 
 
@@ -102,7 +110,7 @@ def surgery_identity_reproduces_cumulative_rank(context, warehouse: WarehouseRes
     identity = {r["depth"]: r["effective_rank"] for r in surgery if r["alpha"] == 1.0}
     worst = max(abs(identity[d] - plain[d]) / plain[d] for d in plain)
     drift = max(r["max_eigenvalue_drift"] for r in surgery)
-    return dg.AssetCheckResult(passed=set(identity) == set(plain) and worst < 1e-8 and drift < 1e-8,
+    return _result(context, passed=set(identity) == set(plain) and worst < 1e-8 and drift < 1e-8,
                                metadata={"worst_relative_difference": worst, "max_eigenvalue_drift": drift})
 
 

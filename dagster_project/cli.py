@@ -400,6 +400,9 @@ def _run_in_process(keys, values, store, instance, arguments, signals, summary, 
             received = received or int(signal.SIGINT)
             print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; the steps cleaned up, "
                   "nothing half-written is published. Stopping.", flush=True)
+            from .runs import record_interrupted
+
+            record_interrupted(store, *split_partition_key(key), f"stopped by {signal.Signals(received).name}")
             return 128 + received
         _report(number, len(keys), key, result, started, summary, failed)
     return 0

@@ -138,6 +138,17 @@ def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict
     store.record_run(model, checkpoint, {**row, **fields})
 
 
+def record_interrupted(store: Warehouse, model: str, checkpoint: str, reason: str) -> None:
+    """Close this process's runs of the partition that a signal stopped between steps (no step was there to
+    record the failure): status ``failed`` with ``reason``, and the lease freed."""
+    for row in store.run_records(model, checkpoint):
+        row = {key: value for key, value in row.items() if key not in ("model", "checkpoint")}
+        if row["status"] == "started" and row["pid"] == os.getpid() and row["host"] == socket.gethostname():
+            bound = Warehouse(store.root, run_id=row["run_id"], settings_hash=row["settings_hash"])
+            store.record_run(model, checkpoint, {**row, "status": "failed", "ended_at": now(), "error": reason})
+            release_lease(bound, model, checkpoint)
+
+
 def selected_tables(context) -> set[str]:
     """The tables this run will write for the partition: its selected assets (each writes its own table)."""
     keys = context.run.asset_selection or context.job_def.asset_layer.executable_asset_keys

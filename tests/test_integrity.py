@@ -312,17 +312,15 @@ def test_13_a_signal_stops_the_whole_command(built, tmp_path, signum, code):
     process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--model", str(other), "--samples", "6",
                                 *QUICK, "--warehouse", str(root)], cwd=REPOSITORY, env=environment(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lease = root / "_locks" / "m@local.json"
-    deadline = time.time() + 120
-    while not lease.is_file() and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)
+    deadline = time.time() + 120  # signal once `samples` is staged: the first partition is mid-run, unpublished
+    while not list(root.glob("_staging/*/model=m/checkpoint=local/samples.json")) and time.time() < deadline:
+        time.sleep(0.02)
     process.send_signal(signum)
     output = process.communicate(timeout=120)[0]
     assert process.returncode == code, output[-3000:]
     assert f"stopped by {signal.Signals(signum).name}" in output and "[2/2]" not in output
     store = Warehouse(root)
-    assert store.query("SELECT * FROM partitions WHERE status = 'complete'").num_rows == 0
+    assert store.query("SELECT * FROM partitions WHERE status = 'complete'").num_rows == 0, output[-3000:]
     assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
 
 

@@ -28,6 +28,7 @@ def test_every_asset_and_check_succeeds(warehouse):
                                                "jacobians_match_finite_differences",
                                                "activations_are_finite_and_complete"}
     assert all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert all(c.metadata["partition"].value == KEY and KEY in c.description for c in checks)  # UI finding 5
     for table in TABLES:
         assert store.has(table, "tiny-olmo3", "step-000000"), table
     status = store.query("SELECT status, run_id, settings_hash FROM partitions").to_pylist()

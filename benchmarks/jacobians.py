@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import resource
 import time
 from pathlib import Path
@@ -265,7 +266,15 @@ def main() -> None:
               f"{autodiff['seconds'] / structured['seconds']:.0f}x", flush=True)
     for d in arguments.autodiff_memory_widths:
         shape = {"d": 4096, "d_ff": 14336, "heads": 32, "kv_heads": 8} if d == 4096 else layer_shape(d)
-        result = measure("autodiff", shape, 1, arguments.tokens, 1)
+        try:
+            result = measure("autodiff", shape, 1, arguments.tokens, 1)
+        except RuntimeError as error:  # killed by the kernel: the measurement is "more than this machine has"
+            total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+            records.append({"d": d, "n": 1, "tokens": arguments.tokens, "backend": "autodiff", "seconds": None,
+                            "peak_rss_mb": None, "exceeds_mb": round(total_mb), "error": str(error),
+                            "purpose": "autodiff memory, one sample"})
+            print(f"autodiff, one sample, d={d}: {error} (more than the {total_mb:.0f} MB here)", flush=True)
+            continue
         records.append({"d": d, "n": 1, "tokens": arguments.tokens, "backend": "autodiff",
                         "seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"],
                         "purpose": "autodiff memory, one sample"})

@@ -67,6 +67,16 @@ def sublayers_in_depth_order(store, model: str, checkpoint: str) -> list[tuple[i
     return sorted(keys, key=lambda key: sublayer_depth(key[1], key[2]))
 
 
+def jacobians_in_depth_order(store, settings, model: str, checkpoint: str) -> tuple[str, list, int, int]:
+    """(file, [(row group, layer, sublayer)] by depth, width d, worker processes) of a jacobians partition:
+    what every per-sublayer analysis starts from (one process below PARALLEL_MIN_WIDTH)."""
+    path = str(store.table_path("jacobians", model, checkpoint))
+    order = sublayers_in_depth_order(store, model, checkpoint)
+    width = len(read_matrix(path, order[0][0]))
+    workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
+    return path, order, width, workers
+
+
 def _rank_columns(step) -> dict:
     s = step.singular_values_normalised
     return {"depth": step.depth, "effective_rank": spectra.effective_rank(s),
@@ -98,11 +108,7 @@ def spectral_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseRes
 
 def _analyse(context, settings, store):
     model, checkpoint = partition(context)
-    path = str(store.table_path("jacobians", model, checkpoint))
-    order = sublayers_in_depth_order(store, model, checkpoint)
-    width = len(read_matrix(path, order[0][0]))
-    workers = settings.workers or default_workers()
-    workers = workers if width >= PARALLEL_MIN_WIDTH else 1
+    path, order, width, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
     measured = CumulativeProduct()
     chains = {alpha: CumulativeProduct() for alpha in SURGERY_ALPHAS}
     drift = {alpha: 0.0 for alpha in SURGERY_ALPHAS}

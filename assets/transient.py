@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from dagster_project.executors import STEP_RETRIES, ray_tags
-from dagster_project.parallel import default_workers, ordered_parallel_map
+from dagster_project.parallel import ordered_parallel_map
 from dagster_project.resources import AnalysisSettings, WarehouseResource
 from dagster_project.runs import partition_run
 from dagster_project.schema import spec
@@ -21,7 +21,7 @@ from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, ShiftedSchur, transient_growth
 
 from .common import PARTITIONS, figure, partition, written_metadata
-from .spectra import PARALLEL_MIN_WIDTH, sublayers_in_depth_order
+from .spectra import jacobians_in_depth_order
 from .spectral_worker import read_matrix, transient_of_row_group
 
 TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
@@ -47,10 +47,7 @@ def transient_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseRe
 
 def _analyse(context, settings, store):
     model, checkpoint = partition(context)
-    path = str(store.table_path("jacobians", model, checkpoint))
-    order = sublayers_in_depth_order(store, model, checkpoint)
-    width = len(read_matrix(path, order[0][0]))
-    workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
+    path, order, _, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
     results = list(ordered_parallel_map(transient_of_row_group, [(path, index) for index, _, _ in order],
                                         workers=workers))
     dynamics_rows, pseudo_rows, radii = [], [], []

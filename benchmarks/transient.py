@@ -43,8 +43,8 @@ def main() -> None:
         _, spectral_seconds = timed(spectra.analyse_sublayer, matrix)
         result, transient_seconds = timed(transient.analyse_transient, matrix)
         chain = [np.eye(d) + 0.5 * rng.standard_normal((d, d)) / np.sqrt(d) for _ in range(8)]
-        _, growth_seconds = timed(lambda: list(transient.transient_growth(chain, [1.0] * 8, windows=(8,),
-                                                                           full_depth=False)))
+        _, growth_seconds = timed(lambda chain=chain: list(transient.transient_growth(chain, [1.0] * 8, windows=(8,),
+                                                                                       full_depth=False)))
         row = {"d": d, "spectral_seconds": round(spectral_seconds, 2), "transient_seconds": round(transient_seconds, 2),
                "transient_vs_spectral": round(transient_seconds / spectral_seconds, 3),
                "growth_window_8_seconds": round(growth_seconds, 2),

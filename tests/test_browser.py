@@ -27,7 +27,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 def _skip_loudly(reason: str):
     message = f"BROWSER TEST SKIPPED: {reason}"
-    warnings.warn(message)
+    warnings.warn(message, stacklevel=2)
     print("\n" + "!" * 80 + f"\n{message}\n" + "!" * 80, file=sys.stderr)
     pytest.skip(message)
 

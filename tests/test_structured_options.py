@@ -47,7 +47,7 @@ def _samples(rng, n, tokens, positions):
     return [Sample(i, tuple(int(t) for t in rng.integers(0, 256, tokens)), positions) for i in range(n)]
 
 
-def _compare(model, samples, tolerance=1e-10, batch_size=3):
+def assert_structured_matches_autodiff(model, samples, tolerance=1e-10, batch_size=3):
     adapter = adapter_for(model.config.model_type)
     structured = analyse_samples(model, adapter, samples, backend=StructuredBackend(), batch_size=batch_size)
     reference = analyse_samples(model, adapter, samples, backend=AutodiffBackend(), batch_size=batch_size)
@@ -65,7 +65,7 @@ def test_closed_form_equals_autodiff_on_every_option(case, positions, fresh_seed
     model = random_tiny_model(family, fresh_seed, **overrides)
     rng = np.random.default_rng(fresh_seed)
     analysed = (11,) if positions == "last" else (0, 1, 5, 11)
-    structured = _compare(model, _samples(rng, 5, 12, analysed))
+    structured = assert_structured_matches_autodiff(model, _samples(rng, 5, 12, analysed))
     assert set(structured.backend_by_sublayer.values()) == {"structured"}, structured.backend_by_sublayer
 
 
@@ -73,7 +73,7 @@ def test_closed_form_equals_autodiff_on_every_option(case, positions, fresh_seed
 def test_one_and_two_token_windows(tokens, fresh_seed):
     for family, overrides in (("gemma4", SHARED_GEMMA4), ("olmo3", {"sliding_window": 1})):
         model = random_tiny_model(family, fresh_seed, **overrides)
-        _compare(model, _samples(np.random.default_rng(fresh_seed), 4, tokens, tuple(range(tokens))))
+        assert_structured_matches_autodiff(model, _samples(np.random.default_rng(fresh_seed), 4, tokens, tuple(range(tokens))))
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
@@ -101,13 +101,13 @@ def test_exact_under_eager_and_sdpa_masks(attention, family, overrides, fresh_se
 
 def test_float32_structured_is_close_to_float32_autodiff(fresh_seed):
     model = random_tiny_model("gemma4", fresh_seed, attention="eager", dtype=torch.float32, **SHARED_GEMMA4)
-    _compare(model, _samples(np.random.default_rng(fresh_seed), 4, 12, (11,)), tolerance=1e-4)
+    assert_structured_matches_autodiff(model, _samples(np.random.default_rng(fresh_seed), 4, 12, (11,)), tolerance=1e-4)
 
 
 def test_mixture_of_experts_falls_back_for_its_block_and_says_so(fresh_seed):
     model = random_tiny_model("gemma4", fresh_seed, enable_moe_block=True, num_experts=4, top_k_experts=2,
                               moe_intermediate_size=16)
-    structured = _compare(model, _samples(np.random.default_rng(fresh_seed), 4, 10, (9,)))
+    structured = assert_structured_matches_autodiff(model, _samples(np.random.default_rng(fresh_seed), 4, 10, (9,)))
     assert structured.backend_by_sublayer[(0, "attn")] == "structured"
     assert structured.backend_by_sublayer[(0, "mlp")] == "autodiff (structured fallback: mixture of experts)"
 

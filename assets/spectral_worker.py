@@ -33,9 +33,10 @@ def metrics_of_row_group(task: tuple[str, int]) -> dict:
     return {**analyse_sublayer(matrix, keep_schur=False).metrics, "numerical_abscissa": numerical_abscissa(matrix)}
 
 
-def transient_of_row_group(task: tuple[str, int]):
-    """(path, row group) -> resdyn.transient.TransientDynamics of that matrix."""
+def transient_of_row_group(task: tuple[str, int, int, str]):
+    """(path, row group, contour points, device) -> resdyn.transient.TransientDynamics of that matrix (with its
+    pseudospectra grid when contour points > 0)."""
     from resdyn.transient import analyse_transient
 
-    path, row_group = task
-    return analyse_transient(read_matrix(path, row_group))
+    path, row_group, contour_points, device = task
+    return analyse_transient(read_matrix(path, row_group), contour_points=contour_points, device=device)

@@ -18,7 +18,7 @@ from dagster_project.runs import partition_run
 from dagster_project.schema import spec
 from resdyn.figures import pseudospectra_contours
 from resdyn.naming import sublayer_depth
-from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, ShiftedSchur, transient_growth
+from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth
 
 from .common import PARTITIONS, figure, partition, written_metadata
 from .spectra import jacobians_in_depth_order
@@ -47,9 +47,12 @@ def transient_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseRe
 
 def _analyse(context, settings, store):
     model, checkpoint = partition(context)
-    path, order, _, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
-    results = list(ordered_parallel_map(transient_of_row_group, [(path, index) for index, _, _ in order],
-                                        workers=workers))
+    path, order, width, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
+    chosen = _plotted_sublayers(store, model, checkpoint, order)
+    points = 48 if width <= 256 else 20  # each grid point beyond d = 256 is a Lanczos run
+    tasks = [(path, index, points if (layer, sublayer) in chosen.values() else 0, settings.device)
+             for index, layer, sublayer in order]
+    results = list(ordered_parallel_map(transient_of_row_group, tasks, workers=workers))
     dynamics_rows, pseudo_rows, radii = [], [], []
     for (_, layer, sublayer), result in zip(order, results):
         key = {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer)}
@@ -80,32 +83,27 @@ def _analyse(context, settings, store):
     }
     written = {name: store.write(name, model, checkpoint, table) for name, table in tables.items()}
     extra = {name: {} for name in TABLES}
-    extra["transient_dynamics"] = figure(_figure(context, settings, store, model, checkpoint, path, order, results,
-                                                 growth))
+    extra["transient_dynamics"] = figure(_figure(context, store, model, checkpoint, order, results, chosen, growth))
     for name in TABLES:
         yield dg.MaterializeResult(asset_key=name, metadata={**written_metadata(written[name], tables[name]),
                                                              **extra[name]},
                                    data_version=dg.DataVersion(written[name].content_hash))
 
 
-def _figure(context, settings, store, model, checkpoint, path, order, results, growth):
-    """Pseudospectra of the most and least non-normal sublayer, and growth against window length."""
+def _plotted_sublayers(store, model, checkpoint, order) -> dict[str, tuple[int, str]]:
+    """The most and the least non-normal sublayer (henrici_rel_j_minus_i of layer_metrics)."""
     metrics = {(r["layer"], r["sublayer"]): r["henrici_rel_j_minus_i"]
                for r in store.read("layer_metrics", model, checkpoint, columns=["layer", "sublayer",
                                                                                "henrici_rel_j_minus_i"]).to_pylist()}
+    ranked = sorted(((layer, sublayer) for _, layer, sublayer in order), key=lambda key: metrics.get(key, 0.0))
+    return {"most non-normal": ranked[-1], "least non-normal": ranked[0]}
+
+
+def _figure(context, store, model, checkpoint, order, results, chosen, growth):
+    """Pseudospectra of the chosen sublayers (grids computed by their workers), growth against window length."""
     positions = {(layer, sublayer): i for i, (_, layer, sublayer) in enumerate(order)}
-    ranked = sorted(positions, key=lambda key: metrics.get(key, 0.0))
-    chosen = {"most non-normal": ranked[-1], "least non-normal": ranked[0]}
-    width = len(read_matrix(path, order[0][0]))
-    points = 48 if width <= 256 else 20  # each grid point beyond d = 256 is an inverse iteration
-    panels = {}
-    for label, key in chosen.items():
-        index = positions[key]
-        schur = ShiftedSchur(read_matrix(path, order[index][0]))
-        reach = max(radius - results[index].spectral_radius for radius in results[index].pseudospectral_radii.values())
-        real, imaginary, sigma = schur.contour_grid(1.5 * max(reach, max(PSEUDOSPECTRAL_EPSILONS)), points=points,
-                                                    device=settings.device)
-        panels[f"{label}: depth {sublayer_depth(*key)} ({key[1]})"] = (real, imaginary, sigma, schur.eigenvalues)
+    panels = {f"{label}: depth {sublayer_depth(*key)} ({key[1]})": results[positions[key]].contour
+              for label, key in chosen.items()}
     by_window: dict[int, list[float]] = {}
     for g in growth:
         if np.isfinite(g.growth_beyond_spectrum):

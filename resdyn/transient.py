@@ -76,6 +76,7 @@ class NumericalRadius:
     lower: float
     upper: float
     evaluations: int
+    abscissa: float  # f(0) = lambda_max((A + A*) / 2): the numerical abscissa, evaluated on the way
 
     @property
     def value(self) -> float:
@@ -119,7 +120,7 @@ def numerical_radius(matrix, *, tolerance: float = NUMERICAL_RADIUS_TOLERANCE, m
         lower = max(values)
         upper = max(float(moduli.max()), lower)
         if upper - lower <= tolerance * max(lower, np.finfo(float).tiny) or len(values) >= max_evaluations:
-            return NumericalRadius(lower, upper, len(values))
+            return NumericalRadius(lower, upper, len(values), values[0])
         worst = int(np.argmax(moduli))
         # look straight at the worst vertex: if it is a corner of W(A) this closes the bracket at once
         # (Re(e^{i theta} z) = |z| at theta = -arg z; for real A its mirror +arg z is the same line's twin)
@@ -287,7 +288,8 @@ def kreiss_lower_bound(pseudospectral_radii: dict[float, float]) -> float:
 
 @dataclass
 class TransientDynamics:
-    """The per-sublayer scalars of the ``transient_dynamics`` table and its rows of ``pseudospectra``."""
+    """The per-sublayer scalars of the ``transient_dynamics`` table and its rows of ``pseudospectra``;
+    ``contour`` = (real grid, imaginary grid, sigma_min on it, eigenvalues) when one was asked for."""
 
     spectral_radius: float
     spectral_norm: float
@@ -296,6 +298,7 @@ class TransientDynamics:
     numerical_radius: float
     numerical_radius_upper: float
     pseudospectral_radii: dict[float, float]
+    contour: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def kreiss_lower_bound(self) -> float:
@@ -303,19 +306,29 @@ class TransientDynamics:
 
 
 def analyse_transient(matrix, *, epsilons: Iterable[float] = PSEUDOSPECTRAL_EPSILONS,
-                      dense_limit: int = DENSE_LIMIT) -> TransientDynamics:
+                      dense_limit: int = DENSE_LIMIT, contour_points: int = 0,
+                      device: str = "cpu") -> TransientDynamics:
+    """Every transient scalar of one matrix from one complex Schur form; with ``contour_points`` also the
+    sigma_min grid for a pseudospectra plot, reusing that Schur form (margin: 1.5 x how far the largest
+    eps-pseudospectrum reaches beyond the spectral radius, at least 1.5 x the largest eps)."""
     matrix = _float64(matrix)
     schur = ShiftedSchur(matrix, dense_limit=dense_limit)
     radius = numerical_radius(matrix, dense_limit=dense_limit)
-    abscissa = numerical_abscissa(matrix, dense_limit=dense_limit)
+    rho = float(np.abs(schur.eigenvalues).max())
+    radii = schur.pseudospectral_radii(epsilons)
+    contour = None
+    if contour_points:
+        reach = max(max(radii.values()) - rho, max(radii))
+        contour = (*schur.contour_grid(1.5 * reach, points=contour_points, device=device), schur.eigenvalues)
     return TransientDynamics(
-        spectral_radius=float(np.abs(schur.eigenvalues).max()),
+        spectral_radius=rho,
         spectral_norm=schur.norm,
-        numerical_abscissa=abscissa,
-        numerical_abscissa_j_minus_i=abscissa - 1.0,  # omega(A - I) = omega(A) - 1: (A - I)'s Hermitian part is H - I
+        numerical_abscissa=radius.abscissa,
+        numerical_abscissa_j_minus_i=radius.abscissa - 1.0,  # omega(A - I) = omega(A) - 1: its Hermitian part is H - I
         numerical_radius=radius.lower,
         numerical_radius_upper=radius.upper,
-        pseudospectral_radii=schur.pseudospectral_radii(epsilons),
+        pseudospectral_radii=radii,
+        contour=contour,
     )
 
 

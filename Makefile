@@ -44,7 +44,7 @@ chromium:
 
 ui: install
 	mkdir -p $(DAGSTER_HOME)
-	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -m dagster_project.definitions
+	$(VENV)/bin/resdyn ui --host 127.0.0.1 --port 3000
 
 lint: install
 	$(VENV)/bin/ruff check resdyn dagster_project assets tests benchmarks

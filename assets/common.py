@@ -59,8 +59,13 @@ def read_samples(store: Warehouse, model: str, checkpoint: str) -> list[Sample]:
     return samples
 
 
-def preview(table: pa.Table, rows: int = 5, max_list: int = 4) -> dg.MetadataValue:
-    """A markdown preview; long list columns are cut to their first few entries."""
+INLINE_MARKDOWN_LIMIT = 1000  # Dagster shows markdown metadata inline only below this many characters
+
+
+def preview(table: pa.Table, rows: int = 5, max_list: int = 4, max_columns: int = 8) -> dg.MetadataValue:
+    """A markdown preview that the UI shows inline and that fits the page: long list columns are cut to
+    their first entries, at most ``max_columns`` columns, then rows and columns are dropped until it is
+    shorter than INLINE_MARKDOWN_LIMIT characters (the rest: ``resdyn sql``)."""
     head = table.slice(0, rows).to_pylist()
     columns = table.column_names
 
@@ -70,18 +75,53 @@ def preview(table: pa.Table, rows: int = 5, max_list: int = 4) -> dg.MetadataVal
             return f"[{shown}{', ...' if len(value) > max_list else ''}] ({len(value)})"
         return f"{value:.6g}" if isinstance(value, float) else str(value)
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in head]
-    return dg.MetadataValue.md("\n".join(lines))
+    def markdown(n_rows: int, n_columns: int) -> str:
+        shown = columns[:n_columns]
+        lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+        lines += ["| " + " | ".join(cell(row[c]) for c in shown) + " |" for row in head[:n_rows]]
+        if n_rows < min(len(head), table.num_rows) or n_columns < len(columns):
+            lines.append(f"\n*{n_rows} of {table.num_rows} rows, {n_columns} of {len(columns)} columns*")
+        return "\n".join(lines)
+
+    n_rows, n_columns = len(head), min(len(columns), max_columns)
+    text = markdown(n_rows, n_columns)
+    while len(text) >= INLINE_MARKDOWN_LIMIT and (n_rows > 2 or n_columns > 2):
+        if n_rows > 2:
+            n_rows -= 1
+        else:
+            n_columns -= 1
+        text = markdown(n_rows, n_columns)
+    return dg.MetadataValue.md(text)
+
+
+INLINE_FIGURE_WIDTH = 480  # px: fits the asset sidebar and the event table of a 1280 px window
 
 
 def figure(path: Path) -> dict:
-    """Metadata that shows a PNG inline in the Dagster UI and links its file."""
-    encoded = base64.b64encode(Path(path).read_bytes()).decode()
-    return {
-        f"figure_{Path(path).stem}": dg.MetadataValue.md(f"![{Path(path).stem}](data:image/png;base64,{encoded})"),
-        f"figure_{Path(path).stem}_path": dg.MetadataValue.path(str(path)),
-    }
+    """Metadata that shows a PNG in the Dagster UI: inline, and embedded behind "[Show Markdown]".
+
+    Dagster renders markdown inline only under 1,000 characters, so the inline copy is a short link
+    to a thumbnail that ``resdyn ui`` serves (dagster_project/ui.py); the link opens the full figure.
+    The embedded copy (base64 of the thumbnail) works under a plain ``dagster dev`` too.
+    """
+    from PIL import Image
+
+    from dagster_project.ui import artefact_url
+
+    path = Path(path)
+    thumbnail = path.with_name(f"{path.stem}.inline.png")
+    with Image.open(path) as image:
+        image.thumbnail((INLINE_FIGURE_WIDTH, INLINE_FIGURE_WIDTH * 4))
+        image.save(thumbnail.with_suffix(".tmp"), format="PNG")
+    thumbnail.with_suffix(".tmp").replace(thumbnail)
+    encoded = base64.b64encode(thumbnail.read_bytes()).decode()
+    metadata = {}
+    small, full = artefact_url(thumbnail), artefact_url(path)
+    if small and full:
+        metadata[f"figure_{path.stem}"] = dg.MetadataValue.md(f"[![{path.stem}]({small})]({full})")
+    metadata[f"figure_{path.stem}_embedded"] = dg.MetadataValue.md(f"![{path.stem}](data:image/png;base64,{encoded})")
+    metadata[f"figure_{path.stem}_path"] = dg.MetadataValue.path(str(path))
+    return metadata
 
 
 def peak_rss_mb() -> float:

@@ -87,8 +87,6 @@ def _measure(context, warehouse, settings, store):
     layerwise = open_layerwise(warehouse, settings, model, checkpoint)
     width = layerwise.d_model
     backend = make_backend(settings.backend)
-    options = MeasurementOptions(batch_size=settings.batch_size, keep_sample_jacobians=settings.per_sample_subsample,
-                                 probe_directions=2, probe_seed=settings.seed)
     started = time.perf_counter()
 
     def progress(layer, n_layers, batch, n_batches):
@@ -100,6 +98,14 @@ def _measure(context, warehouse, settings, store):
     with ExitStack() as stack:
         writers = {table: stack.enter_context(store.open_writer(table, model, checkpoint, width=width))
                    for table in TABLES}
+
+        def write_sample_jacobian(layer, sublayer, sample_id, position, matrix):  # as each is computed
+            writers["sample_jacobians"].write(_matrix_batch("sample_jacobians", layer, sublayer, matrix, width,
+                                                            sample_id=sample_id, position=position))
+
+        options = MeasurementOptions(batch_size=settings.batch_size,
+                                     keep_sample_jacobians=settings.per_sample_subsample, probe_directions=2,
+                                     probe_seed=settings.seed, sample_jacobian_sink=write_sample_jacobian)
         for measurement in measure_layer_major(layerwise, sample_list, backend=backend, options=options,
                                                progress=progress):
             layer = measurement.layer
@@ -117,9 +123,6 @@ def _measure(context, warehouse, settings, store):
                     n_observations=measurement.counts[sublayer], backend=measurement.backends[sublayer])
                 writers["jacobians"].write(batch)
                 heads.setdefault("jacobians", _head(batch))
-                for sample_id, position, matrix in measurement.sample_jacobians[sublayer]:
-                    writers["sample_jacobians"].write(_matrix_batch("sample_jacobians", layer, sublayer, matrix, width,
-                                                                    sample_id=sample_id, position=position))
                 directions, differences = measurement.probe_directions, measurement.probe_differences[sublayer]
                 writers["finite_difference_probe"].write(record_batch(spec("finite_difference_probe"), width, {
                     "layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),

@@ -9,6 +9,7 @@
     resdyn check [--warehouse DIR]
     resdyn forget MODEL@CHECKPOINT [--yes] [--warehouse DIR]
     resdyn report [--warehouse DIR] [--output FILE]
+    resdyn ui [--warehouse DIR] [--host H] [--port P] [--no-daemon]
 
 Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/settings.py).
 Exit codes: 0 ok, 1 a partition failed or a check found problems, 2 bad input, 130/143 stopped by
@@ -188,6 +189,14 @@ def _register_with_dagster(keys: list[str]) -> None:
     from .partitions import register_partitions
 
     register_partitions(dg.DagsterInstance.get(), keys)
+
+
+def command_ui(arguments) -> int:
+    from .ui import serve
+
+    if arguments.warehouse:
+        os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
+    return serve(Warehouse().root, arguments.host, arguments.port, daemon=not arguments.no_daemon)
 
 
 def command_check(arguments) -> int:
@@ -503,6 +512,14 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="read every published file's footer and schema; list problems")
     check.add_argument("--warehouse")
     check.set_defaults(handler=command_check)
+
+    ui = commands.add_parser("ui", help="the Dagster UI with figures inline (webserver + daemon; needs DAGSTER_HOME)")
+    ui.add_argument("--warehouse")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.add_argument("--no-daemon", action="store_true", help="no dagster-daemon (runs then need an immediate "
+                                                                 "run coordinator: sensors and the queue stay idle)")
+    ui.set_defaults(handler=command_ui)
     return parser
 
 

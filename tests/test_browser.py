@@ -53,9 +53,18 @@ def _graphql(port: int, query: str) -> dict:
         return json.loads(response.read())["data"]
 
 
+LONG_CHECKPOINT = "stage1-step1413814-tokens5931B"  # an OLMo-style revision: long enough to be cut in a chip
+
+
+def _partition_keys(port: int) -> list[str]:
+    nodes = _graphql(port, '{ assetNodes(assetKeys: [{path: ["samples"]}]) { partitionKeys } }')["assetNodes"]
+    return nodes[0]["partitionKeys"] if nodes else []
+
+
 @pytest.fixture
 def webserver(tmp_path):
-    """A registered random-init model m@local, and the Dagster webserver on a free loopback port."""
+    """A registered random-init model m (checkpoints local and a long revision name, same weights), and
+    `resdyn ui` (webserver + daemon, the shipped dagster.yaml) on a free loopback port."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -68,12 +77,11 @@ def webserver(tmp_path):
     build_byte_tokenizer().save_pretrained(tmp_path / "m")
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
-    ModelRegistry(warehouse / "registry.json").add(ModelSpec("m", "llama", str(tmp_path / "m"), {"local": "local"}))
+    ModelRegistry(warehouse / "registry.json").add(
+        ModelSpec("m", "llama", str(tmp_path / "m"), {"local": "local", LONG_CHECKPOINT: "local"}))
     home = tmp_path / "home"
     home.mkdir()
-    (home / "dagster.yaml").write_text(  # as shipped, but launching at once (no daemon in the test)
-        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
-        "telemetry:\n  enabled: false\n")
+    shutil.copy(REPOSITORY / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # as shipped
     environment = {**{k: v for k, v in os.environ.items() if not k.startswith("RESDYN_") or "WIKITEXT" in k},
                    "DAGSTER_HOME": str(home), "RESDYN_WAREHOUSE": str(warehouse), "RESDYN_SAMPLES": "8",
                    "RESDYN_SEQ_LEN": "16", "RESDYN_LEIDEN_SEEDS": "2", "RESDYN_PERMUTATIONS": "50",
@@ -81,9 +89,9 @@ def webserver(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([str(BIN / "dagster-webserver"), "-m", "dagster_project.definitions", "-h", "127.0.0.1",
-                                "-p", str(port)], cwd=REPOSITORY, env=environment,
-                               stdout=open(tmp_path / "webserver.log", "w"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen([str(BIN / "resdyn"), "ui", "--host", "127.0.0.1", "--port", str(port)],
+                               cwd=REPOSITORY, env=environment, stdout=open(tmp_path / "ui.log", "w"),
+                               stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 180
         while True:
@@ -92,15 +100,21 @@ def webserver(tmp_path):
                 break
             except OSError:
                 if time.time() > deadline or process.poll() is not None:
-                    pytest.fail("the webserver did not start:\n" + (tmp_path / "webserver.log").read_text()[-3000:])
+                    pytest.fail("resdyn ui did not start:\n" + (tmp_path / "ui.log").read_text()[-3000:])
                 time.sleep(1)
-        yield {"port": port, "warehouse": warehouse, "environment": environment}
+        yield {"port": port, "warehouse": warehouse, "environment": environment, "log": tmp_path / "ui.log"}
     finally:
-        process.terminate()  # the PID this test started
+        process.terminate()  # the PID this test started; it stops the daemon's process group it started
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def _metadata_value_cell(page, label: str):
+    """The value cell of a metadata row (Dagster's metadata table: label cell, then value cell)."""
+    return page.locator("tr", has=page.locator("td", has_text=label).first).filter(
+        has_text=label).first.locator("td").nth(1)
 
 
 def test_a_partition_launched_from_the_ui_materializes_and_its_figures_and_report_load(browser, webserver):
@@ -108,48 +122,86 @@ def test_a_partition_launched_from_the_ui_materializes_and_its_figures_and_repor
     FIGURES.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     base = f"http://127.0.0.1:{port}"
+    foreign = []  # requests that leave the machine (Dagster's telemetry script did, offline: 49 errors)
+    page.on("request", lambda request: foreign.append(request.url)
+            if not request.url.startswith((base, "data:", "blob:")) else None)
 
+    # Finding 6: no community pop-up (nux off), no telemetry, the graph opens with its groups expanded.
     page.goto(f"{base}/asset-groups")
-    page.wait_for_timeout(3000)
-    if page.get_by_role("button", name="Skip").count():  # Dagster's first-visit newsletter dialog
-        page.get_by_role("button", name="Skip").click()
-    assert page.get_by_text("measurements").count() and page.get_by_text("transient").count()
+    assert "expanded=" in page.url
+    page.get_by_text("eigenvalues", exact=True).first.wait_for(timeout=60000)  # an asset inside a group
+    page.wait_for_timeout(2000)
+    assert page.get_by_role("button", name="Skip").count() == 0, "Dagster's first-visit pop-up is showing"
     page.screenshot(path=str(FIGURES / "ui-asset-graph.png"))
 
-    page.goto(f"{base}/locations")
+    # Finding 3: the registry's keys are partitions without typing them (the daemon runs the sensor).
+    deadline = time.time() + 120
+    while not {"m@local", f"m@{LONG_CHECKPOINT}"} <= set(_partition_keys(port)):
+        assert time.time() < deadline, f"registry keys never became partitions: {_partition_keys(port)}"
+        time.sleep(2)
+    # Finding 2: a key that names nothing (typed into the UI) is removed by the same sensor.
+    _graphql(port, 'mutation { addDynamicPartition(repositorySelector: {repositoryLocationName: '
+                   '"dagster_project.definitions", repositoryName: "__repository__"}, partitionsDefName: '
+                   '"model_checkpoint", partitionKey: "m@nowhere") { __typename } }')
+    assert "m@nowhere" in _partition_keys(port)
+
     page.goto(f"{base}/jobs")
     page.get_by_role("link", name="resdyn_job").first.click()
     page.get_by_role("button", name="Materialize all").first.click()
-    page.get_by_text("Add a partition").click()
-    page.get_by_role("button", name="Save").wait_for(timeout=30000)  # the new-partition field is open
-    page.wait_for_timeout(1000)
+    page.get_by_text("Select a partition or create one").click()
+    page.keyboard.type("m@")
+    option = page.get_by_text(f"m@{LONG_CHECKPOINT}", exact=True).first
+    option.wait_for(timeout=30000)
+    option.click()
+    page.get_by_text("m@local", exact=True).first.click()
+    page.keyboard.press("Escape")
+    # Finding 7: a chip shows its whole key (Dagster cuts chips at 120 px: 'm@stage…5931B').
+    chips = page.locator("[class*='TagSelector_tagsContainer'] [class*='BaseTag']")
+    assert chips.count() == 2
+    shown = sorted(text.splitlines()[0] for text in chips.all_inner_texts())  # then a hidden measuring copy
+    assert shown == sorted(["m@local", f"m@{LONG_CHECKPOINT}"]), shown
+    page.get_by_role("button", name="Cancel").click()  # then launch m@local alone
+    page.get_by_role("button", name="Materialize all").first.click()
+    page.get_by_text("Select a partition or create one").click()
     page.keyboard.type("m@local")
-    page.wait_for_timeout(500)
-    page.keyboard.press("Enter")
+    page.get_by_text("m@local", exact=True).first.click()
+    page.keyboard.press("Escape")
     launch = page.get_by_role("button", name="Launch 1 run")
     launch.wait_for(timeout=30000)
     launch.click()
 
     deadline, runs = time.time() + 600, []
-    while time.time() < deadline:
+    while time.time() < deadline:  # queued, then started by the daemon's run queue
         runs = _graphql(port, "{ runsOrError { ... on Runs { results { runId status tags { key value } } } } }")[
             "runsOrError"]["results"]
         if runs and runs[0]["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
             break
         time.sleep(3)
-    assert runs and runs[0]["status"] == "SUCCESS", runs
+    assert runs and runs[0]["status"] == "SUCCESS", (runs, webserver["log"].read_text()[-3000:])
     assert {"key": "dagster/partition", "value": "m@local"} in runs[0]["tags"]
     assert list((warehouse / "jacobians" / "model=m" / "checkpoint=local").glob("*.parquet"))
     assert list((warehouse / "transient_dynamics" / "model=m" / "checkpoint=local").glob("*.parquet"))
+    deadline = time.time() + 90
+    while "m@nowhere" in _partition_keys(port):
+        assert time.time() < deadline, "the unknown key m@nowhere was not removed"
+        time.sleep(3)
 
-    page.goto(f"{base}/assets/eigenvalues?view=partitions&partition=m%40local")
-    page.get_by_text("[Show Markdown]").first.click()
-    image = page.locator("img[alt='eigenvalue_clouds']").first
-    image.wait_for(timeout=30000)
+    # Finding 1: the figure and the preview are inline (no "[Show Markdown]"), and the figure fits.
+    page.goto(f"{base}/assets/layer_metrics?view=partitions&partition=m%40local")
+    image = page.locator("img[alt='metrics_by_depth']").first
+    image.wait_for(timeout=60000)
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
-    assert image.evaluate("img => img.naturalWidth") > 0
+    assert image.evaluate("img => img.getBoundingClientRect().right") <= 1600
+    assert page.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    assert _metadata_value_cell(page, "preview").locator("table").count() == 1, "the preview is not inline"
+    assert _metadata_value_cell(page, "preview").evaluate("cell => cell.getBoundingClientRect().right") <= 1600
     page.screenshot(path=str(FIGURES / "ui-materialization-figure.png"))
+    page.goto(f"{base}/assets/activations?view=partitions&partition=m%40local")
+    _metadata_value_cell(page, "preview").locator("table").wait_for(timeout=60000)
+    assert "pre_attn" in _metadata_value_cell(page, "preview").inner_text()
+    assert not foreign, f"the UI requested outside resources: {foreign[:5]}"
 
+    # Finding 8: the study across partitions, as one self-contained report.html.
     report = subprocess.run([sys.executable, "-m", "resdyn", "report", "--warehouse", str(warehouse)], cwd=REPOSITORY,
                             env=webserver["environment"], capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]

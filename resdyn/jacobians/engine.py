@@ -63,6 +63,10 @@ class MeasurementOptions:
     probe_directions: int = 2  # 0: no finite-difference probe
     probe_seed: int = 0
     probe_step: float = PROBE_STEP
+    # Where kept per-sample matrices go as soon as each is computed: sink(layer, sublayer, sample_id,
+    # position, matrix). Without one they are collected in LayerMeasurement.sample_jacobians, which at
+    # d = 4096 holds 134 MB per matrix until the layer ends (2 GB for 8 samples x 2 sublayers).
+    sample_jacobian_sink: Callable[[int, str, int, int, np.ndarray], None] | None = None
 
 
 @dataclass
@@ -138,7 +142,11 @@ def analyse_layer(
                     if not moments[sublayer].mean_is_finite():
                         _raise_non_finite(layer_index, sublayer, batch)
                 with clock("subsample"):
-                    _keep_subsample(kept[sublayer], batch, position, jacobians, backend, adapter, layer, inputs,
+                    sink = kept[sublayer].append
+                    if options.sample_jacobian_sink is not None:
+                        def sink(entry, sublayer=sublayer):
+                            options.sample_jacobian_sink(layer_index, sublayer, *entry)
+                    _keep_subsample(sink, batch, position, jacobians, backend, adapter, layer, inputs,
                                     sublayer, options.keep_sample_jacobians)
                 if directions is not None:
                     with clock("probe"):
@@ -214,17 +222,27 @@ def check_attention_implementation(layer: torch.nn.Module) -> None:
             f"(supported: {', '.join(SUPPORTED_ATTENTION)})")
 
 
-def _keep_subsample(kept, batch, position, jacobians, backend, adapter, layer, inputs, sublayer, keep):
+SUBSAMPLE_FLOATS = 2**25  # per-sample matrices computed at once for the subsample (256 MB in float64)
+
+
+def _keep_subsample(keep_one, batch, position, jacobians, backend, adapter, layer, inputs, sublayer, keep):
     wanted = [i for i, sample in enumerate(batch) if sample.sample_id < keep]
     if not wanted:
         return
-    if jacobians is None:  # a backend that streams means only: per-sample matrices of the wanted rows alone
-        jacobians = backend.sample_jacobians(adapter, layer, inputs.select(wanted), sublayer, position)
-        wanted_rows = range(len(wanted))
-    else:
-        wanted_rows = wanted
-    for i, row in zip(wanted, wanted_rows):
-        kept.append((batch[i].sample_id, position, jacobians[row].detach().to(torch.float64).cpu().numpy()))
+    if jacobians is not None:  # the backend computed every sample's matrix already
+        for i in wanted:
+            keep_one((batch[i].sample_id, position, jacobians[i].detach().to(torch.float64).cpu().numpy()))
+        return
+    # A backend that streams means only: the wanted rows' matrices, a few at a time (at d = 4096 one
+    # matrix is 134 MB; eight at once were the measurement stage's peak).
+    d = inputs.hidden.shape[-1]
+    step = max(1, SUBSAMPLE_FLOATS // (d * d))
+    for start in range(0, len(wanted), step):
+        chunk = wanted[start:start + step]
+        matrices = backend.sample_jacobians(adapter, layer, inputs.select(chunk), sublayer, position)
+        for row, i in enumerate(chunk):
+            keep_one((batch[i].sample_id, position, matrices[row].detach().to(torch.float64).cpu().numpy()))
+        del matrices
 
 
 def _raise_non_finite(layer: int, sublayer: str, batch: Sequence[Sample]) -> None:

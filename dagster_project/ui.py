@@ -1,0 +1,172 @@
+"""``resdyn ui``: the Dagster UI (webserver + daemon) with the warehouse's figures served beside it.
+
+Dagster's UI shows a markdown metadata value inline only when it is shorter than 1,000 characters
+(``MetadataEntry.tsx``: ``expandSmallValues && mdStr.length < 1000``); a base64 PNG never is, so it
+sits behind "[Show Markdown]". The materialization metadata therefore links each figure by a short
+same-origin URL, ``/resdyn/artefacts/<path under the warehouse's _artefacts/>``, and this module
+serves those PNGs (read-only, nothing but ``*.png``) from the same port as the Dagster webserver.
+A plain ``dagster dev`` still works: it shows the embedded copy behind "[Show Markdown]".
+
+Two more things a plain ``dagster dev`` gets wrong for this study, mended here without patching
+Dagster: partition chips in the launch dialog are cut to 120 px (``tiny-ll…-000000``: models and
+checkpoints differ in the hidden characters), so a stylesheet added to every page lets a chip take
+its key's width; and the asset graph opens with every group collapsed, so ``/asset-groups`` without
+a query opens with the study's groups expanded (Dagster's own ``?expanded=`` parameter).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ARTEFACT_ROUTE = "/resdyn/artefacts"
+DEFINITIONS_MODULE = "dagster_project.definitions"
+
+log = logging.getLogger("resdyn")
+
+
+def artefact_url(path: Path) -> str | None:
+    """The UI's URL of a file under a warehouse's ``_artefacts/`` directory (None when it is not under one)."""
+    parts = Path(path).resolve().parts
+    if "_artefacts" not in parts:
+        return None
+    below = parts[len(parts) - parts[::-1].index("_artefacts"):]
+    return ARTEFACT_ROUTE + "/" + "/".join(below)
+
+
+# Dagster's TagSelector wraps each chip's key in an element with an inline 120 px max-width; class
+# names carry build hashes, so select on their stable prefixes.
+STYLESHEET = (
+    '[class*="TagSelector_tagsContainer"] [class*="BaseTag"] div[style*="max-width"]'
+    "{max-width:none!important;width:auto!important}"
+    '[class*="TagSelector_tagsContainer"] [class*="BaseTag"] [class*="MiddleTruncate_container"]'
+    "{width:max-content!important}"
+)
+
+
+def study_groups() -> list[str]:
+    from .assets_index import ALL_ASSETS, STUDY_ASSETS
+
+    return sorted({spec.group_name for asset in [*ALL_ASSETS, *STUDY_ASSETS] for spec in asset.specs})
+
+
+def expanded_graph_url(groups: list[str]) -> str:
+    """The global asset graph with ``groups`` open (group ids as Dagster's ``groupIdForNode`` builds them)."""
+    return "/asset-groups?expanded=" + ",".join(f"global@global:{group}" for group in groups)
+
+
+def _with_stylesheet(send):
+    """An ASGI ``send`` that adds STYLESHEET to HTML pages (buffered: Dagster's index page is a few kB)."""
+    state = {"start": None, "body": []}
+
+    async def wrapped(message):
+        if message["type"] == "http.response.start":
+            content_type = dict(message.get("headers", [])).get(b"content-type", b"")
+            if not content_type.startswith(b"text/html"):
+                await send(message)
+                return
+            state["start"] = message
+            return
+        if message["type"] != "http.response.body" or state["start"] is None:
+            await send(message)
+            return
+        state["body"].append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = b"".join(state["body"]).replace(b"</head>", f"<style>{STYLESHEET}</style></head>".encode(), 1)
+        start = state["start"]
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({**start, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return wrapped
+
+
+def with_artefacts(dagster_app, warehouse_root: Path, groups: list[str] | None = None):
+    """An ASGI app: GET ``/resdyn/artefacts/...png`` from ``<warehouse>/_artefacts``; everything else to
+    Dagster, with STYLESHEET in its pages and ``/asset-groups`` opening on expanded ``groups``."""
+    from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse
+
+    root = (Path(warehouse_root) / "_artefacts").resolve()
+
+    async def app(scope, receive, send):
+        path = scope.get("path", "")
+        if scope["type"] != "http":
+            await dagster_app(scope, receive, send)
+            return
+        if path == "/asset-groups" and not scope.get("query_string") and groups:
+            await RedirectResponse(expanded_graph_url(groups), status_code=307)(scope, receive, send)
+            return
+        if not path.startswith(ARTEFACT_ROUTE + "/"):
+            await dagster_app(scope, receive, _with_stylesheet(send))
+            return
+        target = (root / path[len(ARTEFACT_ROUTE) + 1:]).resolve()
+        if target.suffix != ".png" or not target.is_relative_to(root) or not target.is_file():
+            response = PlainTextResponse("not a warehouse figure", status_code=404)
+        else:  # figures are rewritten in place by a rerun: never cache them
+            response = FileResponse(target, media_type="image/png", headers={"Cache-Control": "no-store"})
+        await response(scope, receive, send)
+
+    return app
+
+
+def build_app(warehouse_root: Path, module: str = DEFINITIONS_MODULE, read_only: bool = False):
+    """The Dagster webserver's ASGI app for ``module`` (the current ``DAGSTER_HOME`` instance), with artefacts."""
+    from dagster import DagsterInstance
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import ModuleTarget
+    from dagster_webserver import __version__
+    from dagster_webserver.app import create_app_from_workspace_process_context
+
+    instance = DagsterInstance.get()
+    context = WorkspaceProcessContext(instance, version=__version__, read_only=read_only,
+                                      workspace_load_target=ModuleTarget(module, None, os.getcwd(), None))
+    return context, with_artefacts(create_app_from_workspace_process_context(context), warehouse_root,
+                                   study_groups())
+
+
+def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, module: str = DEFINITIONS_MODULE) -> int:
+    """Run the UI until Ctrl-C; the daemon (schedules, sensors, the run queue) is a child stopped by its PID."""
+    import uvicorn
+
+    if not os.environ.get("DAGSTER_HOME"):
+        raise ValueError("DAGSTER_HOME is not set: `make ui` sets it to dagster_home/ (or export it yourself)")
+    daemon_process = None
+    if daemon:  # its own process group, so that its code server stops with it
+        daemon_process = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-m", module],
+                                          start_new_session=True)
+        log.warning("dagster-daemon started (pid %d)", daemon_process.pid)
+    # uvicorn re-raises the SIGTERM it caught once it has shut down: make that an exit that runs `finally`
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        context, app = build_app(warehouse_root, module)
+        with context:
+            print(f"resdyn ui: http://{host}:{port}  (warehouse {warehouse_root}; figures under {ARTEFACT_ROUTE})",
+                  flush=True)
+            uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        if daemon_process is not None:
+            _stop_group(daemon_process)
+    return 0
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the process group ``process`` leads (the daemon and its code server), then SIGKILL after 30 s."""
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sent)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=30)
+            os.killpg(process.pid, signal.SIGTERM)  # a code server the daemon left behind
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            pass
+        return

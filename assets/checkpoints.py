@@ -9,10 +9,10 @@ import json
 import dagster as dg
 import pyarrow as pa
 
-from dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
-from dagster_project.resources import AnalysisSettings, WarehouseResource
-from dagster_project.runs import partition_run
 from resdyn.corpus import load_training_text, load_wikitext
+from resdyn.dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
+from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.runs import partition_run
 from resdyn.figures import training_loss_figure
 
 from .common import PARTITIONS, checkpoint_source, figure, partition, table_metadata

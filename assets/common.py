@@ -10,11 +10,11 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from dagster_project.arrow_tables import matrix_rows
-from dagster_project.partitions import model_checkpoint_partitions
-from dagster_project.resources import AnalysisSettings, WarehouseResource
-from dagster_project.warehouse import Warehouse
 from resdyn.corpus import Sample
+from resdyn.dagster_project.arrow_tables import matrix_rows
+from resdyn.dagster_project.partitions import model_checkpoint_partitions
+from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.warehouse import Warehouse
 from resdyn.models.registry import split_partition_key
 from resdyn.naming import sublayer_depth
 
@@ -62,7 +62,7 @@ def read_samples(store: Warehouse, model: str, checkpoint: str) -> list[Sample]:
 INLINE_MARKDOWN_LIMIT = 1000  # Dagster shows markdown metadata inline only below this many characters
 
 
-def preview(table: pa.Table, rows: int = 5, max_list: int = 4, max_columns: int = 8) -> dg.MetadataValue:
+def preview(table: pa.Table, rows: int = 5, max_list: int = 4, max_columns: int = 6) -> dg.MetadataValue:
     """A markdown preview that the UI shows inline and that fits the page: long list columns are cut to
     their first entries, at most ``max_columns`` columns, then rows and columns are dropped until it is
     shorter than INLINE_MARKDOWN_LIMIT characters (the rest: ``resdyn sql``)."""
@@ -106,7 +106,7 @@ def figure(path: Path) -> dict:
     """
     from PIL import Image
 
-    from dagster_project.ui import artefact_url
+    from resdyn.dagster_project.ui import artefact_url
 
     path = Path(path)
     thumbnail = path.with_name(f"{path.stem}.inline.png")

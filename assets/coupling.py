@@ -5,11 +5,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dagster_project.executors import STEP_RETRIES, ray_tags
-from dagster_project.resources import AnalysisSettings, WarehouseResource
-from dagster_project.runs import partition_run
-from dagster_project.schema import spec
 from resdyn import coupling
+from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
+from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.runs import partition_run
+from resdyn.dagster_project.schema import spec
 from resdyn.figures import coupling_by_depth
 from resdyn.naming import sublayer_depth
 

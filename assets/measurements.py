@@ -12,11 +12,11 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
-from dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
-from dagster_project.resources import AnalysisSettings, WarehouseResource
-from dagster_project.runs import partition_run
-from dagster_project.schema import spec
+from resdyn.dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
+from resdyn.dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
+from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.runs import partition_run
+from resdyn.dagster_project.schema import spec
 from resdyn.figures import jacobian_heatmaps
 from resdyn.naming import SUBLAYERS, sublayer_depth
 

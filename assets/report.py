@@ -3,8 +3,8 @@ figure each, and report.html in the warehouse. Unpartitioned, downstream of all 
 
 import dagster as dg
 
-from dagster_project.report import SECTIONS, build_report
-from dagster_project.resources import WarehouseResource
+from resdyn.dagster_project.report import SECTIONS, build_report
+from resdyn.dagster_project.resources import WarehouseResource
 
 from .common import figure, preview
 

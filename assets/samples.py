@@ -5,10 +5,10 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from dagster_project.executors import STEP_RETRIES, ray_tags
-from dagster_project.resources import AnalysisSettings, WarehouseResource
-from dagster_project.runs import partition_run
 from resdyn.corpus import load_wikitext, sample_windows, tokenize
+from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
+from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.runs import partition_run
 
 from .checkpoints import model_checkpoints
 from .common import PARTITIONS, checkpoint_source, partition, table_metadata

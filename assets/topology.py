@@ -4,13 +4,13 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from dagster_project.arrow_tables import matrix_rows, record_batch
-from dagster_project.executors import STEP_RETRIES, ray_tags
-from dagster_project.parallel import default_workers
-from dagster_project.resources import AnalysisSettings, WarehouseResource
-from dagster_project.runs import partition_run
-from dagster_project.schema import spec
 from resdyn import topology
+from resdyn.dagster_project.arrow_tables import matrix_rows, record_batch
+from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
+from resdyn.dagster_project.parallel import default_workers
+from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.runs import partition_run
+from resdyn.dagster_project.schema import spec
 from resdyn.figures import community_distributions
 from resdyn.naming import sublayer_depth
 

@@ -11,11 +11,11 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from dagster_project.executors import STEP_RETRIES, ray_tags
-from dagster_project.parallel import ordered_parallel_map
-from dagster_project.resources import AnalysisSettings, WarehouseResource
-from dagster_project.runs import partition_run
-from dagster_project.schema import spec
+from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
+from resdyn.dagster_project.parallel import ordered_parallel_map
+from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.runs import partition_run
+from resdyn.dagster_project.schema import spec
 from resdyn.figures import pseudospectra_contours
 from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth

@@ -4,8 +4,8 @@
 import dagster as dg
 import numpy as np
 
-from assets.common import iter_matrices, partition
-from dagster_project.arrow_tables import matrix_rows
+from resdyn.assets.common import iter_matrices, partition
+from resdyn.dagster_project.arrow_tables import matrix_rows
 
 from .resources import AnalysisSettings, WarehouseResource
 

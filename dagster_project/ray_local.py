@@ -1,7 +1,7 @@
 """A Ray cluster on this machine's loopback interface: a head node and worker nodes, all at 127.0.0.1.
 
-    python -m dagster_project.ray_local head   --port 6379 --dashboard-port 8265 --num-cpus 1
-    python -m dagster_project.ray_local worker --address 127.0.0.1:6379 --num-cpus 1
+    python -m resdyn.dagster_project.ray_local head   --port 6379 --dashboard-port 8265 --num-cpus 1
+    python -m resdyn.dagster_project.ray_local worker --address 127.0.0.1:6379 --num-cpus 1
 
 Each command blocks until SIGTERM / Ctrl-C, then stops the Ray processes it started (and only
 those: unlike ``ray stop``, which ends every Ray process on the machine).
@@ -99,7 +99,7 @@ class LocalCluster:
         self.address = self.gcs = ""
 
     def _start(self, name: str, arguments: list[str]) -> subprocess.Popen:
-        process = subprocess.Popen([sys.executable, "-m", "dagster_project.ray_local", *arguments],
+        process = subprocess.Popen([sys.executable, "-m", "resdyn.dagster_project.ray_local", *arguments],
                                    env=self.environment, stdout=open(self.logs / f"{name}.log", "w"),
                                    stderr=subprocess.STDOUT)
         self.processes.append(process)

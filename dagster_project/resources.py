@@ -1,6 +1,6 @@
 """Resources: where the warehouse lives and how the analysis is sized, configured through EnvVar.
 
-``AnalysisSettings`` is generated from :data:`dagster_project.settings.SETTINGS` (one field per
+``AnalysisSettings`` is generated from :data:`resdyn.dagster_project.settings.SETTINGS` (one field per
 setting, same default), so the CLI, the UI and the tests share one definition of every setting.
 """
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 ARTEFACT_ROUTE = "/resdyn/artefacts"
-DEFINITIONS_MODULE = "dagster_project.definitions"
+DEFINITIONS_MODULE = "resdyn.dagster_project.definitions"
 
 log = logging.getLogger("resdyn")
 
@@ -39,8 +39,10 @@ def artefact_url(path: Path) -> str | None:
 
 
 # Dagster's TagSelector wraps each chip's key in an element with an inline 120 px max-width; class
-# names carry build hashes, so select on their stable prefixes.
+# names carry build hashes, so select on their stable prefixes. Table cells may break a long token (a
+# Parquet path has no spaces) so that a metadata table fits the page instead of scrolling sideways.
 STYLESHEET = (
+    "td a{overflow-wrap:anywhere}"
     '[class*="TagSelector_tagsContainer"] [class*="BaseTag"] div[style*="max-width"]'
     "{max-width:none!important;width:auto!important}"
     '[class*="TagSelector_tagsContainer"] [class*="BaseTag"] [class*="MiddleTruncate_container"]'

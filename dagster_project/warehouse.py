@@ -48,9 +48,13 @@ from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, spec
 
 log = logging.getLogger(__name__)
 
+# In a source checkout this file is <repository>/dagster_project/warehouse.py; installed from the wheel
+# it is <site-packages>/resdyn/dagster_project/warehouse.py. Either way sql/ sits beside the parent.
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_ROOT = REPOSITORY_ROOT / "warehouse"
 SQL_DIRECTORY = REPOSITORY_ROOT / "sql"
+IS_SOURCE_CHECKOUT = (REPOSITORY_ROOT / "pyproject.toml").is_file()
+# The default warehouse: the repository's warehouse/ in a checkout, else ./warehouse (never site-packages).
+DEFAULT_ROOT = REPOSITORY_ROOT / "warehouse" if IS_SOURCE_CHECKOUT else Path("warehouse")
 IN_PROGRESS_SUFFIX = ".inprogress"
 PAGE_BYTES = 1 << 16  # Parquet data pages (and read buffers): memory per column while streaming
 READ_STATEMENTS = ("SELECT", "EXPLAIN")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dagster as dg
 
-from dagster_project.assets_index import ALL_ASSETS
-from dagster_project.checks import ALL_CHECKS
-from dagster_project.partitions import register_partitions
-from dagster_project.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.assets_index import ALL_ASSETS
+from resdyn.dagster_project.checks import ALL_CHECKS
+from resdyn.dagster_project.partitions import register_partitions
+from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 
 SMALL = dict(n_samples=12, sequence_length=24, batch_size=6, per_sample_subsample=3, leiden_seeds=3, n_permutations=200)
 

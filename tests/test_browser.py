@@ -141,7 +141,7 @@ def test_a_partition_launched_from_the_ui_materializes_and_its_figures_and_repor
         time.sleep(2)
     # Finding 2: a key that names nothing (typed into the UI) is removed by the same sensor.
     _graphql(port, 'mutation { addDynamicPartition(repositorySelector: {repositoryLocationName: '
-                   '"dagster_project.definitions", repositoryName: "__repository__"}, partitionsDefName: '
+                   '"resdyn.dagster_project.definitions", repositoryName: "__repository__"}, partitionsDefName: '
                    '"model_checkpoint", partitionKey: "m@nowhere") { __typename } }')
     assert "m@nowhere" in _partition_keys(port)
 
@@ -191,11 +191,11 @@ def test_a_partition_launched_from_the_ui_materializes_and_its_figures_and_repor
     image = page.locator("img[alt='metrics_by_depth']").first
     image.wait_for(timeout=60000)
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+    page.screenshot(path=str(FIGURES / "ui-materialization-figure.png"))
     assert image.evaluate("img => img.getBoundingClientRect().right") <= 1600
     assert page.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
     assert _metadata_value_cell(page, "preview").locator("table").count() == 1, "the preview is not inline"
     assert _metadata_value_cell(page, "preview").evaluate("cell => cell.getBoundingClientRect().right") <= 1600
-    page.screenshot(path=str(FIGURES / "ui-materialization-figure.png"))
     page.goto(f"{base}/assets/activations?view=partitions&partition=m%40local")
     _metadata_value_cell(page, "preview").locator("table").wait_for(timeout=60000)
     assert "pre_attn" in _metadata_value_cell(page, "preview").inner_text()

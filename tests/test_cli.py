@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from dagster_project.cli import main
-from dagster_project.warehouse import Warehouse
+from resdyn.dagster_project.cli import main
+from resdyn.dagster_project.warehouse import Warehouse
 from resdyn.models.byte_tokenizer import build_byte_tokenizer
 from resdyn.models.tiny_configs import tiny_config
 
@@ -52,7 +52,7 @@ def test_registered_paper_model_fails_clearly_without_its_weights(tmp_path, caps
 
 def test_gemma4_with_per_layer_inputs_and_shared_kv_runs_structured_and_equals_autodiff(tmp_path, capsys,
                                                                                           fresh_seed):
-    from assets.common import read_mean_jacobians
+    from resdyn.assets.common import read_mean_jacobians
 
     from .conftest import random_tiny_model
 

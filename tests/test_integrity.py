@@ -19,9 +19,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from dagster_project.cli import main
-from dagster_project.runs import acquire_lease, release_lease
-from dagster_project.warehouse import Warehouse, new_run_id
+from resdyn.dagster_project.cli import main
+from resdyn.dagster_project.runs import acquire_lease, release_lease
+from resdyn.dagster_project.warehouse import Warehouse, new_run_id
 from resdyn.models.byte_tokenizer import build_byte_tokenizer
 from resdyn.models.tiny_configs import tiny_config
 
@@ -277,7 +277,7 @@ def test_11_written_files_honour_the_umask(built, tmp_path):
         "import os, sys, numpy as np, pyarrow as pa\n"
         "os.umask(0o027)\n"
         f"sys.path.insert(0, {str(REPOSITORY)!r})\n"
-        "from dagster_project.warehouse import Warehouse\n"
+        "from resdyn.dagster_project.warehouse import Warehouse\n"
         "from resdyn.models.registry import ModelRegistry, ModelSpec\n"
         f"store = Warehouse({str(tmp_path / 'w')!r})\n"
         "store.write('training_loss', 'm', 'c', pa.table({'step': pa.array([1], pa.int32()), 'loss': [0.5], "
@@ -356,7 +356,7 @@ def test_forget_asks_then_removes_the_partition_its_data_and_its_registry_entry(
                                                                                tmp_path):
     import dagster as dg
 
-    from dagster_project.partitions import model_checkpoint_partitions
+    from resdyn.dagster_project.partitions import model_checkpoint_partitions
     from resdyn.models.registry import ModelRegistry
 
     _, root = warehouse_copy
@@ -379,9 +379,9 @@ def test_forget_asks_then_removes_the_partition_its_data_and_its_registry_entry(
 def test_the_sensor_keeps_partition_keys_equal_to_the_registry(built, tmp_path):
     import dagster as dg
 
-    from dagster_project.partitions import model_checkpoint_partitions
-    from dagster_project.resources import WarehouseResource
-    from dagster_project.sensors import registry_partitions
+    from resdyn.dagster_project.partitions import model_checkpoint_partitions
+    from resdyn.dagster_project.resources import WarehouseResource
+    from resdyn.dagster_project.sensors import registry_partitions
     from resdyn.models.registry import ModelRegistry
 
     _, root = built

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dagster_project.warehouse import Warehouse
+from resdyn.dagster_project.warehouse import Warehouse
 
 from .pipeline_helpers import materialize_partition
 
@@ -76,7 +76,7 @@ def test_rerun_is_idempotent_and_keeps_data_versions(warehouse):
 
 def test_sample_jacobians_cover_every_sublayer(warehouse):
     store, _, _ = warehouse
-    from assets.common import read_matrices
+    from resdyn.assets.common import read_matrices
 
     mean = read_matrices(store, "jacobians", "tiny-olmo3", "step-000000")
     per_sample = read_matrices(store, "sample_jacobians", "tiny-olmo3", "step-000000",
@@ -87,7 +87,7 @@ def test_sample_jacobians_cover_every_sublayer(warehouse):
 
 
 def test_every_named_question_answers_for_the_partition(warehouse):
-    from dagster_project.warehouse import SQL_DIRECTORY
+    from resdyn.dagster_project.warehouse import SQL_DIRECTORY
 
     store, _, _ = warehouse
     questions = sorted((SQL_DIRECTORY / "questions").glob("*.sql"))
@@ -98,7 +98,7 @@ def test_every_named_question_answers_for_the_partition(warehouse):
 
 
 def test_spectral_tables_agree_with_numpy_on_the_stored_jacobians(warehouse):
-    from assets.common import read_matrices
+    from resdyn.assets.common import read_matrices
 
     store, _, _ = warehouse
     matrices = read_matrices(store, "jacobians", "tiny-olmo3", "step-000000")
@@ -125,7 +125,7 @@ def test_structured_backend_through_the_pipeline_passes_the_finite_difference_pr
 
 def test_transient_tables_are_filled_and_agree_with_numpy(warehouse):
     """Every sublayer has its transient row and eps rows; the growth windows match explicit products."""
-    from assets.common import read_matrices
+    from resdyn.assets.common import read_matrices
 
     store, _, _ = warehouse
     matrices = read_matrices(store, "jacobians", "tiny-olmo3", "step-000000")
@@ -152,7 +152,7 @@ def test_study_report_tables_figures_and_html(warehouse, tmp_path):
     coupling_tests rows; the HTML embeds every figure and names the run that made the partition."""
     import base64
 
-    from dagster_project.report import SECTIONS, build_report
+    from resdyn.dagster_project.report import SECTIONS, build_report
 
     store, _, _ = warehouse
     output, results = build_report(store, tmp_path / "report.html")
@@ -175,8 +175,8 @@ def test_study_report_tables_figures_and_html(warehouse, tmp_path):
 def test_study_assets_materialize_with_figures_in_their_metadata(warehouse):
     import dagster as dg
 
-    from assets.report import study
-    from dagster_project.resources import WarehouseResource
+    from resdyn.assets.report import study
+    from resdyn.dagster_project.resources import WarehouseResource
 
     store, _, _ = warehouse
     result = dg.materialize([study], resources={"warehouse": WarehouseResource(root=str(store.root))})
@@ -185,5 +185,12 @@ def test_study_assets_materialize_with_figures_in_their_metadata(warehouse):
     assert set(materializations) == {"study_fdr_layers", "study_nonnormality_by_depth", "study_cumulative_rank_by_depth",
                                      "study_surgery_effect", "study_coupling_by_operator", "study_report"}
     metadata = materializations["study_fdr_layers"].materialization.metadata
-    assert metadata["rows"].value == 1 and "data:image/png;base64," in str(metadata["figure_study_fdr_layers"].value)
+    assert metadata["rows"].value == 1
+    assert "data:image/png;base64," in str(metadata["figure_study_fdr_layers_embedded"].value)
+    inline = str(metadata["figure_study_fdr_layers"].value)  # shown in place by the UI: under 1000 characters
+    assert len(inline) < 1000 and "/resdyn/artefacts/" in inline
+    thumbnail = inline[inline.index("/resdyn/artefacts/") + len("/resdyn/artefacts/"):].split(")")[0]
+    from PIL import Image
+    with Image.open(store.root / "_artefacts" / thumbnail) as image:  # what resdyn ui serves at that URL
+        assert image.format == "PNG" and 0 < image.width <= 480
     assert (store.root / "report.html").is_file()

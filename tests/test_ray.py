@@ -1,6 +1,6 @@
 """The study on a real Ray cluster (a head and a worker node on 127.0.0.1), through dagster-ray's executor.
 
-The cluster is started by this module (``dagster_project.ray_local``) and stopped by killing the
+The cluster is started by this module (``resdyn.dagster_project.ray_local``) and stopped by killing the
 PIDs it started, never with ``ray stop``. Three partitions run through the Ray executor while one
 step's process is SIGKILLed: Dagster's retry policy reruns that step, and every table equals an
 in-process run of the same partitions.
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dagster_project.ray_local import LocalCluster, free_ports
-from dagster_project.warehouse import Warehouse
+from resdyn.dagster_project.ray_local import LocalCluster, free_ports
+from resdyn.dagster_project.warehouse import Warehouse
 
 from .test_integrity import save_model
 
@@ -116,7 +116,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
         query = f"SELECT model, count(*) AS n FROM {table} GROUP BY model ORDER BY model"
         assert ray_store.query(query).to_pylist() == local_store.query(query).to_pylist(), table
     assert ray_store.query("SELECT DISTINCT status FROM partitions").to_pylist() == [{"status": "complete"}]
-    from assets.common import read_mean_jacobians
+    from resdyn.assets.common import read_mean_jacobians
 
     for name in ("alpha", "beta", "gamma"):
         ours, theirs = read_mean_jacobians(ray_store, name, "local"), read_mean_jacobians(local_store, name, "local")

@@ -29,7 +29,7 @@ def _environment(tmp_path: Path) -> dict:
 
 def test_definitions_load_like_dagster_dev(tmp_path):
     completed = subprocess.run(
-        [str(BIN / "dagster"), "definitions", "validate", "-m", "dagster_project.definitions"],
+        [str(BIN / "dagster"), "definitions", "validate", "-m", "resdyn.dagster_project.definitions"],
         cwd=REPOSITORY, env=_environment(tmp_path), capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert "passed validation" in completed.stdout + completed.stderr
@@ -85,7 +85,7 @@ def test_webserver_launches_a_partition_materialization(tmp_path):
     environment = _environment(tmp_path)
     log = open(tmp_path / "webserver.log", "w")
     server = subprocess.Popen(
-        [str(BIN / "dagster-webserver"), "-m", "dagster_project.definitions", "-h", "127.0.0.1", "-p", str(port)],
+        [str(BIN / "dagster-webserver"), "-m", "resdyn.dagster_project.definitions", "-h", "127.0.0.1", "-p", str(port)],
         cwd=REPOSITORY, env=environment, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 180
@@ -114,7 +114,7 @@ def test_webserver_launches_a_partition_materialization(tmp_path):
         assert launched["launchRun"]["__typename"] == "LaunchRunSuccess", launched
         run_id = launched["launchRun"]["run"]["runId"]
         assert _wait_for(port, run_id) == "SUCCESS", (tmp_path / "webserver.log").read_text()[-4000:]
-        from dagster_project.warehouse import Warehouse
+        from resdyn.dagster_project.warehouse import Warehouse
 
         store = Warehouse(tmp_path / "warehouse")
         for table in ("model_checkpoints", "samples", "activations", "jacobians"):

@@ -1,0 +1,77 @@
+"""`resdyn ui`'s additions to the Dagster webserver, called as ASGI apps: only warehouse figures are
+served (no other file, nothing outside `_artefacts`), Dagster's pages get the stylesheet with a correct
+content length, and the bare asset graph opens with the study's groups expanded. The whole UI in a
+browser is tests/test_browser.py."""
+
+import asyncio
+
+import numpy as np
+
+from resdyn.dagster_project.ui import ARTEFACT_ROUTE, STYLESHEET, artefact_url, study_groups, with_artefacts
+
+PAGE = b"<html><head><title>Dagster</title></head><body>graph</body></html>"
+
+
+async def _dagster_page(scope, receive, send):  # stands for Dagster's app: an HTML page or a JSON answer
+    html = scope["path"] != "/graphql"
+    body = PAGE if html else b'{"data": {}}'
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/html; charset=utf-8" if html else b"application/json"),
+        (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _get(app, path: str, query: bytes = b"") -> tuple[int, dict, bytes]:
+    sent, requested = [], []
+
+    async def receive():  # the request once, then a client that stays connected
+        if not requested:
+            requested.append(True)
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": query,
+             "headers": [], "root_path": "", "scheme": "http", "server": ("127.0.0.1", 3000), "http_version": "1.1"}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode().lower(): v.decode() for k, v in start["headers"]}, body
+
+
+def test_only_warehouse_figures_are_served(tmp_path, fresh_seed):
+    figures = tmp_path / "_artefacts" / "figures" / "m" / "local"
+    figures.mkdir(parents=True)
+    png = np.random.default_rng(fresh_seed).bytes(257)  # the route serves bytes; it does not decode them
+    (figures / "x.png").write_bytes(png)
+    (figures / "notes.txt").write_text("not a figure")
+    (tmp_path / "secret.png").write_bytes(b"outside _artefacts")
+    app = with_artefacts(_dagster_page, tmp_path, ["spectra"])
+
+    url = artefact_url(figures / "x.png")
+    assert url == f"{ARTEFACT_ROUTE}/figures/m/local/x.png"
+    status, headers, body = _get(app, url)
+    assert status == 200 and body == png and headers["content-type"] == "image/png"
+    for refused in (f"{ARTEFACT_ROUTE}/figures/m/local/notes.txt", f"{ARTEFACT_ROUTE}/../secret.png",
+                    f"{ARTEFACT_ROUTE}/figures/m/local/missing.png", f"{ARTEFACT_ROUTE}/figures/../../secret.png"):
+        assert _get(app, refused)[0] == 404, refused
+    assert artefact_url(tmp_path / "secret.png") is None
+
+
+def test_pages_get_the_stylesheet_and_the_graph_opens_expanded(tmp_path):
+    groups = study_groups()
+    assert {"inputs", "measurements", "spectra", "study"} <= set(groups)
+    app = with_artefacts(_dagster_page, tmp_path, groups)
+
+    status, headers, body = _get(app, "/runs")
+    assert status == 200 and f"<style>{STYLESHEET}</style></head>".encode() in body
+    assert int(headers["content-length"]) == len(body)
+    status, headers, body = _get(app, "/graphql")
+    assert body == b'{"data": {}}' and int(headers["content-length"]) == len(body)  # JSON untouched
+
+    status, headers, _ = _get(app, "/asset-groups")
+    assert status == 307 and headers["location"] == "/asset-groups?expanded=" + ",".join(
+        f"global@global:{group}" for group in groups)
+    assert _get(app, "/asset-groups", b"expanded=global@global:inputs")[0] == 200  # the user's choice stays

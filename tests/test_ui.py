@@ -75,3 +75,16 @@ def test_pages_get_the_stylesheet_and_the_graph_opens_expanded(tmp_path):
     assert status == 307 and headers["location"] == "/asset-groups?expanded=" + ",".join(
         f"global@global:{group}" for group in groups)
     assert _get(app, "/asset-groups", b"expanded=global@global:inputs")[0] == 200  # the user's choice stays
+
+
+def test_materialize_from_the_graph_runs_on_resdyns_executor():
+    """UI finding 4: the graph's "Materialize" launches Dagster's implicit asset job, which used the
+    multiprocess executor (a subprocess per step: 10.6 min for 281 s of steps); it takes resdyn's."""
+    import dagster as dg
+
+    from resdyn.dagster_project.definitions import defs
+    from resdyn.dagster_project.executors import executor_definition
+
+    implicit = defs.resolve_implicit_global_asset_job_def()
+    assert implicit.executor_def.name == executor_definition().name  # RESDYN_EXECUTOR, in_process by default
+    assert implicit.executor_def is not dg.multi_or_in_process_executor  # Dagster's default for the graph

@@ -60,6 +60,7 @@ def read_samples(store: Warehouse, model: str, checkpoint: str) -> list[Sample]:
 
 
 INLINE_MARKDOWN_LIMIT = 1000  # Dagster shows markdown metadata inline only below this many characters
+MAX_CELL = 60  # characters of one preview cell (a long string would otherwise keep the preview over the limit)
 
 
 def preview(table: pa.Table, rows: int = 5, max_list: int = 4, max_columns: int = 6) -> dg.MetadataValue:
@@ -73,7 +74,8 @@ def preview(table: pa.Table, rows: int = 5, max_list: int = 4, max_columns: int 
         if isinstance(value, list):
             shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value[:max_list])
             return f"[{shown}{', ...' if len(value) > max_list else ''}] ({len(value)})"
-        return f"{value:.6g}" if isinstance(value, float) else str(value)
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        return text if len(text) <= MAX_CELL else text[:MAX_CELL - 3] + "..."
 
     def markdown(n_rows: int, n_columns: int) -> str:
         shown = columns[:n_columns]
@@ -85,8 +87,8 @@ def preview(table: pa.Table, rows: int = 5, max_list: int = 4, max_columns: int 
 
     n_rows, n_columns = len(head), min(len(columns), max_columns)
     text = markdown(n_rows, n_columns)
-    while len(text) >= INLINE_MARKDOWN_LIMIT and (n_rows > 2 or n_columns > 2):
-        if n_rows > 2:
+    while len(text) >= INLINE_MARKDOWN_LIMIT and (n_rows > 1 or n_columns > 1):
+        if n_rows > 1:
             n_rows -= 1
         else:
             n_columns -= 1

@@ -65,7 +65,7 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
         dg.AssetSpec("jacobians", code_version="2", deps=[samples],
                      description="Mean Jacobian d out_t / d h_t of every sublayer map, one row per matrix row; per-entry "
                                  "variance where the backend streams it (autodiff)."),
-        dg.AssetSpec("sample_jacobians", code_version="2", deps=[samples],
+        dg.AssetSpec("sample_jacobians", code_version="3", deps=[samples],
                      description="Per-sample Jacobians of a subsample (for per-sample metrics)."),
         dg.AssetSpec("finite_difference_probe", code_version="1", deps=[samples],
                      description="Mean central differences (f(x + h v) - f(x - h v)) / 2h along random directions: "

@@ -143,16 +143,20 @@ def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, modul
         daemon_process = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-m", module],
                                           start_new_session=True)
         log.warning("dagster-daemon started (pid %d)", daemon_process.pid)
-    # uvicorn re-raises the SIGTERM it caught once it has shut down: make that an exit that runs `finally`
+    # uvicorn re-raises the SIGTERM it caught once it has shut down: make that (and a closed terminal's
+    # SIGHUP) an exit that runs `finally`, which stops the daemon's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     try:
         context, app = build_app(warehouse_root, module)
         with context:
-            print(f"resdyn ui: http://{host}:{port}  (warehouse {warehouse_root}; figures under {ARTEFACT_ROUTE})",
-                  flush=True)
+            print(f"resdyn ui: http://{host}:{port}/asset-groups  (warehouse {warehouse_root}; figures under "
+                  f"{ARTEFACT_ROUTE})", flush=True)
             uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         if daemon_process is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
             _stop_group(daemon_process)
     return 0
 

@@ -127,6 +127,11 @@ def analyse_layer(
         torch_directions = torch.as_tensor(directions, device=device)
         sums = {sublayer: torch.zeros(options.probe_directions, d_model, dtype=torch.float64, device=device)
                 for sublayer in SUBLAYERS}
+    if options.sample_jacobian_sink is None:
+        keep_one = {sublayer: kept[sublayer].append for sublayer in SUBLAYERS}
+    else:  # each matrix leaves as soon as it is made
+        keep_one = {sublayer: (lambda entry, sublayer=sublayer:
+                               options.sample_jacobian_sink(layer_index, sublayer, *entry)) for sublayer in SUBLAYERS}
     clock = _Stopwatch()
     for batch_number, (batch, inputs) in enumerate(batches):
         positions = list(batch[0].positions)
@@ -142,11 +147,7 @@ def analyse_layer(
                     if not moments[sublayer].mean_is_finite():
                         _raise_non_finite(layer_index, sublayer, batch)
                 with clock("subsample"):
-                    sink = kept[sublayer].append
-                    if options.sample_jacobian_sink is not None:
-                        def sink(entry, sublayer=sublayer):
-                            options.sample_jacobian_sink(layer_index, sublayer, *entry)
-                    _keep_subsample(sink, batch, position, jacobians, backend, adapter, layer, inputs,
+                    _keep_subsample(keep_one[sublayer], batch, position, jacobians, backend, adapter, layer, inputs,
                                     sublayer, options.keep_sample_jacobians)
                 if directions is not None:
                     with clock("probe"):

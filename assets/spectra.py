@@ -91,7 +91,7 @@ def _rank_columns(step) -> dict:
                      description="Every eigenvalue of every mean Jacobian (read off its real Schur form)."),
         dg.AssetSpec("singular_values", code_version="2", deps=["jacobians"], group_name="spectra",
                      description="Every singular value of every mean Jacobian."),
-        dg.AssetSpec("layer_metrics", code_version="2", deps=["jacobians"], group_name="spectra",
+        dg.AssetSpec("layer_metrics", code_version="3", deps=["jacobians"], group_name="spectra",
                      description="One row per sublayer: conditioning, non-normality, rotation, alignment, ranks, "
                                  "operator type (resdyn.spectra)."),
         dg.AssetSpec("cumulative_rank", code_version="2", deps=["jacobians"], group_name="depth",

@@ -30,10 +30,10 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
 @dg.multi_asset(
     partitions_def=PARTITIONS, can_subset=False, op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
     specs=[
-        dg.AssetSpec("transient_dynamics", code_version="1", deps=["jacobians", "layer_metrics"], group_name="transient",
+        dg.AssetSpec("transient_dynamics", code_version="2", deps=["jacobians", "layer_metrics"], group_name="transient",
                      description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "
                                  "Kreiss lower bound, ||J|| / rho(J) (resdyn.transient)."),
-        dg.AssetSpec("pseudospectra", code_version="1", deps=["jacobians"], group_name="transient",
+        dg.AssetSpec("pseudospectra", code_version="2", deps=["jacobians"], group_name="transient",
                      description="Pseudospectral radius rho_eps(J) for eps in 1e-3, 1e-2, 1e-1, and (rho_eps - rho) / eps."),
         dg.AssetSpec("transient_growth", code_version="1", deps=["jacobians"], group_name="transient",
                      description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
@@ -49,7 +49,7 @@ def _analyse(context, settings, store):
     model, checkpoint = partition(context)
     path, order, width, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
     chosen = _plotted_sublayers(store, model, checkpoint, order)
-    points = 48 if width <= 256 else 20  # each grid point beyond d = 256 is a Lanczos run
+    points = 48 if width <= 256 else 20 if width <= 2048 else 12  # beyond d = 256 each grid point is a Lanczos run
     tasks = [(path, index, points if (layer, sublayer) in chosen.values() else 0, settings.device)
              for index, layer, sublayer in order]
     results = list(ordered_parallel_map(transient_of_row_group, tasks, workers=workers))

@@ -10,11 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+import scipy.linalg.lapack
+import scipy.sparse.linalg
 
 COMPLEX_TOLERANCE = 1e-6
 NEUTRAL_TOLERANCE = 1e-6
 NEAR_SYMMETRIC_HENRICI = 0.5  # henrici_rel_j_minus_i below this (Ginibre matrices sit near 0.71)
 ROTATIONAL_COMPLEX_FRACTION = 0.5
+TRUNCATED_SVD_MIN_WIDTH = 1024  # above this, the alignment metrics' top-k SVD of J - I by Lanczos, not a full SVD
 
 
 def _float64(matrix) -> np.ndarray:
@@ -124,6 +127,38 @@ def _signed_alignment_of_svd(u: np.ndarray, s: np.ndarray, vt: np.ndarray, k: in
     return float(np.sum(s[:k] * cosines) / np.sum(s[:k])) if np.sum(s[:k]) > 0 else 0.0
 
 
+def top_singular_triplets(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(U_k, s_k, V_k^T): the k largest singular triplets, largest first.
+
+    A full SVD up to TRUNCATED_SVD_MIN_WIDTH; beyond it implicitly restarted Lanczos (ARPACK through
+    scipy.sparse.linalg.svds, to machine precision, reproducible start): the alignment metrics use the
+    top k <= 32 pairs only, and a full SVD with vectors at d = 4096 costs minutes."""
+    d = min(matrix.shape)
+    if d <= TRUNCATED_SVD_MIN_WIDTH or k >= d - 1:
+        u, s, vt = np.linalg.svd(matrix)
+        return u[:, :k], s[:k], vt[:k]
+    start = np.random.default_rng(0).standard_normal(d)
+    u, s, vt = scipy.sparse.linalg.svds(matrix, k=k, v0=start, tol=0, solver="arpack")
+    order = np.argsort(-s)
+    return u[:, order], s[order], vt[order]
+
+
+def real_schur_form(matrix: np.ndarray, *, with_basis: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """(T, Z) with matrix = Z T Z^T, T quasi upper triangular (LAPACK dgees). Without the basis Z, LAPACK
+    skips accumulating the orthogonal factor (scipy.linalg.schur always forms it)."""
+    if with_basis:
+        return scipy.linalg.schur(matrix, output="real")
+
+    def unsorted(real, imaginary):
+        return False
+
+    workspace = scipy.linalg.lapack.dgees(unsorted, matrix, compute_v=0, lwork=-1)[-2]
+    form, *_, info = scipy.linalg.lapack.dgees(unsorted, matrix, compute_v=0, lwork=max(int(workspace[0]), 3 * len(matrix)))
+    if info != 0:
+        raise np.linalg.LinAlgError(f"the real Schur form did not converge (LAPACK dgees info = {info})")
+    return form, None
+
+
 def self_alignment(jacobian, k: int | None = None) -> float:
     """:func:`subspace_overlap` of J - I: on J itself a near-identity map is trivially aligned."""
     jacobian = _float64(jacobian)
@@ -205,19 +240,20 @@ def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True)
     """Every per-sublayer metric of the study for one (mean) Jacobian J, from three factorizations:
 
     the real Schur form of J (eigenvalues, Henrici departure, complex blocks; reused by Schur
-    surgery), the singular values of J (conditioning, ranks), and one SVD of J - I (both
-    self-alignment metrics).
+    surgery; without its basis when ``keep_schur`` is false), the singular values of J (conditioning,
+    ranks), and the top-k singular triplets of J - I (both self-alignment metrics; a full SVD up to
+    TRUNCATED_SVD_MIN_WIDTH, Lanczos beyond).
     """
     jacobian = _float64(jacobian)
     if not np.isfinite(jacobian).all():
         raise FloatingPointError("the Jacobian has non-finite entries; rematerialize the jacobians partition")
     d = len(jacobian)
-    schur_form, schur_basis = scipy.linalg.schur(jacobian, output="real")
+    schur_form, schur_basis = real_schur_form(jacobian, with_basis=keep_schur)
     eigenvalues = by_decreasing_modulus(eigenvalues_of_schur_form(schur_form))
     singular_values = scipy.linalg.svdvals(jacobian)
     deviation = jacobian - np.eye(d)
-    u, s, vt = np.linalg.svd(deviation)
     k = k or default_alignment_rank(d)
+    u, s, vt = top_singular_triplets(deviation, k)
     henrici = _departure_of_schur_form(schur_form)
     radius = float(np.abs(eigenvalues).max())
     deviation_norm = float(np.linalg.norm(deviation))

@@ -192,9 +192,12 @@ class ShiftedSchur:
             raise FloatingPointError("the matrix has non-finite entries; rematerialize the jacobians partition")
         self.real = not np.iscomplexobj(matrix)
         if self.real:  # real Schur form, then its 2 x 2 blocks split by Givens rotations: 3x faster at d = 4096
-            self.triangular, _ = scipy.linalg.rsf2csf(*scipy.linalg.schur(matrix, output="real"))
+            triangular, _ = scipy.linalg.rsf2csf(*scipy.linalg.schur(matrix, output="real"))
         else:
-            self.triangular, _ = scipy.linalg.schur(matrix, output="complex")
+            triangular, _ = scipy.linalg.schur(matrix, output="complex")
+        # Fortran order, kept by z I - T: LAPACK's triangular solve would otherwise get a transposed copy of
+        # the whole matrix at every call (measured at d = 4096: 0.27 s per solve against 0.008 s)
+        self.triangular = np.asfortranarray(triangular)
         self.eigenvalues = np.diag(self.triangular).copy()
         self.norm = float(scipy.linalg.norm(matrix, 2)) if len(matrix) <= dense_limit else _spectral_norm(matrix)
         self.dense = len(matrix) <= min(dense_limit, svd_limit)  # sigma_min by a dense SVD per point
@@ -215,7 +218,9 @@ class ShiftedSchur:
             u, s, vh = np.linalg.svd(shifted)
             return float(s[-1]), u[:, -1], vh[-1].conj()
         def inverse_gram(x):  # (R* R)^{-1} x by two triangular solves: O(d^2), never an inverse
-            return scipy.linalg.solve_triangular(shifted, scipy.linalg.solve_triangular(shifted, x, trans="C"))
+            # T was checked finite once (__init__); scipy's default check would reread all of R at every solve
+            inner = scipy.linalg.solve_triangular(shifted, x, trans="C", check_finite=False)
+            return scipy.linalg.solve_triangular(shifted, inner, check_finite=False)
 
         # Lanczos for the largest eigenvalue 1 / sigma_min^2 (real embedding), warm-started from the previous z's
         d = len(shifted)

@@ -195,8 +195,8 @@ class ShiftedSchur:
             triangular, _ = scipy.linalg.rsf2csf(*scipy.linalg.schur(matrix, output="real"))
         else:
             triangular, _ = scipy.linalg.schur(matrix, output="complex")
-        # Fortran order, kept by z I - T: LAPACK's triangular solve would otherwise get a transposed copy of
-        # the whole matrix at every call (measured at d = 4096: 0.27 s per solve against 0.008 s)
+        # Fortran order (what LAPACK returns; pinned here and kept by z I - T): a C-ordered factor would be
+        # copied transposed at every triangular solve (measured at d = 4096: 0.27 s per solve against 0.008 s)
         self.triangular = np.asfortranarray(triangular)
         self.eigenvalues = np.diag(self.triangular).copy()
         self.norm = float(scipy.linalg.norm(matrix, 2)) if len(matrix) <= dense_limit else _spectral_norm(matrix)
@@ -218,7 +218,8 @@ class ShiftedSchur:
             u, s, vh = np.linalg.svd(shifted)
             return float(s[-1]), u[:, -1], vh[-1].conj()
         def inverse_gram(x):  # (R* R)^{-1} x by two triangular solves: O(d^2), never an inverse
-            # T was checked finite once (__init__); scipy's default check would reread all of R at every solve
+            # T was checked finite once (__init__); scipy's default check rereads all of R at every solve
+            # (at d = 4096: 0.036 s per solve with it, 0.008 s without)
             inner = scipy.linalg.solve_triangular(shifted, x, trans="C", check_finite=False)
             return scipy.linalg.solve_triangular(shifted, inner, check_finite=False)
 

@@ -35,7 +35,7 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
                                  "Kreiss lower bound, ||J|| / rho(J) (resdyn.transient)."),
         dg.AssetSpec("pseudospectra", code_version="2", deps=["jacobians"], group_name="transient",
                      description="Pseudospectral radius rho_eps(J) for eps in 1e-3, 1e-2, 1e-1, and (rho_eps - rho) / eps."),
-        dg.AssetSpec("transient_growth", code_version="1", deps=["jacobians"], group_name="transient",
+        dg.AssetSpec("transient_growth", code_version="2", deps=["jacobians"], group_name="transient",
                      description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
                                  "full depth."),
     ],

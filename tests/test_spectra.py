@@ -117,6 +117,9 @@ def test_lanczos_top_singular_triplets_and_basis_free_schur_match_the_dense_path
     assert basis is None
     np.testing.assert_allclose(np.sort_complex(spectra.eigenvalues_of_schur_form(form)),
                                np.sort_complex(scipy.linalg.eigvals(jacobian)), atol=1e-10)
+    with_basis, _ = scipy.linalg.schur(jacobian, output="real")
+    assert spectra._departure_of_schur_form(form) == pytest.approx(spectra._departure_of_schur_form(with_basis),
+                                                                   rel=1e-10)
     truncated = spectra.sublayer_metrics(jacobian)
     for name, value in reference.items():
         if isinstance(value, str):

@@ -342,9 +342,11 @@ def _report(number: int, total: int, key: str, result, started: float, summary: 
 
 def command_run(arguments) -> int:
     from .executors import check_ray_address, executor_name, ray_address
+    from .selection import partition_asset_keys
     from .settings import SETTINGS, resolve
 
     values = resolve({setting.name: getattr(arguments, setting.name) for setting in SETTINGS})  # before any write
+    arguments.selected_keys = partition_asset_keys(arguments.select)
     executor = executor_name(arguments.executor)
     if executor == "ray":
         address = ray_address(arguments.ray_address)
@@ -399,8 +401,10 @@ def _run_in_process(keys, values, store, instance, arguments, signals, summary, 
         started = time.perf_counter()
         print(f"[{number}/{len(keys)}] {key} ...", flush=True)
         try:
+            selection = dg.AssetSelection.assets(*arguments.selected_keys) if arguments.selected_keys else None
             result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], partition_key=key, resources=resources,
                                     instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
+                                    selection=selection,
                                     run_config={"loggers": {"console": {"config": {"log_level": arguments.log_level}}}})
         except KeyboardInterrupt:
             result = None
@@ -439,7 +443,8 @@ def _run_out_of_process(keys, values, store, instance, arguments, summary, faile
             started = time.perf_counter()
             print(f"[{number}/{len(keys)}] {key} ...", flush=True)
             result = dg.execute_job(job, instance=instance, run_config=run_config,
-                                    tags={"dagster/partition": key, "resdyn/cli": "run"})
+                                    tags={"dagster/partition": key, "resdyn/cli": "run"},
+                                    asset_selection=sorted(arguments.selected_keys) if arguments.selected_keys else None)
             with lock:
                 _report(number, len(keys), key, result, started, summary, failed)
 
@@ -480,6 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
                                            "[RESDYN_RAY_ADDRESS]")
     run.add_argument("--parallel-runs", type=int, default=0,
                      help="partitions run at once with the multiprocess and ray executors (0: all)")
+    run.add_argument("--select", help="only these assets of each partition, in Dagster's asset selection syntax "
+                     "(e.g. 'group:inputs or group:measurements', 'key:jacobians+'); their upstream tables must "
+                     "be in the warehouse already; default: every asset")
     run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
     run.add_argument("--summary", help="write per-partition step seconds and peak memory as JSON to this file")
     run.set_defaults(handler=command_run)

@@ -3,6 +3,7 @@
 import re
 
 import numpy as np
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -73,3 +74,41 @@ def test_gemma4_with_per_layer_inputs_and_shared_kv_runs_structured_and_equals_a
     assert set(means["structured"]) == set(means["autodiff"]) and len(means["autodiff"]) == 8
     worst = max(float(np.abs(means["structured"][key] - means["autodiff"][key]).max()) for key in means["autodiff"])
     assert worst <= 1e-10, worst
+
+
+def test_select_runs_part_of_a_partition_then_the_rest_from_its_tables(tmp_path, capsys, fresh_seed):
+    """--select 'group:inputs or group:measurements' writes only the model's tables; a second run selecting
+    key:layer_metrics (its whole step) reads those jacobians back, and its spectral radii equal numpy's."""
+    from resdyn.assets.common import read_mean_jacobians
+
+    torch.manual_seed(fresh_seed)
+    directory = tmp_path / "my-llama"
+    AutoModelForCausalLM.from_config(tiny_config("llama", hidden_size=16, n_layers=2)).save_pretrained(directory)
+    build_byte_tokenizer().save_pretrained(directory)
+    warehouse = tmp_path / "warehouse"
+    common = ["--model", str(directory), "--samples", "4", "--seq-len", "12", "--warehouse", str(warehouse),
+              "--log-level", "WARNING"]
+    assert main(["run", *common, "--select", "group:inputs or group:measurements"]) == 0
+    output = capsys.readouterr().out
+    passed = re.search(r"checks (\d+)/(\d+) passed", output)
+    assert passed and passed.group(1) == passed.group(2) and int(passed.group(2)) >= 3, output
+    assert "spectral_analysis" not in output and "measurements" in output, output
+    store = Warehouse(warehouse)
+    assert not store.partition_directory("layer_metrics", "my-llama", "local").exists()
+
+    assert main(["run", *common, "--select", "key:layer_metrics"]) == 0
+    output = capsys.readouterr().out
+    assert "spectral_analysis" in output and "measurements" not in output, output
+    rows = store.query("SELECT layer, sublayer, spectral_radius FROM layer_metrics ORDER BY depth").to_pylist()
+    jacobians = read_mean_jacobians(store, "my-llama", "local")
+    assert [(row["layer"], row["sublayer"]) for row in rows] == list(jacobians)
+    for row, matrix in zip(rows, jacobians.values(), strict=True):
+        assert row["spectral_radius"] == pytest.approx(np.abs(np.linalg.eigvals(matrix)).max(), rel=1e-10)
+
+
+def test_bad_selection_is_a_clear_error(tmp_path, capsys):
+    assert main(["run", "--suite", "tiny", "--select", "group:nonexistent", "--warehouse", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert "names none of a partition's assets" in error and "measurements" in error, error
+    assert main(["run", "--suite", "tiny", "--select", "((", "--warehouse", str(tmp_path)]) == 2
+    assert "is not an asset selection" in capsys.readouterr().err

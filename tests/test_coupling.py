@@ -54,7 +54,10 @@ def test_unit_amplification_columns(fresh_seed):
 def _synthetic_study(rng, gains):
     """Communities from planted activations, then one Jacobian per layer with the given boundary gains."""
     activations, _ = planted_activations(rng, n_communities=4, size=25, n_boundary=20)
-    edges = topology.signed_graph(topology.correlation_matrix(activations), "knn", k=12)
+    # k = 30 (the default) reaches past a boundary unit's few siblings into both of its communities; at k = 12
+    # the sampling noise shared by all units of one community tipped the nearest 12 towards one side, and about
+    # 1 seed in 30 found fewer than 4 boundary units (measured over 200 seeds).
+    edges = topology.signed_graph(topology.correlation_matrix(activations), "knn", k=30)
     gamma = topology.scan_gamma(edges, seeds=(0, 1, 2)).gamma
     membership = topology.signed_leiden(edges, gamma, seed=0)
     participation, _ = topology.participation_coefficient(edges, membership)
@@ -83,5 +86,7 @@ def test_null_model_flags_almost_nothing(fresh_seed):
     rng = np.random.default_rng(fresh_seed)
     results, _ = _synthetic_study(rng, [1.0] * 20)
     q = coupling.false_discovery([r.p_value for r in results])
-    assert np.sum(q < 0.05) <= 1
+    # BH at 5% over 20 true nulls: >= 1 discovery in 5.0% of draws, >= 2 in 0.47%, >= 3 in 0.04% (simulated,
+    # 400,000 draws of 20 uniform p-values); <= 1 failed 2 fresh seeds in 360
+    assert np.sum(q < 0.05) <= 2
     assert np.mean([r.p_permutation for r in results]) > 0.2

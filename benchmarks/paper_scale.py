@@ -2,6 +2,7 @@
 
     python benchmarks/paper_scale.py [--models llama-3.1-8b olmo-3-7b gemma-4-e4b] [--layers 2 4]
                                      [--samples 64] [--seq-len 64] [--per-sample 1] [--directory DIR]
+                                     [--select 'group:inputs or group:measurements']
 
 For each model, random-init checkpoints with the model's public layer shapes (``PAPER_SHAPES``,
 written down from each model's config.json) truncated to 2 and 4 decoder layers are saved like a
@@ -11,6 +12,11 @@ split), then ``resdyn run --model DIR`` analyses n samples of T tokens under ``/
 run plus its spectral and Leiden worker processes). Per stage it records seconds and the process's
 peak RSS, and, from the measurement stage itself, the seconds of the mean Jacobians beside the
 seconds of the same layers' forward pass over the same samples (both timed in one pass).
+
+With ``--select`` (``resdyn run --select``: Dagster's asset selection syntax) only those stages run and
+the records go under ``<model>.selected.<selection>``: ``--select 'group:inputs or group:measurements'``
+measures the one stage that loads the model (the stage whose memory could grow with depth) for 2 and 4
+layers in minutes instead of hours.
 
 Extrapolation to full depth L and n = 1000 samples, from the 2- and 4-layer runs:
     per_layer(stage) = (t_4(stage) - t_2(stage)) / 2,   fixed(stage) = t_2(stage) - 2 per_layer(stage)
@@ -171,6 +177,8 @@ def run_resdyn(checkpoint: Path, warehouse: Path, arguments) -> dict:
                "--samples", str(arguments.samples), "--seq-len", str(arguments.seq_len), "--per-sample",
                str(arguments.per_sample), "--warehouse", str(warehouse), "--summary", str(summary),
                "--log-level", "WARNING", "--device", arguments.device]
+    if arguments.select:
+        command += ["--select", arguments.select]
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=REPOSITORY, env=environment, stdout=subprocess.PIPE,
@@ -239,6 +247,7 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--per-sample", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--select", help="only these stages (resdyn run --select); results under <model>.selected")
     parser.add_argument("--directory", type=Path, default=REPOSITORY / "benchmarks" / ".paper_scale")
     parser.add_argument("--keep-checkpoints", action="store_true", help="leave the (several GB) checkpoints on disk")
     arguments = parser.parse_args()
@@ -249,19 +258,23 @@ def main() -> int:
                            "per_sample": arguments.per_sample, "device": arguments.device, "cores": os.cpu_count()}
     for name in arguments.models:
         runs = {}
+        place = results.setdefault(name, {})
+        if arguments.select:
+            place = place.setdefault("selected", {}).setdefault(arguments.select, {})
         for n_layers in arguments.layers:
             checkpoint = build_checkpoint(name, n_layers, arguments.directory)
             warehouse = arguments.directory / "warehouse"
             record = run_resdyn(checkpoint, warehouse, arguments)
+            record["settings"] = {**results["settings"], "select": arguments.select}
             print(json.dumps({k: v for k, v in record.items() if k != "partitions"}), flush=True)
             runs[n_layers] = record
-            results.setdefault(name, {})[f"{n_layers}_layers"] = record
+            place[f"{n_layers}_layers"] = record
             RESULTS.write_text(json.dumps(results, indent=2))
             if not arguments.keep_checkpoints:
                 shutil.rmtree(checkpoint)
         if {2, 4} <= set(runs) and all(run["returncode"] == 0 for run in runs.values()):
-            results[name]["rss_growth_2_to_4_layers"] = round(runs[4]["peak_tree_rss_gb"] / runs[2]["peak_tree_rss_gb"] - 1, 3)
-            results[name]["extrapolated"] = extrapolate(name, runs, arguments.samples)
+            place["rss_growth_2_to_4_layers"] = round(runs[4]["peak_tree_rss_gb"] / runs[2]["peak_tree_rss_gb"] - 1, 3)
+            place["extrapolated"] = extrapolate(name, runs, arguments.samples)
         RESULTS.write_text(json.dumps(results, indent=2))
     print(f"wrote {RESULTS}")
     return 0

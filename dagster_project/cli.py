@@ -322,20 +322,27 @@ def _persistent_dagster_home(store: Warehouse) -> None:
     os.environ["DAGSTER_HOME"] = str(home)
 
 
-def _report(number: int, total: int, key: str, result, started: float, summary: dict, failed: list) -> None:
+def _outcome(result) -> dict:
+    """What the CLI reports of one partition's run, as plain data (it crosses a process boundary)."""
     checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    failing = [c.check_name for c in checks if not c.passed]
-    steps = _step_summary(result)
-    summary[key] = {"seconds": round(time.perf_counter() - started, 2), "success": result.success and not failing,
-                    "steps": steps, "failing_checks": failing, "run_id": result.run_id}
+    return {"success": bool(result.success), "run_id": result.run_id, "steps": _step_summary(result),
+            "n_checks": len(checks), "failing_checks": [c.check_name for c in checks if not c.passed],
+            "failure_lines": _failure_lines(result) if not result.success else []}
+
+
+def _report(number: int, total: int, key: str, outcome: dict, started: float, summary: dict, failed: list) -> None:
+    failing, steps, n_checks = outcome["failing_checks"], outcome["steps"], outcome["n_checks"]
+    success = outcome["success"] and not failing
+    seconds = outcome.get("seconds", time.perf_counter() - started)  # a queued run's own time, not its wait
+    summary[key] = {"seconds": round(seconds, 2), "success": success,
+                    "steps": steps, "failing_checks": failing, "run_id": outcome["run_id"]}
     if steps:
         print("    steps: " + ", ".join(f"{name} {step['seconds']:.1f} s" for name, step in steps.items()), flush=True)
-    status = "ok" if result.success and not failing else "FAILED"
-    print(f"[{number}/{total}] {key} {status} in {time.perf_counter() - started:.1f} s; checks "
-          f"{len(checks) - len(failing)}/{len(checks)} passed{' (failing: ' + ', '.join(failing) + ')' if failing else ''}",
+    print(f"[{number}/{total}] {key} {'ok' if success else 'FAILED'} in {seconds:.1f} s; checks "
+          f"{n_checks - len(failing)}/{n_checks} passed{' (failing: ' + ', '.join(failing) + ')' if failing else ''}",
           flush=True)
-    if not result.success or failing:
-        for line in _failure_lines(result):
+    if not success:
+        for line in outcome["failure_lines"]:
             print(line)
         failed.append(key)
 
@@ -346,7 +353,6 @@ def command_run(arguments) -> int:
     from .settings import SETTINGS, resolve
 
     values = resolve({setting.name: getattr(arguments, setting.name) for setting in SETTINGS})  # before any write
-    arguments.selected_keys = partition_asset_keys(arguments.select)
     executor = executor_name(arguments.executor)
     if executor == "ray":
         address = ray_address(arguments.ray_address)
@@ -355,6 +361,7 @@ def command_run(arguments) -> int:
     os.environ["RESDYN_EXECUTOR"] = executor
     if arguments.warehouse:
         os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
+    arguments.selected_keys = partition_asset_keys(arguments.select)  # after RESDYN_EXECUTOR: it builds the job
     store = Warehouse(arguments.warehouse)
     registry = ModelRegistry(store.registry_file)
     keys = _partitions_for(arguments, registry)
@@ -417,48 +424,61 @@ def _run_in_process(keys, values, store, instance, arguments, signals, summary, 
 
             record_interrupted(store, *split_partition_key(key), f"stopped by {signal.Signals(received).name}")
             return 128 + received
-        _report(number, len(keys), key, result, started, summary, failed)
+        _report(number, len(keys), key, _outcome(result), started, summary, failed)
     return 0
 
 
-def _run_out_of_process(keys, values, store, instance, arguments, summary, failed) -> int:
-    """Each partition a run of the reconstructable job on the chosen executor; partitions fan out over
-    threads (``--parallel-runs``), their model-running steps bounded by the model_runner pool."""
-    import threading
-
+def _execute_partition(key: str, run_config: dict, selected_keys) -> dict:
+    """One partition's run of the reconstructable job, in a process of its own (``_run_out_of_process``)."""
     import dagster as dg
 
-    from .executors import MODEL_RUNNER_POOL, model_runner_slots
     from .jobs import resolved_study_job
+
+    _configure_logging()  # a spawned process starts with logging unconfigured: the CLI's own settings
+    started = time.perf_counter()
+    with dg.DagsterInstance.get() as instance:
+        result = dg.execute_job(dg.reconstructable(resolved_study_job), instance=instance, run_config=run_config,
+                                tags={"dagster/partition": key, "resdyn/cli": "run"},
+                                asset_selection=sorted(selected_keys) if selected_keys else None)
+        return {**_outcome(result), "seconds": time.perf_counter() - started}
+
+
+def _run_out_of_process(keys, values, store, instance, arguments, summary, failed) -> int:
+    """Each partition a run of the reconstructable job on the chosen executor, launched from a process of its
+    own (``--parallel-runs`` at once), its model-running steps bounded by the model_runner pool.
+
+    Processes, not threads: Dagster reconfigures ``logging`` (``logging.config.dictConfig``, which closes every
+    handler under logging's module lock) at the start of each run, and a run started in one thread deadlocked
+    against another thread's log emit (both locks taken in opposite order; seen as a hung ``--parallel-runs``)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from .executors import MODEL_RUNNER_POOL, model_runner_slots
 
     instance.event_log_storage.set_concurrency_slots(MODEL_RUNNER_POOL, model_runner_slots())
     run_config = {"resources": {"settings": {"config": values}, "warehouse": {"config": {"root": str(store.root)}}},
                   "loggers": {"console": {"config": {"log_level": arguments.log_level}}}}
-    job = dg.reconstructable(resolved_study_job)
-    semaphore = threading.Semaphore(max(1, arguments.parallel_runs or len(keys)))
-    lock = threading.Lock()
-
-    def run_one(number: int, key: str) -> None:
-        with semaphore:
-            started = time.perf_counter()
-            print(f"[{number}/{len(keys)}] {key} ...", flush=True)
-            result = dg.execute_job(job, instance=instance, run_config=run_config,
-                                    tags={"dagster/partition": key, "resdyn/cli": "run"},
-                                    asset_selection=sorted(arguments.selected_keys) if arguments.selected_keys else None)
-            with lock:
-                _report(number, len(keys), key, result, started, summary, failed)
-
-    threads = [threading.Thread(target=run_one, args=(number, key), daemon=True)
-               for number, key in enumerate(keys, 1)]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(timeout=0.5)
-    except KeyboardInterrupt:
-        print("resdyn: interrupted; runs already handed to the executor are stopped with it", flush=True)
-        return 130
+    parallel = max(1, min(arguments.parallel_runs or len(keys), len(keys)))
+    started = {}
+    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {}
+        for number, key in enumerate(keys, 1):
+            futures[pool.submit(_execute_partition, key, run_config, arguments.selected_keys)] = (number, key)
+            started[key] = time.perf_counter()
+        print(f"resdyn: {len(keys)} run(s), {parallel} at a time, each in a process of its own", flush=True)
+        try:
+            for future in as_completed(futures):
+                number, key = futures[future]
+                try:
+                    outcome = future.result()
+                except Exception as error:  # the partition's process died (killed, out of memory)
+                    outcome = {"success": False, "run_id": None, "steps": {}, "n_checks": 0, "failing_checks": [],
+                               "failure_lines": [f"    {type(error).__name__}: {error}"]}
+                _report(number, len(keys), key, outcome, started[key], summary, failed)
+        except KeyboardInterrupt:
+            print("resdyn: interrupted; runs already handed to the executor are stopped with it", flush=True)
+            pool.shutdown(wait=False, cancel_futures=True)
+            return 130
     return 0
 
 
@@ -531,8 +551,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    _configure_logging()
     arguments = build_parser().parse_args(argv)
     try:
         return arguments.handler(arguments)

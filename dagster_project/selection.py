@@ -18,16 +18,16 @@ def partition_asset_keys(selection: str | None):
     finite_difference_probe) runs whole, so selecting one of its assets selects them all. The study
     assets (across partitions) are never part of a partition's run.
     """
+    if not selection:
+        return None
     import dagster as dg
 
     from .assets_index import STUDY_ASSET_KEYS
-    from .definitions import defs
+    from .definitions import defs  # builds the job: RESDYN_EXECUTOR must be set by now
 
     graph = defs.resolve_asset_graph()
     study = {dg.AssetKey(key) if isinstance(key, str) else key for key in STUDY_ASSET_KEYS}
     partitioned = {key for key in graph.materializable_asset_keys if key not in study}
-    if not selection:
-        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -76,8 +76,9 @@ def test_gemma4_with_per_layer_inputs_and_shared_kv_runs_structured_and_equals_a
     assert worst <= 1e-10, worst
 
 
-def test_select_runs_part_of_a_partition_then_the_rest_from_its_tables(tmp_path, capsys, fresh_seed):
-    """--select 'group:inputs or group:measurements' writes only the model's tables; a second run selecting
+def test_select_runs_part_of_a_partition_then_the_rest_from_its_tables(tmp_path, capsys, fresh_seed, monkeypatch):
+    """--select 'group:inputs or group:measurements' writes only the model's tables (on the multiprocess
+    executor: each partition's run in a process of its own, each step in a subprocess); a second run selecting
     key:layer_metrics (its whole step) reads those jacobians back, and its spectral radii equal numpy's."""
     from resdyn.assets.common import read_mean_jacobians
 
@@ -88,13 +89,17 @@ def test_select_runs_part_of_a_partition_then_the_rest_from_its_tables(tmp_path,
     warehouse = tmp_path / "warehouse"
     common = ["--model", str(directory), "--samples", "4", "--seq-len", "12", "--warehouse", str(warehouse),
               "--log-level", "WARNING"]
-    assert main(["run", *common, "--select", "group:inputs or group:measurements"]) == 0
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)  # a persistent instance beside the warehouse
+    monkeypatch.delenv("RESDYN_EXECUTOR", raising=False)
+    assert main(["run", *common, "--select", "group:inputs or group:measurements", "--executor", "multiprocess"]) == 0
+    monkeypatch.setenv("RESDYN_EXECUTOR", "in_process")
     output = capsys.readouterr().out
     passed = re.search(r"checks (\d+)/(\d+) passed", output)
     assert passed and passed.group(1) == passed.group(2) and int(passed.group(2)) >= 3, output
     assert "spectral_analysis" not in output and "measurements" in output, output
     store = Warehouse(warehouse)
     assert not store.partition_directory("layer_metrics", "my-llama", "local").exists()
+    assert store.query("SELECT DISTINCT executor FROM runs").column("executor").to_pylist() == ["multiprocess"]
 
     assert main(["run", *common, "--select", "key:layer_metrics"]) == 0
     output = capsys.readouterr().out

@@ -21,10 +21,13 @@ layers in minutes instead of hours.
 Extrapolation to full depth L and n = 1000 samples, from the 2- and 4-layer runs:
     per_layer(stage) = (t_4(stage) - t_2(stage)) / 2,   fixed(stage) = t_2(stage) - 2 per_layer(stage)
     t(L, n) = fixed + L per_layer x (n / n_measured if the stage scales with samples else 1)
-(measurements, graph construction scale with n; spectral work, Leiden and the per-sample subsample
-do not). A GPU estimate scales the measurement stage by FLOPs: the layers' forward FLOPs over
-n x T tokens times the measured mean-Jacobian/forward ratio, at an assumed fraction of an H100/H200's
-float64 tensor-core peak (67 TFLOP/s). Writes benchmarks/results/paper_scale.json.
+(graph construction scales with n; spectral work and Leiden do not; the measurement stage goes part
+by part: forward, mean Jacobians, probe and activations scale with n, the per-sample Jacobians with
+resdyn's default subsample of 8 over the measured one, reading weights with depth only).
+``--summarize-only`` recomputes these from the stored records without running anything. A GPU
+estimate scales the measurement stage by FLOPs: the layers' forward FLOPs over n x T tokens times
+the measured mean-Jacobian/forward ratio, at an assumed fraction of an H100/H200's float64
+tensor-core peak (67 TFLOP/s). Writes benchmarks/results/paper_scale.json.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ PAPER_SHAPES = {
 FP64_PEAK_TFLOPS = 67.0  # H100 / H200 SXM float64 tensor cores
 GPU_EFFICIENCY = 0.4
 SCALES_WITH_SAMPLES = {"measurements", "graph_edges", "samples"}
+DEFAULT_PER_SAMPLE = 8  # resdyn's default per-sample subsample
 
 
 def truncated_config(name: str, n_layers: int):
@@ -213,30 +217,49 @@ def forward_flops_per_token(name: str, n_layers: int) -> float:
     return float(n_layers * per_layer)
 
 
-def extrapolate(name: str, runs: dict[int, dict], samples: int) -> dict:
-    """Full depth at n = 1000 from the 2- and 4-layer runs (module docstring)."""
+def extrapolate(name: str, runs: dict[int, dict], samples: int, per_sample: int) -> dict:
+    """Full depth at n = 1000 from the 2- and 4-layer runs (module docstring). The measurement stage goes
+    part by part: forward, mean Jacobians, probe and activations scale with n; the per-sample Jacobians
+    (``subsample``) with the default subsample of 8 over the measured one; reading weights with depth only."""
     shape = PAPER_SHAPES[name]
     full_depth = shape["full_depth"]
-    steps = [runs[2]["partitions"], runs[4]["partitions"]]
-    steps = [next(iter(partition.values()))["steps"] for partition in steps]
-    stages, total = {}, 0.0
+    steps = [next(iter(runs[n]["partitions"].values()))["steps"] for n in (2, 4)]
+
+    def full(t2: float, t4: float, scale: float) -> float:
+        per_layer = max(0.0, (t4 - t2) / 2)
+        return max(0.0, t2 - 2 * per_layer) + full_depth * per_layer * scale
+
+    stages, parts = {}, {}
     for stage in steps[0]:
         t2, t4 = steps[0][stage]["seconds"], steps[1].get(stage, {}).get("seconds", steps[0][stage]["seconds"])
-        per_layer = max(0.0, (t4 - t2) / 2)
-        fixed = max(0.0, t2 - 2 * per_layer)
-        scale = 1000 / samples if stage in SCALES_WITH_SAMPLES else 1.0
-        stages[stage] = round(fixed + full_depth * per_layer * scale, 1)
-        total += stages[stage]
+        by_part = [steps[0][stage].get("seconds_by_part"), steps[1].get(stage, {}).get("seconds_by_part")]
+        if stage == "measurements" and all(by_part):
+            for part in by_part[0]:
+                scale = (DEFAULT_PER_SAMPLE / per_sample if part == "subsample" else
+                         1.0 if part == "read_weights" else 1000 / samples)
+                parts[part] = full(by_part[0][part], by_part[1][part], scale)
+            rest = full(t2 - sum(by_part[0].values()), t4 - sum(by_part[1].values()), 1.0)
+            stages[stage] = sum(parts.values()) + rest
+        else:
+            stages[stage] = full(t2, t4, 1000 / samples if stage in SCALES_WITH_SAMPLES else 1.0)
     measured = steps[1]["measurements"]["seconds_by_part"]
     ratio = measured["mean_jacobians"] / max(measured["forward"], 1e-9)
     tokens = 1000 * 64
     gpu_forward = forward_flops_per_token(name, full_depth) * tokens / (FP64_PEAK_TFLOPS * 1e12 * GPU_EFFICIENCY)
-    return {"full_depth": full_depth, "n_samples": 1000, "cpu_hours_by_stage": {k: round(v / 3600, 2) for k, v in
-                                                                               stages.items()},
-            "cpu_hours_total": round(total / 3600, 1),
+    return {"full_depth": full_depth, "n_samples": 1000, "per_sample_subsample": DEFAULT_PER_SAMPLE,
+            "cpu_hours_by_stage": {k: round(v / 3600, 2) for k, v in stages.items() if v >= 18},  # >= 0.005 h
+            "cpu_hours_by_measurement_part": {k: round(v / 3600, 2) for k, v in parts.items()},
+            "cpu_hours_total": round(sum(stages.values()) / 3600, 1),
             "gpu_measurement_minutes": round(gpu_forward * (1 + ratio) / 60, 1),
             "gpu_assumption": f"float64 at {GPU_EFFICIENCY:.0%} of {FP64_PEAK_TFLOPS} TFLOP/s; forward + mean "
-                              f"Jacobians (measured ratio {ratio:.2f})"}
+                              f"Jacobians (measured ratio {ratio:.2f}); per-sample Jacobians and probe not counted"}
+
+
+def summarize(place: dict, runs: dict[int, dict], name: str, samples: int, per_sample: int) -> None:
+    """Depth growth of peak memory and the extrapolation, where both depths ran and succeeded."""
+    if {2, 4} <= set(runs) and all(run["returncode"] == 0 for run in runs.values()):
+        place["rss_growth_2_to_4_layers"] = round(runs[4]["peak_tree_rss_gb"] / runs[2]["peak_tree_rss_gb"] - 1, 3)
+        place["extrapolated"] = extrapolate(name, runs, samples, per_sample)
 
 
 def main() -> int:
@@ -247,6 +270,8 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--per-sample", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--summarize-only", action="store_true",
+                        help="recompute growth and extrapolation from the stored records; run nothing")
     parser.add_argument("--select", help="only these stages (resdyn run --select); results under <model>.selected")
     parser.add_argument("--directory", type=Path, default=REPOSITORY / "benchmarks" / ".paper_scale")
     parser.add_argument("--keep-checkpoints", action="store_true", help="leave the (several GB) checkpoints on disk")
@@ -261,6 +286,10 @@ def main() -> int:
         place = results.setdefault(name, {})
         if arguments.select:
             place = place.setdefault("selected", {}).setdefault(arguments.select, {})
+        if arguments.summarize_only:
+            runs = {n: place[f"{n}_layers"] for n in arguments.layers if f"{n}_layers" in place}
+            summarize(place, runs, name, arguments.samples, arguments.per_sample)
+            continue
         for n_layers in arguments.layers:
             checkpoint = build_checkpoint(name, n_layers, arguments.directory)
             warehouse = arguments.directory / "warehouse"
@@ -272,10 +301,9 @@ def main() -> int:
             RESULTS.write_text(json.dumps(results, indent=2))
             if not arguments.keep_checkpoints:
                 shutil.rmtree(checkpoint)
-        if {2, 4} <= set(runs) and all(run["returncode"] == 0 for run in runs.values()):
-            place["rss_growth_2_to_4_layers"] = round(runs[4]["peak_tree_rss_gb"] / runs[2]["peak_tree_rss_gb"] - 1, 3)
-            place["extrapolated"] = extrapolate(name, runs, arguments.samples)
+        summarize(place, runs, name, arguments.samples, arguments.per_sample)
         RESULTS.write_text(json.dumps(results, indent=2))
+    RESULTS.write_text(json.dumps(results, indent=2))
     print(f"wrote {RESULTS}")
     return 0
 

@@ -119,3 +119,22 @@ def test_row_function_equals_the_whole_sequence_function(family, extra, fresh_se
             assert _relative(batch_jacobians(row, x1), batch_jacobians(whole, x0)) < 1e-12, (family, position)
             with torch.no_grad():
                 assert _relative(row(x1 + 0.1), whole(x0 + 0.1)) < 1e-13
+
+
+@pytest.mark.parametrize("sublayer", ["attn", "mlp"])
+def test_chunked_vmap_equals_one_chunk_and_the_chunk_bound_sees_attention_width(sublayer, fresh_seed, monkeypatch):
+    """The per-sample path in chunks of cotangents (as at paper scale) equals one chunk to rounding; the
+    chunk bound counts attention's per-cotangent key/value gradients (T x query width), not just 4 d."""
+    from resdyn.jacobians import autodiff
+
+    model = random_tiny_model("llama", fresh_seed)
+    adapter = adapter_for("llama")
+    inputs = adapter.capture_layer_inputs(model, torch.randint(0, 256, (2, 10)))[1]
+    layer = adapter.decoder_layers(model)[1]
+    d, query_width = model.config.hidden_size, layer.self_attn.q_proj.out_features
+    expected = 10 * query_width if sublayer == "attn" else max(4 * d, model.config.intermediate_size)
+    assert autodiff.widest_intermediate(layer, sublayer, 10, d) == max(4 * d, expected)
+    whole = AutodiffBackend(chunk_size=d).sample_jacobians(adapter, layer, inputs, sublayer, 6)
+    monkeypatch.setattr(autodiff, "VMAP_FLOATS", 2 * autodiff.widest_intermediate(layer, sublayer, 10, d) * 3)
+    chunked = AutodiffBackend().sample_jacobians(adapter, layer, inputs, sublayer, 6)  # chunks of 3 cotangents
+    assert _relative(chunked, whole) < 1e-13

@@ -361,7 +361,7 @@ def command_run(arguments) -> int:
     os.environ["RESDYN_EXECUTOR"] = executor
     if arguments.warehouse:
         os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
-    arguments.selected_keys = partition_asset_keys(arguments.select)  # after RESDYN_EXECUTOR: it builds the job
+    arguments.selected_keys = partition_asset_keys(arguments.select)
     store = Warehouse(arguments.warehouse)
     registry = ModelRegistry(store.registry_file)
     keys = _partitions_for(arguments, registry)

@@ -16,28 +16,28 @@ def partition_asset_keys(selection: str | None):
     ``+key:layer_metrics``, ``... or ...``), the same the UI's asset graph filter takes. A step that
     writes several assets (``measurements``: activations, jacobians, sample_jacobians,
     finite_difference_probe) runs whole, so selecting one of its assets selects them all. The study
-    assets (across partitions) are never part of a partition's run.
+    assets (across partitions) are never part of a partition's run. Resolved against the asset
+    definitions, not the Definitions object: that one builds the job, whose executor comes from
+    RESDYN_EXECUTOR when first imported.
     """
     if not selection:
         return None
     import dagster as dg
 
-    from .assets_index import STUDY_ASSET_KEYS
-    from .definitions import defs  # builds the job: RESDYN_EXECUTOR must be set by now
+    from .assets_index import ALL_ASSETS  # the partitioned assets only: the study assets are not among them
 
-    graph = defs.resolve_asset_graph()
-    study = {dg.AssetKey(key) if isinstance(key, str) else key for key in STUDY_ASSET_KEYS}
-    partitioned = {key for key in graph.materializable_asset_keys if key not in study}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            chosen = dg.AssetSelection.from_string(selection).resolve(graph)
+            chosen = dg.AssetSelection.from_string(selection).resolve(ALL_ASSETS)
     except Exception as error:  # Dagster's parser raises its own error types, by version
         raise SelectionError(f"--select {selection!r} is not an asset selection ({str(error).splitlines()[0]}); "
                              "examples: 'group:measurements', 'key:jacobians+', 'group:inputs or group:spectra'") from error
-    chosen = {sibling for key in chosen & partitioned for sibling in graph.get(key).execution_set_asset_keys}
+    steps = {key: definition for definition in ALL_ASSETS for key in definition.keys}
+    chosen = {sibling for key in chosen if key in steps
+              for sibling in (steps[key].keys if not steps[key].can_subset else {key})}
     if not chosen:
-        groups = sorted({graph.get(key).group_name for key in partitioned})
+        groups = sorted({group for definition in ALL_ASSETS for group in definition.group_names_by_key.values()})
         raise SelectionError(f"--select {selection!r} names none of a partition's assets; groups: {', '.join(groups)}; "
-                             f"assets: {', '.join(sorted(key.to_user_string() for key in partitioned))}")
+                             f"assets: {', '.join(sorted(key.to_user_string() for key in steps))}")
     return chosen

@@ -404,11 +404,11 @@ def _run_in_process(keys, values, store, instance, arguments, signals, summary, 
     from .resources import AnalysisSettings, WarehouseResource
 
     resources = {"warehouse": WarehouseResource(root=str(store.root)), "settings": AnalysisSettings(**values)}
+    selection = dg.AssetSelection.assets(*arguments.selected_keys) if arguments.selected_keys else None
     for number, key in enumerate(keys, 1):
         started = time.perf_counter()
         print(f"[{number}/{len(keys)}] {key} ...", flush=True)
         try:
-            selection = dg.AssetSelection.assets(*arguments.selected_keys) if arguments.selected_keys else None
             result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], partition_key=key, resources=resources,
                                     instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
                                     selection=selection,

@@ -78,7 +78,6 @@ PAPER_SHAPES = {
 FP64_PEAK_TFLOPS = 67.0  # H100 / H200 SXM float64 tensor cores
 GPU_EFFICIENCY = 0.4
 SCALES_WITH_SAMPLES = {"measurements", "graph_edges", "samples"}
-DEFAULT_PER_SAMPLE = 8  # resdyn's default per-sample subsample
 
 
 def truncated_config(name: str, n_layers: int):
@@ -217,6 +216,14 @@ def forward_flops_per_token(name: str, n_layers: int) -> float:
     return float(n_layers * per_layer)
 
 
+def default_per_sample() -> int:
+    """resdyn's default per-sample subsample, from the one place settings are defined."""
+    sys.path.insert(0, str(REPOSITORY))
+    from dagster_project.settings import SETTINGS
+
+    return next(setting.default for setting in SETTINGS if setting.name == "per_sample_subsample")
+
+
 def extrapolate(name: str, runs: dict[int, dict], samples: int, per_sample: int) -> dict:
     """Full depth at n = 1000 from the 2- and 4-layer runs (module docstring). The measurement stage goes
     part by part: forward, mean Jacobians, probe and activations scale with n; the per-sample Jacobians
@@ -229,13 +236,13 @@ def extrapolate(name: str, runs: dict[int, dict], samples: int, per_sample: int)
         per_layer = max(0.0, (t4 - t2) / 2)
         return max(0.0, t2 - 2 * per_layer) + full_depth * per_layer * scale
 
-    stages, parts = {}, {}
+    stages, parts, default_subsample = {}, {}, default_per_sample()
     for stage in steps[0]:
         t2, t4 = steps[0][stage]["seconds"], steps[1].get(stage, {}).get("seconds", steps[0][stage]["seconds"])
         by_part = [steps[0][stage].get("seconds_by_part"), steps[1].get(stage, {}).get("seconds_by_part")]
         if stage == "measurements" and all(by_part):
             for part in by_part[0]:
-                scale = (DEFAULT_PER_SAMPLE / per_sample if part == "subsample" else
+                scale = (default_subsample / per_sample if part == "subsample" else
                          1.0 if part == "read_weights" else 1000 / samples)
                 parts[part] = full(by_part[0][part], by_part[1][part], scale)
             rest = full(t2 - sum(by_part[0].values()), t4 - sum(by_part[1].values()), 1.0)
@@ -246,7 +253,7 @@ def extrapolate(name: str, runs: dict[int, dict], samples: int, per_sample: int)
     ratio = measured["mean_jacobians"] / max(measured["forward"], 1e-9)
     tokens = 1000 * 64
     gpu_forward = forward_flops_per_token(name, full_depth) * tokens / (FP64_PEAK_TFLOPS * 1e12 * GPU_EFFICIENCY)
-    return {"full_depth": full_depth, "n_samples": 1000, "per_sample_subsample": DEFAULT_PER_SAMPLE,
+    return {"full_depth": full_depth, "n_samples": 1000, "per_sample_subsample": default_subsample,
             "cpu_hours_by_stage": {k: round(v / 3600, 2) for k, v in stages.items() if v >= 18},  # >= 0.005 h
             "cpu_hours_by_measurement_part": {k: round(v / 3600, 2) for k, v in parts.items()},
             "cpu_hours_total": round(sum(stages.values()) / 3600, 1),
@@ -302,7 +309,6 @@ def main() -> int:
             if not arguments.keep_checkpoints:
                 shutil.rmtree(checkpoint)
         summarize(place, runs, name, arguments.samples, arguments.per_sample)
-        RESULTS.write_text(json.dumps(results, indent=2))
     RESULTS.write_text(json.dumps(results, indent=2))
     print(f"wrote {RESULTS}")
     return 0

@@ -60,42 +60,61 @@ INNER_BLOCK = 1024  # rows of the inner dimension combined at a time when a term
 class FactoredTerm:
     """One factored piece of sum_s (J_s - I):
 
-        diag(row_gain) left [core + sum_k diag(weights_k) right_k + sum_j (fixed_j o moments_j) right'_j] diag(column_gain)
+        diag(row_gain) left [core + blocks right_b + sum_k diag(weights_k) right_k
+                             + sum_j ((A_j B_j) o moments_j) right'_j] diag(column_gain)
 
-    ``core``, ``weights`` and ``moments`` are sums over samples (added batch by batch); ``left``, the
-    gains, the right factors and the ``fixed`` matrices are the layer's weights (shared by all batches),
-    so the d x m x d products happen once, in :meth:`total`.
+    ``core``, ``blocks`` (per head: (heads, m / heads, e), applied to right_b (heads, e, d) head by
+    head), ``weights`` and ``moments`` are sums over samples (added batch by batch); ``left``, the
+    gains, the right factors and the fixed products A_j B_j are the layer's weights (shared by all
+    batches), so the weight products (d x m x d, and A B) happen once, in :meth:`total`.
     """
 
     left: torch.Tensor  # d x m
     row_gain: torch.Tensor  # d
     column_gain: torch.Tensor  # d
     core: torch.Tensor | None = None  # m x d
+    blocked: tuple | None = None  # (blocks heads x m/heads x e, right heads x e x d)
     weighted: list = field(default_factory=list)  # [(weights m, right m x d)]
-    hadamard: list = field(default_factory=list)  # [(fixed m x f, moments m x f, right f x d)]
+    hadamard: list = field(default_factory=list)  # [((A m x k, B k x f), moments m x f, right f x d)]
 
     def absorb(self, other: FactoredTerm) -> None:
         if other.core is not None:
             self.core = other.core.clone() if self.core is None else self.core.add_(other.core)
+        if other.blocked is not None:
+            self.blocked[0].add_(other.blocked[0])
         for (weights, _), (more, _) in zip(self.weighted, other.weighted):
             weights.add_(more)
         for (_, moments, _), (_, more, _) in zip(self.hadamard, other.hadamard):
             moments.add_(more)
 
+    @torch.no_grad()
     def total(self) -> torch.Tensor:
         """The d x d sum, the inner dimension taken in blocks so that no m x d temporary is ever whole
         (at d = 4096, d_ff = 14336 one such temporary is 470 MB)."""
         m = self.left.shape[1]
         total = torch.zeros(self.left.shape[0], self.column_gain.shape[0], dtype=self.left.dtype,
                             device=self.left.device)
+        core = self.core
+        if self.blocked is not None:  # m x d already, like the core: added into it, head by head
+            blocks, right = self.blocked
+            core = torch.zeros(m, right.shape[-1], dtype=right.dtype, device=right.device) if core is None else \
+                core.contiguous()
+            core.view(blocks.shape[0], -1, right.shape[-1]).baddbmm_(blocks, right)
+        products: dict[int, torch.Tensor] = {}  # once per layer (independent of the samples), once per pair
+        for pair, _, _ in self.hadamard:
+            if id(pair) not in products:
+                products[id(pair)] = pair[0] @ pair[1]
+        fixed = [products[id(pair)] for pair, _, _ in self.hadamard]
         for start in range(0, m, INNER_BLOCK):
             rows = slice(start, min(m, start + INNER_BLOCK))
-            block = self.core[rows].clone() if self.core is not None else None
+            block = core[rows].clone() if core is not None else None
             for weights, right in self.weighted:
-                part = weights[rows, None] * right[rows]
-                block = part if block is None else block.add_(part)
-            for fixed, moments, right in self.hadamard:
-                part = (fixed[rows] * moments[rows]) @ right
+                if block is None:
+                    block = weights[rows, None] * right[rows]
+                else:
+                    block.addcmul_(weights[rows, None], right[rows])
+            for product, (_, moments, right) in zip(fixed, self.hadamard):
+                part = (product[rows] * moments[rows]) @ right
                 block = part if block is None else block.add_(part)
             block.mul_(self.column_gain[None, :])
             total.addmm_(self.left[:, rows], block)
@@ -240,8 +259,13 @@ def _without_bias(linear: torch.nn.Module, output: torch.Tensor) -> torch.Tensor
 
 @torch.no_grad()
 def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor, per_layer_input: torch.Tensor | None = None) -> FactoredSum:
-    """sum_s (J_s - I) over the rows x_s of ``x`` (n, d), by the closed forms in the module docstring."""
-    d = x.shape[1]
+    """sum_s (J_s - I) over the rows x_s of ``x`` (n, d), by the closed forms in the module docstring.
+
+    Each product with a d x d_ff weight reads the whole weight for a handful of rows (memory-bound, not
+    compute-bound), so each is made once for all the vectors that need it: Q (g1 x) = W_down w once,
+    and Q^T for y and for the per-layer branch's vector in one stacked pass.
+    """
+    d, n = x.shape[1], x.shape[0]
     mlp = pieces.mlp
     norm1 = NormAt.of(pieces.norm_in, x)
     normed = pieces.norm_in(x) if pieces.norm_in is not None else x
@@ -252,74 +276,89 @@ def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor, per_layer_input: torch.Te
     norm2 = NormAt.of(pieces.norm_out, y)
     g1, c1, g2, c2 = norm1.gain, norm1.scale, norm2.gain, norm2.scale
     w_gate, w_up, w_down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
-
-    def q_apply(v):  # Q v = W_down W_in v, per sample
-        return (d1 * (v @ w_gate.T) + d2 * (v @ w_up.T)) @ w_down.T
-
-    def q_transpose(w):  # Q^T w
-        back = w @ w_down
-        return (back * d1) @ w_gate + (back * d2) @ w_up
+    # W_in (g1 x) from the projections already made: (a - b) / c1 (c1 = 1 without a norm), no d x d_ff product
+    gate_x, up_x = _without_bias(mlp.gate_proj, a) / c1[:, None], _without_bias(mlp.up_proj, u) / c1[:, None]
+    w = d1 * gate_x + d2 * up_x  # W_in(s) (g1 x_s), (n, d_ff)
+    q_of_gained_x = w @ w_down.T  # Q (g1 x), (n, d)
+    branch = _PerLayerBranch.at(pieces, x, y, norm2, per_layer_input) if pieces.per_layer is not None else None
+    y_down = q_transpose_y = q_transpose_branch = None
+    if pieces.norm_out is not None or branch is not None:
+        rows = y if branch is None else torch.cat([y, branch.pulled])  # (n or 2n, d)
+        repeats = rows.shape[0] // n
+        rows_down = rows @ w_down
+        pulled = (rows_down * d1.repeat(repeats, 1)) @ w_gate + (rows_down * d2.repeat(repeats, 1)) @ w_up  # Q^T rows
+        y_down, q_transpose_y, q_transpose_branch = rows_down[:n], pulled[:n], pulled[n:]
 
     weight = c1 * c2
     outer = []
     if pieces.norm_in is not None:
-        # W_in (g1 x) from the projections already made: (a - b) / c1, without another d x d_ff product
-        gate_x, up_x = _without_bias(mlp.gate_proj, a) / c1[:, None], _without_bias(mlp.up_proj, u) / c1[:, None]
-        w = d1 * gate_x + d2 * up_x  # W_in(s) (g1 x_s), (n, d_ff)
-        outer.append((-(g2 / d)[:, None] * (w_down @ ((c1**3 * c2)[:, None] * w).T), x))
+        outer.append((-(g2 / d)[:, None] * ((c1**3 * c2)[:, None] * q_of_gained_x).T, x))
     if pieces.norm_out is not None:
-        z = q_transpose(y) * g1  # (n, d)
-        outer.append((-((c1 * c2**3 / d)[:, None] * (g2 * y)).T, z))
+        outer.append((-((c1 * c2**3 / d)[:, None] * (g2 * y)).T, q_transpose_y * g1))
         if pieces.norm_in is not None:
-            sigma = ((y @ w_down) * w).sum(-1)  # y^T W_down w
+            sigma = (y_down * w).sum(-1)  # y^T W_down w
             outer.append((((sigma * c1**3 * c2**3 / d**2)[:, None] * (g2 * y)).T, x))
     terms = {"mlp": FactoredTerm(w_down, g2, g1, weighted=[(weight @ d1, w_gate), (weight @ d2, w_up)])}
     scale = pieces.output_scale.to(x.dtype) if pieces.output_scale is not None else 1.0
-    if pieces.per_layer is not None:
-        _per_layer_terms(pieces, x, per_layer_input, norm1, norm2, (a, u, d1, d2, y), q_apply, q_transpose,
+    if branch is not None:
+        branch.add_terms(pieces, x, y, norm1, norm2, (d1, d2), (q_transpose_y, q_transpose_branch, q_of_gained_x),
                          terms, outer)
     return FactoredSum(terms, outer, scale)
 
 
-def _per_layer_terms(pieces, x, p, norm1, norm2, dense, q_apply, q_transpose, terms, outer) -> None:
-    """E[G] and E[G Delta] of Gemma 4's per-layer-input branch (module docstring)."""
-    layer = pieces.per_layer
-    d = x.shape[1]
-    _, _, d1, d2, y = dense
-    h1 = x + (pieces.norm_out(y) if pieces.norm_out is not None else y)
-    a3 = layer.per_layer_input_gate(h1)
-    phi3, phi3_prime = _activation_and_derivative(layer.act_fn, a3)
-    q_prime = phi3_prime * p  # (n, d_pl)
-    z3 = layer.per_layer_projection(phi3 * p)
-    norm3 = NormAt.of(layer.post_per_layer_input_norm, z3)
-    g3, c3 = norm3.gain, norm3.scale
-    w_pg, w_pp = layer.per_layer_input_gate.weight, layer.per_layer_projection.weight
-    g1, c1, g2, c2 = norm1.gain, norm1.scale, norm2.gain, norm2.scale
-    mlp = pieces.mlp
+@dataclass
+class _PerLayerBranch:
+    """Gemma 4's per-layer-input branch at the samples' points: q' = phi'(W_pg h1) * p_t, z3, N3, and
+    the vector N2^T P^T z3 that its first E[G Delta] rank-one term sends through Q^T."""
 
-    def p_apply(v):  # P v = W_pp diag(q') W_pg v
-        return (q_prime * (v @ w_pg.T)) @ w_pp.T
+    q_prime: torch.Tensor  # (n, d_pl)
+    z3: torch.Tensor  # (n, d)
+    norm3: NormAt
+    p_transpose_z3: torch.Tensor  # P^T z3, (n, d)
+    pulled: torch.Tensor  # N2^T P^T z3, (n, d)
 
-    def p_transpose(w):
-        return (q_prime * (w @ w_pp)) @ w_pg
+    @classmethod
+    def at(cls, pieces: GatedMlp, x, y, norm2: NormAt, p) -> _PerLayerBranch:
+        layer = pieces.per_layer
+        h1 = x + (pieces.norm_out(y) if pieces.norm_out is not None else y)
+        a3 = layer.per_layer_input_gate(h1)
+        phi3, phi3_prime = _activation_and_derivative(layer.act_fn, a3)
+        q_prime = phi3_prime * p
+        z3 = layer.per_layer_projection(phi3 * p)
+        p_transpose_z3 = (q_prime * (z3 @ layer.per_layer_projection.weight)) @ layer.per_layer_input_gate.weight
+        return cls(q_prime, z3, NormAt.of(layer.post_per_layer_input_norm, z3), p_transpose_z3,
+                   norm2.apply_transpose(p_transpose_z3))
 
-    ones = torch.ones(d, dtype=x.dtype, device=x.device)
-    # E[G]
-    terms["per_layer"] = FactoredTerm(w_pp, g3, ones, weighted=[(c3 @ q_prime, w_pg)])
-    outer.append((-((c3**3 / d)[:, None] * (g3 * z3)).T, p_transpose(z3)))
-    # E[G Delta]: the diagonal sandwich (Hadamard) term
-    mixing = (w_pg * g2[None, :]) @ mlp.down_proj.weight  # C = W_pg diag(g2) W_down, d_pl x d_ff
-    c = c1 * c2 * c3
-    terms["per_layer_mlp"] = FactoredTerm(w_pp, g3, g1, hadamard=[
-        (mixing, (c[:, None] * q_prime).T @ d1, mlp.gate_proj.weight),
-        (mixing, (c[:, None] * q_prime).T @ d2, mlp.up_proj.weight)])
-    # ... and its three rank-one terms
-    right_a = norm1.apply_transpose(q_transpose(norm2.apply_transpose(p_transpose(z3))))
-    outer.append((-((c3**3 / d)[:, None] * (g3 * z3)).T, right_a))
-    left_b = ((c3 * c2**3 / d)[:, None] * (g3 * p_apply(g2 * y))).T
-    outer.append((-left_b, norm1.apply_transpose(q_transpose(y))))
-    left_c = ((c3 * c2 * c1**3 / d)[:, None] * (g3 * p_apply(g2 * q_apply(g1 * x)))).T
-    outer.append((-left_c, x))
+    def add_terms(self, pieces, x, y, norm1, norm2, diagonals, made, terms, outer) -> None:
+        """E[G] and E[G Delta] (module docstring); ``made`` = (Q^T y, Q^T N2^T P^T z3, Q (g1 x))."""
+        layer, mlp = pieces.per_layer, pieces.mlp
+        d = x.shape[1]
+        d1, d2 = diagonals
+        q_transpose_y, q_transpose_branch, q_of_gained_x = made
+        q_prime, z3 = self.q_prime, self.z3
+        g3, c3 = self.norm3.gain, self.norm3.scale
+        w_pg, w_pp = layer.per_layer_input_gate.weight, layer.per_layer_projection.weight
+        g1, c1, g2, c2 = norm1.gain, norm1.scale, norm2.gain, norm2.scale
+
+        def p_apply(v):  # P v = W_pp diag(q') W_pg v
+            return (q_prime * (v @ w_pg.T)) @ w_pp.T
+
+        ones = torch.ones(d, dtype=x.dtype, device=x.device)
+        # E[G]
+        terms["per_layer"] = FactoredTerm(w_pp, g3, ones, weighted=[(c3 @ q_prime, w_pg)])
+        outer.append((-((c3**3 / d)[:, None] * (g3 * z3)).T, self.p_transpose_z3))
+        # E[G Delta]: the diagonal sandwich (Hadamard) term
+        mixing = (w_pg * g2[None, :], mlp.down_proj.weight)  # C = W_pg diag(g2) W_down (d_pl x d_ff), in total()
+        c = c1 * c2 * c3
+        terms["per_layer_mlp"] = FactoredTerm(w_pp, g3, g1, hadamard=[
+            (mixing, (c[:, None] * q_prime).T @ d1, mlp.gate_proj.weight),
+            (mixing, (c[:, None] * q_prime).T @ d2, mlp.up_proj.weight)])
+        # ... and its three rank-one terms
+        outer.append((-((c3**3 / d)[:, None] * (g3 * z3)).T, norm1.apply_transpose(q_transpose_branch)))
+        left_b = ((c3 * c2**3 / d)[:, None] * (g3 * p_apply(g2 * y))).T
+        outer.append((-left_b, norm1.apply_transpose(q_transpose_y)))
+        left_c = ((c3 * c2 * c1**3 / d)[:, None] * (g3 * p_apply(g2 * q_of_gained_x))).T
+        outer.append((-left_c, x))
 
 
 # -- the backend --------------------------------------------------------------------------------

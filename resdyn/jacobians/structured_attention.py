@@ -23,9 +23,11 @@ then through R_t, the q/k norms (none, per head, or over the full projection: c 
 rank-one term), the value norm (Gemma 4's scale-free per-head norm: c I - c^3 v~ v~^T / hd) and
 W_q, W_k, W_v (Gemma 4's ``attention_k_eq_v``: the values are the raw keys, so W_k). In a layer
 that reuses an earlier layer's keys and values (Gemma 4 KV sharing), only the query depends on h_t:
-the k and v terms vanish. Per-sample d_head x d_head blocks and scalars are averaged, rank-one terms
-are summed in factored form, and the weights are applied once at the end: O(n T d d_head + n d^2 + d^3)
-for n samples instead of n d per-sample backward passes.
+the k and v terms vanish. The per-sample d_head x d_head blocks d o_h / d q_h are kept as their two
+(T x d_head) factors and summed over samples in one product, scalars are averaged, rank-one terms are
+summed in factored form, and the weights (W_q, W_o) are applied once per layer, at the end:
+O(n T d d_head + n d^2) per batch and O(d^2 H d_head) per layer, for n samples, instead of n d
+per-sample backward passes.
 
 The mask row is taken from what the model passed, whatever its attention implementation: an
 additive float mask as it is, a boolean mask as 0 / -inf, and no mask (sdpa's causal fast path) as
@@ -150,7 +152,11 @@ def _norm_vector_jacobian(norm, z: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 class AttentionPieces:
     """Per-sample factors of d o / d n at one position (o: the heads' outputs before W_o)."""
 
-    blocks: torch.Tensor  # (B, H, hd, hd): s sum_j p_j w_j (v_j - o) k_j^T
+    # the (hd x hd) block s sum_j p_j w_j (v_j - o) k_j^T of every sample and head, kept as its two
+    # factors (rank <= T): never built, since applying them costs T hd per vector instead of hd^2 and the
+    # per-sample blocks (B H hd^2 floats, 268 MB at B = 16, H = 8, hd = 512) are only ever summed
+    value_factor: torch.Tensor  # (B, H, T, hd): s p_j w_j (v_j - o)
+    key_factor: torch.Tensor  # (B, H, T, hd): k_j
     rope: torch.Tensor  # (hd, hd): R_t
     qk_norm: str
     q_gain: torch.Tensor | None  # (H, hd)
@@ -199,10 +205,21 @@ class AttentionPieces:
         gv = self.v_gain * self.v_raw
         return c * self.v_gain * u - c**3 * self.v_raw * (gv * u).sum(-1, keepdim=True) / u.shape[-1]
 
+    def _blocks_times(self, u: torch.Tensor) -> torch.Tensor:
+        """block u per sample and head: (B, H, hd) -> (B, H, hd)."""
+        return torch.einsum("bhjd,bhj->bhd", self.value_factor, torch.einsum("bhje,bhe->bhj", self.key_factor, u))
+
+    def _blocks_transpose_times(self, w: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bhje,bhj->bhe", self.key_factor, torch.einsum("bhjd,bhd->bhj", self.value_factor, w))
+
+    def _blocks_rope_times(self, u: torch.Tensor) -> torch.Tensor:
+        """block R_t u per sample and head, (B, H, hd)."""
+        return self._blocks_times(u @ self.rope.T)
+
     def apply(self, v: torch.Tensor) -> torch.Tensor:
         """(d o / d n) v for a per-sample vector v (B, d) -> (B, H, hd)."""
         q_direction = self._q_norm(torch.einsum("hfx,bx->bhf", self.w_q, v), transpose=False)
-        out = torch.einsum("bhde,ef,bhf->bhd", self.blocks, self.rope, q_direction)
+        out = self._blocks_rope_times(q_direction)
         if not self.has_kv_terms:
             return out
         out = out + self.k_left * (self.k_right * v[:, None]).sum(-1, keepdim=True)
@@ -212,7 +229,7 @@ class AttentionPieces:
 
     def apply_transpose(self, w: torch.Tensor) -> torch.Tensor:
         """(d o / d n)^T w for per-sample w (B, H, hd) -> (B, d)."""
-        back = torch.einsum("bhde,bhd->bhe", self.blocks, w)
+        back = self._blocks_transpose_times(w)
         back = self._q_norm(torch.einsum("ef,bhe->bhf", self.rope, back), transpose=True)
         out = torch.einsum("hfx,bhf->bx", self.w_q, back)
         if not self.has_kv_terms:
@@ -222,30 +239,32 @@ class AttentionPieces:
         by_group = (self.p_t[:, :, None] * w).view(w.shape[0], n_kv, -1, w.shape[-1]).sum(2)
         return out + torch.einsum("kfx,bkf->bx", self.w_v, self._v_norm_transpose(by_group))
 
-    def weighted_sum(self, weights: torch.Tensor) -> torch.Tensor:
-        """sum_s weights_s (d o / d n)_s as a (H hd) x d matrix."""
+    def weighted_sum(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """sum_s weights_s (d o / d n)_s as a (H hd) x d matrix, in two parts: per-head (H, hd, hd) blocks
+        that multiply W_q (H, hd, d) head by head, and the rest ((H hd) x d, or None). The blocks are kept
+        apart so that the (H hd) x hd x d product with W_q is made once per layer, not once per batch."""
         n_heads, head_dim, d = self.w_q.shape
-        if self.qk_norm == "none":
-            scaled = weights[:, None, None, None] * self.blocks
-            gain = torch.ones(n_heads, head_dim, dtype=self.blocks.dtype, device=self.blocks.device)
-        else:
-            scaled, gain = (weights[:, None] * self.q_scale)[:, :, None, None] * self.blocks, self.q_gain
-        # sum over samples first: (H, hd, hd) blocks, then R_t, the gain and W_q once per head
-        averaged = torch.einsum("bhde->hde", scaled) @ self.rope * gain[:, None, :]
-        total = torch.bmm(averaged, self.w_q)
+        weights_by_head = weights[:, None] if self.qk_norm == "none" else weights[:, None] * self.q_scale
+        # sum over samples first: (H, hd, hd) blocks, then R_t and the q gain
+        averaged = torch.einsum("bhjd,bhje->hde", weights_by_head[:, :, None, None] * self.value_factor,
+                                self.key_factor) @ self.rope
+        if self.qk_norm != "none":
+            averaged.mul_(self.q_gain[:, None, :])
+        total = None
         if self.qk_norm != "none":  # rank-one part of the q norm: -c^3 / m (M R (g q~)) (q~^T W_q)
-            left = torch.einsum("bhde,ef,bhf->bhd", self.blocks, self.rope, self.q_gain[None] * self.q_raw)
+            left = self._blocks_rope_times(self.q_gain[None] * self.q_raw)
             if self.qk_norm == "per_head":
                 right = torch.einsum("bhf,hfx->bhx", self.q_raw, self.w_q)
-                total -= torch.einsum("bhd,bhx->hdx", (weights[:, None] * self.q_scale**3 / head_dim)[:, :, None] * left,
+                total = -torch.einsum("bhd,bhx->hdx", (weights[:, None] * self.q_scale**3 / head_dim)[:, :, None] * left,
                                       right)
             else:
                 right = torch.einsum("bhf,hfx->bx", self.q_raw, self.w_q)
                 coefficient = weights * self.q_scale[:, 0] ** 3 / (n_heads * head_dim)
-                total -= torch.einsum("bhd,bx->hdx", coefficient[:, None, None] * left, right)
+                total = -torch.einsum("bhd,bx->hdx", coefficient[:, None, None] * left, right)
         if not self.has_kv_terms:
-            return total.reshape(n_heads * head_dim, d)
-        total += torch.einsum("bhd,bhx->hdx", weights[:, None, None] * self.k_left, self.k_right)
+            return averaged, None if total is None else total.reshape(n_heads * head_dim, d)
+        k_part = torch.einsum("bhd,bhx->hdx", weights[:, None, None] * self.k_left, self.k_right)
+        total = k_part if total is None else total.add_(k_part)
         n_kv = self.w_v.shape[0]
         group = n_heads // n_kv
         weighted_p = weights[:, None] * self.p_t  # (B, H)
@@ -261,7 +280,7 @@ class AttentionPieces:
             projected = torch.einsum("kfx,bkf->bkx", self.w_v, self.v_raw)  # W_v^T v~, (B, H_kv, d)
             gv = (self.v_gain * self.v_raw).repeat_interleave(group, dim=1)  # (B, H, hd)
             total -= torch.einsum("bh,bhf,bhx->hfx", cubes, gv, projected.repeat_interleave(group, dim=1))
-        return total.reshape(n_heads * head_dim, d)
+        return averaged, total.reshape(n_heads * head_dim, d)
 
 
 @torch.no_grad()
@@ -309,7 +328,7 @@ def attention_pieces(view: AttentionView, hidden: torch.Tensor, arguments: dict,
     p = torch.softmax(logits + mask[:, None, :], dim=-1)  # (B, H, T)
     o = torch.einsum("bhj,bhje->bhe", p, values_by_head)
     rope_t = _rope_matrix(rope, cos[0, position], sin[0, position], hidden.dtype)
-    blocks = scale * torch.einsum("bhj,bhjd,bhje->bhde", p * slope, values_by_head - o[:, :, None], keys_by_head)
+    value_factor = (scale * p * slope)[..., None] * (values_by_head - o[:, :, None])
     q_by_head = q_raw.view(batch, n_heads, head_dim)
     q_gain = q_scale = None
     if view.qk_norm != "none":
@@ -322,7 +341,7 @@ def attention_pieces(view: AttentionView, hidden: torch.Tensor, arguments: dict,
         else:
             q_gain = gain_q.view(n_heads, head_dim)
             q_scale = torch.rsqrt(q_raw.pow(2).mean(-1) + eps_q)[:, None].expand(batch, n_heads)
-    pieces = AttentionPieces(blocks=blocks, rope=rope_t, qk_norm=view.qk_norm, q_gain=q_gain, q_scale=q_scale,
+    pieces = AttentionPieces(value_factor=value_factor, key_factor=keys_by_head, rope=rope_t, qk_norm=view.qk_norm, q_gain=q_gain, q_scale=q_scale,
                              q_raw=q_by_head, w_q=attention.q_proj.weight.view(n_heads, head_dim, d), output=o)
     if view.kv_shared:
         return pieces
@@ -367,7 +386,7 @@ def attention_partial_sum(view: AttentionView, hidden: torch.Tensor, arguments: 
     y = view.attention.o_proj(pieces.output.reshape(batch, -1))
     norm1, norm2 = NormAt.of(view.norm_in, x), NormAt.of(view.norm_out, y)
     g1, c1, g2, c2 = norm1.gain, norm1.scale, norm2.gain, norm2.scale
-    core = pieces.weighted_sum(c1 * c2)
+    blocks, core = pieces.weighted_sum(c1 * c2)
     outer = []
     if view.norm_in is not None:
         applied = pieces.apply(g1 * x).reshape(batch, -1)  # (d o / d n)(g1 x), before W_o
@@ -378,5 +397,5 @@ def attention_partial_sum(view: AttentionView, hidden: torch.Tensor, arguments: 
         if view.norm_in is not None:
             sigma = (y * (applied @ w_o.T)).sum(-1)  # y . Core (g1 x)
             outer.append((((sigma * c2**3 * c1**3 / d**2)[:, None] * (g2 * y)).T, x))
-    partial = FactoredSum({"attention": FactoredTerm(w_o, g2, g1, core=core)}, outer)
+    partial = FactoredSum({"attention": FactoredTerm(w_o, g2, g1, core=core, blocked=(blocks, pieces.w_q))}, outer)
     return partial, x + (view.norm_out(y) if view.norm_out is not None else y)

@@ -341,8 +341,9 @@ def attention_pieces(view: AttentionView, hidden: torch.Tensor, arguments: dict,
         else:
             q_gain = gain_q.view(n_heads, head_dim)
             q_scale = torch.rsqrt(q_raw.pow(2).mean(-1) + eps_q)[:, None].expand(batch, n_heads)
-    pieces = AttentionPieces(value_factor=value_factor, key_factor=keys_by_head, rope=rope_t, qk_norm=view.qk_norm, q_gain=q_gain, q_scale=q_scale,
-                             q_raw=q_by_head, w_q=attention.q_proj.weight.view(n_heads, head_dim, d), output=o)
+    pieces = AttentionPieces(value_factor=value_factor, key_factor=keys_by_head, rope=rope_t, qk_norm=view.qk_norm,
+                             q_gain=q_gain, q_scale=q_scale, q_raw=q_by_head,
+                             w_q=attention.q_proj.weight.view(n_heads, head_dim, d), output=o)
     if view.kv_shared:
         return pieces
     # k path: the row q^T R_t through the k norm and W_k

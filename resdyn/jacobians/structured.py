@@ -90,7 +90,8 @@ class FactoredTerm:
     @torch.no_grad()
     def total(self) -> torch.Tensor:
         """The d x d sum, the inner dimension taken in blocks so that no m x d temporary is ever whole
-        (at d = 4096, d_ff = 14336 one such temporary is 470 MB)."""
+        (at d = 4096, d_ff = 14336 one such temporary is 470 MB). Adds the blocked part into the core in
+        place, so it is called once, when the layer's batches are all in."""
         m = self.left.shape[1]
         total = torch.zeros(self.left.shape[0], self.column_gain.shape[0], dtype=self.left.dtype,
                             device=self.left.device)

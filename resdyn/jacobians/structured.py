@@ -90,8 +90,8 @@ class FactoredTerm:
     @torch.no_grad()
     def total(self) -> torch.Tensor:
         """The d x d sum, the inner dimension taken in blocks so that no m x d temporary is ever whole
-        (at d = 4096, d_ff = 14336 one such temporary is 470 MB). Adds the blocked part into the core in
-        place, so it is called once, when the layer's batches are all in."""
+        (at d = 4096, d_ff = 14336 one such temporary is 470 MB). The blocked part is folded into the
+        core (in place) on the first call."""
         m = self.left.shape[1]
         total = torch.zeros(self.left.shape[0], self.column_gain.shape[0], dtype=self.left.dtype,
                             device=self.left.device)
@@ -101,6 +101,7 @@ class FactoredTerm:
             core = torch.zeros(m, right.shape[-1], dtype=right.dtype, device=right.device) if core is None else \
                 core.contiguous()
             core.view(blocks.shape[0], -1, right.shape[-1]).baddbmm_(blocks, right)
+            self.core, self.blocked = core, None  # folded: a second call gives the same total
         products: dict[int, torch.Tensor] = {}  # once per layer (independent of the samples), once per pair
         for pair, _, _ in self.hadamard:
             if id(pair) not in products:
@@ -280,8 +281,9 @@ def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor, per_layer_input: torch.Te
     # W_in (g1 x) from the projections already made: (a - b) / c1 (c1 = 1 without a norm), no d x d_ff product
     gate_x, up_x = _without_bias(mlp.gate_proj, a) / c1[:, None], _without_bias(mlp.up_proj, u) / c1[:, None]
     w = d1 * gate_x + d2 * up_x  # W_in(s) (g1 x_s), (n, d_ff)
-    q_of_gained_x = w @ w_down.T  # Q (g1 x), (n, d)
     branch = _PerLayerBranch.at(pieces, x, y, norm2, per_layer_input) if pieces.per_layer is not None else None
+    # Q (g1 x), (n, d): only the pre-norm term and the per-layer branch use it (post-norm families skip the pass)
+    q_of_gained_x = w @ w_down.T if pieces.norm_in is not None or branch is not None else None
     y_down = q_transpose_y = q_transpose_branch = None
     if pieces.norm_out is not None or branch is not None:
         rows = y if branch is None else torch.cat([y, branch.pulled])  # (n or 2n, d)

@@ -416,6 +416,13 @@ def _run_in_process(keys, values, store, instance, arguments, signals, summary, 
         except KeyboardInterrupt:
             result = None
         received = signals.poll()
+        if result is not None and result.success and received is not None:
+            # A signal can land where Dagster catches it and then forgets it (capture_interrupts clears its flag
+            # on the way out; seen under heavy load), so the run finished and published: say so, then stop.
+            _report(number, len(keys), key, _outcome(result), started, summary, failed)
+            print(f"resdyn: {signal.Signals(received).name} arrived as {key} finished; stopping before the next "
+                  "partition.", flush=True)
+            return 128 + received
         if received is not None or result is None:
             received = received or int(signal.SIGINT)
             print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; the steps cleaned up, "

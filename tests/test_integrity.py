@@ -318,9 +318,16 @@ def test_13_a_signal_stops_the_whole_command(built, tmp_path, signum, code):
     process.send_signal(signum)
     output = process.communicate(timeout=120)[0]
     assert process.returncode == code, output[-3000:]
-    assert f"stopped by {signal.Signals(signum).name}" in output and "[2/2]" not in output
+    assert "[2/2]" not in output, output[-3000:]
     store = Warehouse(root)
-    assert store.query("SELECT * FROM partitions WHERE status = 'complete'").num_rows == 0, output[-3000:]
+    complete = store.query("SELECT model FROM partitions WHERE status = 'complete'").to_pylist()
+    name = signal.Signals(signum).name
+    if f"{name} arrived as m@local finished" in output:
+        # the signal landed where Dagster caught and dropped it (seen under heavy load): the run finished and
+        # published, and the CLI must say so, not claim it stopped the partition
+        assert "[1/2] m@local ok" in output and complete == [{"model": "m"}], output[-3000:]
+        return
+    assert f"[1/2] m@local stopped by {name}" in output and complete == [], output[-3000:]
     assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
 
 

@@ -287,9 +287,9 @@ def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor, per_layer_input: torch.Te
     y_down = q_transpose_y = q_transpose_branch = None
     if pieces.norm_out is not None or branch is not None:
         rows = y if branch is None else torch.cat([y, branch.pulled])  # (n or 2n, d)
-        repeats = rows.shape[0] // n
-        rows_down = rows @ w_down
-        pulled = (rows_down * d1.repeat(repeats, 1)) @ w_gate + (rows_down * d2.repeat(repeats, 1)) @ w_up  # Q^T rows
+        rows_down = (rows @ w_down).view(-1, n, w_down.shape[1])  # (1 or 2, n, d_ff): d1, d2 broadcast, not copied
+        pulled = ((rows_down * d1).flatten(0, 1) @ w_gate + (rows_down * d2).flatten(0, 1) @ w_up)  # Q^T rows
+        rows_down = rows_down.flatten(0, 1)
         y_down, q_transpose_y, q_transpose_branch = rows_down[:n], pulled[:n], pulled[n:]
 
     weight = c1 * c2

@@ -248,10 +248,9 @@ class AttentionPieces:
         # sum over samples first: (H, hd, hd) blocks, then R_t and the q gain
         averaged = torch.einsum("bhjd,bhje->hde", weights_by_head[:, :, None, None] * self.value_factor,
                                 self.key_factor) @ self.rope
-        if self.qk_norm != "none":
-            averaged.mul_(self.q_gain[:, None, :])
         total = None
-        if self.qk_norm != "none":  # rank-one part of the q norm: -c^3 / m (M R (g q~)) (q~^T W_q)
+        if self.qk_norm != "none":  # the q gain, and the rank-one part of the q norm: -c^3 / m (M R (g q~)) (q~^T W_q)
+            averaged.mul_(self.q_gain[:, None, :])
             left = self._blocks_rope_times(self.q_gain[None] * self.q_raw)
             if self.qk_norm == "per_head":
                 right = torch.einsum("bhf,hfx->bhx", self.q_raw, self.w_q)

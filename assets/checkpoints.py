@@ -23,10 +23,10 @@ def _training_text() -> tuple[str, str]:
     return corpus.text, corpus.label
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs", pool=MODEL_RUNNER_POOL,
+@dg.asset(partitions_def=PARTITIONS, code_version="3", group_name="inputs", pool=MODEL_RUNNER_POOL,
           op_tags=ray_tags("model"), retry_policy=STEP_RETRIES,
           description="One row describing the checkpoint (from its config and safetensors headers); trains the "
-                      "tiny suite member on first use.")
+                      "tiny suite member, imports a GGUF file or initialises a null model on first use.")
 def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                       settings: AnalysisSettings) -> dg.MaterializeResult:
     with partition_run(context, warehouse, settings) as store:
@@ -56,6 +56,14 @@ def _describe_checkpoint(context, warehouse, settings, store) -> dg.MaterializeR
                                        title=f"{model} training loss")
             metadata.update(figure(png))
             metadata["final_loss"] = dg.MetadataValue.float(curve[-1])
+    origin = {}
+    if spec.is_gguf:
+        from resdyn.models.sources import ensure_local_checkpoint
+
+        _, made = ensure_local_checkpoint(spec, checkpoint, store.models_directory,
+                                          progress=lambda line: context.log.info(f"{context.partition_key}: {line}"))
+        origin = made.as_dict()
+        metadata.update({key: dg.MetadataValue.text(value) for key, value in origin.items() if value})
     source, revision_to_load = checkpoint_source(warehouse, model, checkpoint)
     described = describe_checkpoint(source, revision_to_load)
     config = described["text_config"]
@@ -66,6 +74,8 @@ def _describe_checkpoint(context, warehouse, settings, store) -> dg.MaterializeR
         "n_params": pa.array([int(described["n_params"])], pa.int64()),
         "stored_dtype": [",".join(sorted(described["stored_dtypes"]))], "dtype": [settings.dtype],
         "corpus": [load_wikitext("test").label], "model_type": [described["config"].model_type],
+        **{key: [origin.get(key, "")] for key in ("source_file", "source_sha256", "source_quantization",
+                                                   "initialization")},
     })
     written = store.write("model_checkpoints", model, checkpoint, row)
     return dg.MaterializeResult(metadata={**table_metadata(row, written), **metadata,

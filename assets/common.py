@@ -32,6 +32,15 @@ def checkpoint_source(warehouse: WarehouseResource, model: str, checkpoint: str)
     spec, revision = warehouse.registry().resolve(f"{model}@{checkpoint}")
     if spec.is_tiny:
         return str(warehouse.open().models_directory / model / checkpoint), None
+    if spec.is_gguf:  # imported (or initialised) by model_checkpoints
+        from resdyn.models.sources import gguf_checkpoint_label, store_directory
+
+        label = checkpoint if revision == "init" else gguf_checkpoint_label(spec)
+        directory = store_directory(warehouse.open().models_directory, spec, label)
+        if not (directory / "config.json").is_file():
+            raise FileNotFoundError(f"{model}@{checkpoint} has not been imported into {directory} yet: materialize "
+                                    "its model_checkpoints asset first (resdyn run does)")
+        return str(directory), None
     if Path(spec.source).expanduser().is_dir():
         return spec.source, None
     return spec.source, revision

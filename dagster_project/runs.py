@@ -125,6 +125,19 @@ def _mark_killed(store: Warehouse, model: str, checkpoint: str, run_id: str | No
                                                  "error": "found dead by a later run"})
 
 
+def model_source(store: Warehouse, model: str, checkpoint: str) -> str:
+    """The registry's account of a partition's checkpoint, as JSON (``runs.model_source``)."""
+    from resdyn.models.registry import ModelRegistry
+    from resdyn.models.sources import registered_origin
+
+    try:
+        spec, revision = ModelRegistry(store.registry_file).resolve(f"{model}@{checkpoint}")
+    except KeyError:
+        return json.dumps({"source": None, "error": "not in the registry"})
+    origin = {key: value for key, value in registered_origin(spec, checkpoint).as_dict().items() if value}
+    return json.dumps({"source": spec.source, "family": spec.family, "revision": revision, **origin}, sort_keys=True)
+
+
 def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict, executor: str, **fields) -> None:
     existing = {r["run_id"]: r for r in store.run_records(model, checkpoint)}.get(store.run_id)
     row = existing or {
@@ -132,7 +145,7 @@ def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict
                                                                                              sort_keys=True),
         **corpus_record(os.environ.get("RESDYN_WIKITEXT_DIR")), "dtype": settings_values["dtype"],
         "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
-        **code_environment(), "pid": os.getpid(), "started_at": now(), "ended_at": None, "status": "started",
+        "model_source": model_source(store, model, checkpoint), **code_environment(), "pid": os.getpid(), "started_at": now(), "ended_at": None, "status": "started",
         "error": None,
     }
     store.record_run(model, checkpoint, {**row, **fields})

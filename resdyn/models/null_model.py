@@ -1,0 +1,76 @@
+"""The null model of a trained checkpoint: the same architecture with freshly initialised weights.
+
+The study separates what an architecture does from what training installs by analysing the
+untrained network beside the trained one (PAPER.md: OLMo step 0). For a model published without
+its step-0 checkpoint, :func:`initialised_checkpoint` makes one: the trained checkpoint's
+``config.json`` instantiated by transformers' own ``from_config``, whose ``_init_weights`` draws
+every linear and embedding weight from N(0, ``initializer_range``^2) (0.02 for Llama-family
+configs) and sets norm weights to their identity value, under ``torch.manual_seed(seed)``.
+Saved once with the trained checkpoint's tokenizer; ``resdyn_null_model.json`` records how.
+The model is materialized whole once (float32), which bounds it to models that fit in memory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+NULL_MODEL_RECORD = "resdyn_null_model.json"
+NULL_MODEL_SEED = 0
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "tokenizer.model", "vocab.json", "merges.txt")
+
+
+def read_null_model_record(directory: str | os.PathLike) -> dict | None:
+    path = Path(directory) / NULL_MODEL_RECORD
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def initialised_checkpoint(trained: str | os.PathLike, destination: str | os.PathLike, *,
+                           seed: int = NULL_MODEL_SEED) -> dict:
+    """``destination``: ``trained``'s architecture with HF's initialisation under ``seed`` (module docstring).
+    Made once: a destination made from the same config and seed is left as it is."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    trained, destination = Path(trained), Path(destination)
+    config_text = (trained / "config.json").read_text()
+    wanted = {"seed": seed, "config_of": str(trained), "config_json": json.loads(config_text)}
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with open(destination.parent / f".{destination.name}.init.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        existing = read_null_model_record(destination)
+        if existing is not None and existing.get("seed") == seed and existing.get("config_json") == wanted["config_json"]:
+            return existing
+        started = time.perf_counter()
+        staging = destination.with_name(f".{destination.name}.initialising-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            config = AutoConfig.from_pretrained(trained)
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            model.save_pretrained(staging)
+            del model
+            for name in TOKENIZER_FILES:
+                if (trained / name).is_file():
+                    shutil.copyfile(trained / name, staging / name)
+            record = {**wanted, "initialization": "transformers from_config: _init_weights, normal(0, "
+                      f"initializer_range={getattr(config, 'initializer_range', None)}) for linear and embedding "
+                      "weights, norms at identity", "torch_version": torch.__version__,
+                      "seconds": round(time.perf_counter() - started, 2)}
+            (staging / NULL_MODEL_RECORD).write_text(json.dumps(record, indent=2))
+            old = destination.with_name(f".{destination.name}.replaced-{os.getpid()}")
+            if destination.exists():
+                destination.rename(old)
+            staging.rename(destination)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return record

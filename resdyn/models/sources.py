@@ -1,0 +1,71 @@
+"""Local checkpoint directories for registered models that do not come as one: GGUF files and null models.
+
+A GGUF model's ``gguf`` checkpoint is the file imported once into the model store
+(:mod:`resdyn.models.gguf_import`); its ``init`` checkpoint is the null model made from the
+imported config (:mod:`resdyn.models.null_model`). Both live at ``<models>/<name>/<checkpoint>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .registry import GGUF_REVISION, INIT_REVISION, ModelSpec
+
+
+@dataclass(frozen=True)
+class CheckpointOrigin:
+    """Where a checkpoint's weights came from (the ``model_checkpoints`` row and the ``runs`` record)."""
+
+    source_file: str = ""  # the GGUF file
+    source_sha256: str = ""
+    source_quantization: str = ""  # GGML tensor types by count
+    initialization: str = ""  # how a null model's weights were drawn
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def store_directory(models_directory: Path, spec: ModelSpec, checkpoint: str) -> Path:
+    return Path(models_directory) / spec.name / checkpoint
+
+
+def gguf_checkpoint_label(spec: ModelSpec) -> str:
+    """The checkpoint of ``spec`` that is the GGUF file itself."""
+    labels = [label for label, revision in spec.checkpoints.items() if revision == GGUF_REVISION]
+    if not labels:
+        raise KeyError(f"model {spec.name} has no checkpoint made from its GGUF file (revision {GGUF_REVISION!r})")
+    return labels[0]
+
+
+def registered_origin(spec: ModelSpec, checkpoint: str) -> CheckpointOrigin:
+    """What the registry says of a checkpoint's origin, without touching any file."""
+    if not spec.is_gguf:
+        return CheckpointOrigin()
+    revision = spec.checkpoints[checkpoint]
+    initialization = "the registered GGUF's config, freshly initialised" if revision == INIT_REVISION else ""
+    return CheckpointOrigin(spec.source, spec.sha256, spec.quantization, initialization)
+
+
+def ensure_local_checkpoint(spec: ModelSpec, checkpoint: str, models_directory: Path, *,
+                            progress: Callable[[str], None] | None = None) -> tuple[Path, CheckpointOrigin]:
+    """The directory of a GGUF model's checkpoint, imported or initialised on first use, and its origin."""
+    from .gguf_import import import_gguf
+    from .null_model import initialised_checkpoint
+
+    if not spec.is_gguf:
+        raise ValueError(f"model {spec.name} ({spec.source}) is not a GGUF model")
+    revision = spec.checkpoints[checkpoint]
+    trained = store_directory(models_directory, spec, gguf_checkpoint_label(spec))
+    record = import_gguf(spec.gguf_path(), trained, progress=progress, expected_sha256=spec.sha256 or None)
+    origin = CheckpointOrigin(record.source, record.sha256, record.quantization_summary)
+    if revision == GGUF_REVISION:
+        return trained, origin
+    if revision == INIT_REVISION:
+        destination = store_directory(models_directory, spec, checkpoint)
+        made = initialised_checkpoint(trained, destination)
+        return destination, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
+                                             f"{made['initialization']}; seed {made['seed']}")
+    raise KeyError(f"model {spec.name}: checkpoint {checkpoint} has revision {revision!r}; a GGUF model's checkpoints "
+                   f"are {GGUF_REVISION!r} (the file) or {INIT_REVISION!r} (its null model)")

@@ -1,0 +1,247 @@
+"""GGUF import: against transformers' own GGUF loading, the source weights, and damaged or foreign files.
+
+The GGUF files are written here with the ``gguf`` package's writer (tests/gguf_files.py) from random
+tiny models, F32 tensors and Q8_0 ones.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from resdyn.models.gguf_import import IMPORT_RECORD, GGUFError, describe_gguf, find_gguf, import_gguf
+
+from .gguf_files import dequantized_reference, vocabulary, write_gguf
+
+QUANTIZED = ("attn_q", "ffn_up", "token_embd")  # stored as Q8_0, the rest F32
+FAMILIES = ["llama", "qwen3", "gemma3"]
+
+
+def _random_model(family: str, seed: int, *, hidden_size: int = 64, n_layers: int = 2, dtype=torch.float32):
+    from transformers import AutoModelForCausalLM
+
+    from resdyn.models.tiny_configs import tiny_config
+
+    size = len(vocabulary())
+    extra = {"head_dim": 128} if family == "qwen3" else {}  # transformers' Qwen3 GGUF config keeps the default 128
+    config = tiny_config(family, hidden_size=hidden_size, n_layers=n_layers, vocab_size=size, bos_token_id=size - 1,
+                         eos_token_id=size - 1, pad_token_id=size - 1, **extra)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name:  # away from their init values, so a lost offset shows
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    return model
+
+
+def _weights(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    index = json.loads((directory / "model.safetensors.index.json").read_text())
+    weights = {}
+    for file in sorted(set(index["weight_map"].values())):
+        weights.update(load_file(directory / file))
+    assert set(weights) == set(index["weight_map"])
+    return weights
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_import_equals_the_source_weights_and_transformers_gguf_loading(tmp_path, family, fresh_seed):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model = _random_model(family, fresh_seed)
+    path = write_gguf(model, tmp_path / "model.gguf", quantize=QUANTIZED)
+    record = import_gguf(path, tmp_path / "imported")
+    n_tensors = len(gguf.GGUFReader(path).tensors)
+    assert record.quantization == {"Q8_0": 2 * 2 + 1, "F32": n_tensors - 5}  # q and up of 2 layers, the embedding
+    assert record.sha256 == describe_gguf(path).sha256 and record.tied_embeddings
+
+    # the weights: what the file holds, in HF names and layout (q/k un-permuted, Gemma's norm offset undone)
+    reference, ours = dequantized_reference(model, QUANTIZED), _weights(tmp_path / "imported")
+    assert set(ours) == set(reference) - {"lm_head.weight"}
+    for name, tensor in ours.items():
+        assert tensor.dtype == torch.float32
+        # Gemma norms went through float32 (1 + w) - 1: one rounding of a number near 1
+        tolerance = 2.4e-7 if family == "gemma3" and name.endswith("norm.weight") else 0.0
+        assert torch.max(torch.abs(tensor - reference[name])).item() <= tolerance, name
+
+    # the model: transformers' own GGUF loading (the ecosystem's reference) gives the same logits
+    imported = AutoModelForCausalLM.from_pretrained(tmp_path / "imported", dtype=torch.float32).eval()
+    theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="model.gguf", dtype=torch.float32).eval()
+    tokens = torch.from_numpy(np.random.default_rng(fresh_seed).integers(0, len(vocabulary()), (3, 17)))
+    with torch.no_grad():
+        ours_logits, their_logits = imported(tokens).logits, theirs(tokens).logits
+    assert torch.max(torch.abs(ours_logits - their_logits)).item() <= 1e-6 * max(1.0, their_logits.abs().max().item())
+    expected = AutoConfig.from_pretrained(tmp_path, gguf_file="model.gguf").to_dict()
+    got = AutoConfig.from_pretrained(tmp_path / "imported").to_dict()
+    ignored = {"_name_or_path", "dtype", "transformers_version"}
+    assert {k: v for k, v in got.items() if k not in ignored} == {k: v for k, v in expected.items() if k not in ignored}
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_mean_jacobians_equal_those_of_the_same_weights_saved_as_safetensors(tmp_path, family, fresh_seed):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from resdyn.corpus import Sample
+    from resdyn.jacobians.engine import MeasurementOptions, measure_layer_major
+    from resdyn.jacobians.structured import StructuredBackend
+    from resdyn.models.layerwise import LayerwiseModel
+
+    model = _random_model(family, fresh_seed)
+    path = write_gguf(model, tmp_path / "model.gguf", quantize=QUANTIZED)
+    import_gguf(path, tmp_path / "imported")
+    # the same weights by transformers' GGUF loading, saved with save_pretrained
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="model.gguf", dtype=torch.float32)
+    plain = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path, gguf_file="model.gguf"),
+                                             dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    plain.save_pretrained(tmp_path / "saved")
+    AutoTokenizer.from_pretrained(tmp_path, gguf_file="model.gguf").save_pretrained(tmp_path / "saved")
+
+    rng = np.random.default_rng(fresh_seed)
+    samples = [Sample(i, tuple(int(t) for t in rng.integers(0, len(vocabulary()), 12)), (11,)) for i in range(4)]
+    options = MeasurementOptions(batch_size=2, keep_sample_jacobians=0, probe_directions=0)
+    means = []
+    for directory in ("imported", "saved"):
+        layerwise = LayerwiseModel(str(tmp_path / directory), dtype="float64", device="cpu")
+        means.append([layer.means for layer in measure_layer_major(layerwise, samples, backend=StructuredBackend(),
+                                                                   options=options)])
+    for ours, theirs in zip(*means):
+        for sublayer in ("attn", "mlp"):
+            scale = np.abs(theirs[sublayer]).max()
+            assert np.abs(ours[sublayer] - theirs[sublayer]).max() <= 1e-12 * scale
+
+
+def test_an_unchanged_file_is_not_imported_again_and_a_changed_one_is(tmp_path, fresh_seed):
+    path = write_gguf(_random_model("llama", fresh_seed), tmp_path / "model.gguf")
+    first = import_gguf(path, tmp_path / "imported")
+    shard = next((tmp_path / "imported").glob("*.safetensors"))
+    stamp = shard.stat().st_mtime_ns
+    second = import_gguf(path, tmp_path / "imported")
+    assert second == first and shard.stat().st_mtime_ns == stamp  # same record, nothing rewritten
+
+    other = _random_model("llama", fresh_seed + 1)
+    write_gguf(other, path)  # same size, other weights
+    third = import_gguf(path, tmp_path / "imported")
+    assert third.sha256 != first.sha256
+    weights = _weights(tmp_path / "imported")
+    assert torch.equal(weights["model.layers.0.mlp.down_proj.weight"], other.state_dict()["model.layers.0.mlp.down_proj.weight"])
+    assert not [p for p in tmp_path.glob(".imported.*") if p.is_dir()]  # no staging or replaced directory left
+    with pytest.raises(GGUFError, match="not the file that was registered"):
+        import_gguf(path, tmp_path / "imported", expected_sha256=first.sha256)
+
+
+def test_import_memory_is_bounded_by_a_few_tensors(tmp_path, fresh_seed, monkeypatch):
+    import resdyn.models.gguf_import as importer
+
+    monkeypatch.setattr(importer, "DEQUANTIZE_CHUNK_ELEMENTS", 16384)  # chunks far smaller than a tensor, as at 8B
+    model = _random_model("llama", fresh_seed, hidden_size=512, n_layers=6)
+    path = write_gguf(model, tmp_path / "model.gguf", quantize=("ffn_up", "ffn_gate"))
+    sizes = [4 * tensor.numel() for name, tensor in model.state_dict().items() if name != "lm_head.weight"]
+    largest, total = max(sizes), sum(sizes)
+    del model
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        record = import_gguf(path, tmp_path / "imported", shard_bytes=total // 3)  # several shards
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert len(list((tmp_path / "imported").glob("*.safetensors"))) >= 3
+    assert record.largest_tensor_bytes == largest
+    # while tensors are converted: one float32 tensor (its Q8_0 rows dequantized a chunk at a time), the finiteness
+    # mask, and a processed copy where the processor makes one (Llama's q/k un-permutation; not the largest here)
+    assert record.traced_tensor_peak_bytes <= 1.5 * largest, (record.traced_tensor_peak_bytes, largest)
+    # the whole import: that plus the metadata, config and tokenizer (a fixed few MB), never the model
+    assert peak <= 4 * largest + 32 * 1024**2 and peak < total / 3, (peak, largest, total)
+
+
+def _cli(*arguments, cwd=None):
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    environment.pop("DAGSTER_HOME", None)
+    return subprocess.run([sys.executable, "-m", "resdyn", *arguments], capture_output=True, text=True,
+                          env=environment, cwd=cwd, timeout=600)
+
+
+def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp_path, fresh_seed):
+    good = write_gguf(_random_model("llama", fresh_seed), tmp_path / "good.gguf")
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size * 2 // 3])
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"GGML" + os.urandom(1000))
+    foreign = tmp_path / "foreign.gguf"  # transformers reads phi3 GGUF files; resdyn has no phi3 sublayer maps
+    writer = gguf.GGUFWriter(str(foreign), "phi3")
+    writer.add_name("a phi3 model")
+    writer.add_tensor("token_embd.weight", np.zeros((8, 4), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    unknown = tmp_path / "unknown.gguf"  # an architecture transformers cannot read from GGUF at all
+    writer = gguf.GGUFWriter(str(unknown), "olmo2")
+    writer.add_tensor("token_embd.weight", np.zeros((8, 4), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    several = tmp_path / "several"
+    several.mkdir()
+    (several / "a.gguf").write_bytes(good.read_bytes())
+    (several / "b.gguf").write_bytes(good.read_bytes())
+    warehouse = tmp_path / "warehouse"
+    cases = {truncated: "truncated", garbage: "not a readable GGUF file", foreign: "not a family resdyn analyses",
+             unknown: "cannot be read by transformers", several: "holds 2 .gguf files",
+             tmp_path / "missing.gguf": "no GGUF file at"}
+    for path, expected in cases.items():
+        result = _cli("run", "--model", str(path), "--warehouse", str(warehouse))
+        assert result.returncode == 2, (path, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], (path, result.stderr)
+        assert not (warehouse / "registry.json").exists()  # nothing registered
+        assert not list((warehouse / "_models").glob("*")) if (warehouse / "_models").exists() else True
+    with pytest.raises(GGUFError, match="truncated"):
+        describe_gguf(truncated)
+    assert find_gguf(several / "a.gguf") == (several / "a.gguf").resolve()
+
+
+def test_resdyn_run_on_a_gguf_file_records_its_origin_and_reimports_only_a_changed_file(tmp_path, fresh_seed):
+    from resdyn.dagster_project.warehouse import Warehouse
+    from resdyn.models.registry import ModelRegistry
+
+    path = write_gguf(_random_model("llama", fresh_seed), tmp_path / "tiny-gguf.gguf", quantize=QUANTIZED)
+    warehouse = tmp_path / "warehouse"
+    arguments = ("run", "--model", str(path), "--null-model", "--samples", "6", "--seq-len", "16",
+                 "--warehouse", str(warehouse))
+    first = _cli(*arguments)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert "tiny-gguf@local ok" in first.stdout and "tiny-gguf@init ok" in first.stdout
+    sha = describe_gguf(path).sha256
+    spec = ModelRegistry(warehouse / "registry.json").get("tiny-gguf")
+    assert (spec.source, spec.sha256, spec.checkpoints) == (str(path.resolve()), sha, {"local": "gguf", "init": "init"})
+    assert spec.quantization == "F32:15,Q8_0:5"
+    store = Warehouse(warehouse)
+    assert {r["checkpoint"]: r["status"] for r in store.query("SELECT * FROM partitions").to_pylist()} == \
+        {"local": "complete", "init": "complete"}
+    rows = store.query("SELECT checkpoint, source_sha256, source_quantization FROM model_checkpoints").to_pylist()
+    assert all(r["source_sha256"] == sha and r["source_quantization"] == "F32:15,Q8_0:5" for r in rows)
+    assert all(sha in r["model_source"] for r in store.query("SELECT model_source FROM runs").to_pylist())
+    record = warehouse / "_models" / "tiny-gguf" / "local" / IMPORT_RECORD
+    stamp = record.stat().st_mtime_ns
+
+    again = _cli(*arguments[:2], str(path), "--samples", "6", "--seq-len", "16", "--warehouse", str(warehouse),
+                 "--select", "key:model_checkpoints")
+    assert again.returncode == 0 and record.stat().st_mtime_ns == stamp  # unchanged: not imported again
+    write_gguf(_random_model("llama", fresh_seed + 1), path, quantize=QUANTIZED)
+    changed = _cli(*arguments[:2], str(path), "--samples", "6", "--seq-len", "16", "--warehouse", str(warehouse),
+                   "--select", "key:model_checkpoints")
+    assert changed.returncode == 0, changed.stdout[-2000:] + changed.stderr[-2000:]
+    assert "changed since last registered" in changed.stdout
+    assert json.loads(record.read_text())["sha256"] == describe_gguf(path).sha256 != sha

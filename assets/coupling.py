@@ -53,8 +53,8 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
     return groups
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling",
-          deps=[unit_amplification, "communities", "layer_metrics"], op_tags=ray_tags("analysis"),
+@dg.asset(partitions_def=PARTITIONS, group_name="coupling",
+          deps=[unit_amplification, "communities", "layer_metrics"], op_tags=ray_tags("analysis"), code_version="3",
           retry_policy=STEP_RETRIES,
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
@@ -83,17 +83,22 @@ def _coupling_tests(context, settings, store) -> dg.MaterializeResult:
                                         membership.column("is_boundary").to_numpy(zero_copy_only=False),
                                         membership.column("degree").to_numpy(), n_permutations=settings.n_permutations,
                                         seed=settings.seed + sublayer_depth(layer, sublayer))
+        defined = result.defined
         rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "boundary": boundary,
-                     "n_boundary": result.n_boundary, "n_interior": result.n_interior, "u_statistic": result.u_statistic,
-                     "effect": result.effect, "p_value": result.p_value, "p_permutation": result.p_permutation,
-                     "direction": result.direction, "operator_type": operator[(layer, sublayer)],
-                     "amplification_measure": "log_column_norm"})
-    q = coupling.false_discovery([r["p_value"] for r in rows])
-    q_by = coupling.false_discovery([r["p_value"] for r in rows], "by")
-    q_permutation = coupling.false_discovery([r["p_permutation"] for r in rows])
-    for row, value, value_by, value_permutation in zip(rows, q, q_by, q_permutation):
-        row.update(q_value=float(value), q_value_by=float(value_by), q_value_permutation=float(value_permutation),
-                   significant=bool(value < coupling.SIGNIFICANCE))
+                     "n_boundary": result.n_boundary, "n_interior": result.n_interior,
+                     "u_statistic": result.u_statistic if defined else None, "effect": result.effect if defined else None,
+                     "p_value": result.p_value, "p_permutation": result.p_permutation,
+                     "direction": result.direction, "reason": result.reason or None,
+                     "operator_type": operator[(layer, sublayer)], "amplification_measure": "log_column_norm"})
+    # FDR over the defined tests only: an undefined one is not a test (coupling module docstring)
+    mask = [row["reason"] is None for row in rows]
+    q = coupling.false_discovery([r["p_value"] if m else np.nan for r, m in zip(rows, mask)])
+    q_by = coupling.false_discovery([r["p_value"] if m else np.nan for r, m in zip(rows, mask)], "by")
+    q_permutation = coupling.false_discovery([r["p_permutation"] if m else np.nan for r, m in zip(rows, mask)])
+    for row, value, value_by, value_permutation, defined in zip(rows, q, q_by, q_permutation, mask):
+        row.update(q_value=float(value) if defined else None, q_value_by=float(value_by) if defined else None,
+                   q_value_permutation=float(value_permutation) if defined else None,
+                   significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
     table = pa.Table.from_pylist(rows, schema=spec("coupling_tests").schema())
     written = store.write("coupling_tests", model, checkpoint, table)
     series = {}
@@ -104,5 +109,6 @@ def _coupling_tests(context, settings, store) -> dg.MaterializeResult:
     png = coupling_by_depth(series, store.artefact_directory("figures", model, checkpoint),
                             title=f"{model}: boundary-unit coupling")
     return dg.MaterializeResult(metadata={**written_metadata(written, table), **figure(png),
-                                          "significant_sublayers": int(sum(r["significant"] for r in rows))},
+                                          "significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
+                                          "undefined_tests": int(sum(r["reason"] is not None for r in rows))},
                                 data_version=dg.DataVersion(written.content_hash))

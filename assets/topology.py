@@ -66,10 +66,10 @@ def _graph_edges(context, settings, store) -> dg.MaterializeResult:
 @dg.multi_asset(
     partitions_def=PARTITIONS, group_name="topology", can_subset=False, op_tags=ray_tags("analysis"),
     retry_policy=STEP_RETRIES,
-    specs=[dg.AssetSpec("communities", code_version="2", deps=[graph_edges],
-                        description="Signed Leiden CPM community, participation and boundary flag of every unit."),
-           dg.AssetSpec("gamma_scan", code_version="2", deps=[graph_edges],
-                        description="The resolution scan behind each graph's chosen gamma (stability, modularity).")],
+    specs=[dg.AssetSpec("communities", code_version="3", deps=[graph_edges],
+                        description="Signed Leiden CPM community, participation and boundary flags of every unit."),
+           dg.AssetSpec("gamma_scan", code_version="3", deps=[graph_edges],
+                        description="The resolution scan behind each graph's chosen gamma (modularity, stability).")],
 )
 def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
@@ -88,6 +88,7 @@ def _communities(context, settings, store):
         membership = scan.membership
         participation, share = topology.participation_coefficient(edges, membership)
         is_boundary = topology.boundary_units(participation)
+        absolute = topology.absolute_boundary_units(participation)
         robust = topology.robust_boundary_units(share, membership)
         degree = topology.unit_degree(edges)
         depth = sublayer_depth(layer, boundary)
@@ -97,10 +98,11 @@ def _communities(context, settings, store):
             "layer": np.full(edges.n_units, layer, np.int32), "boundary": pa.repeat(pa.scalar(boundary), edges.n_units),
             "depth": np.full(edges.n_units, depth, np.int32), "unit": np.arange(edges.n_units, dtype=np.int32),
             "community": membership.astype(np.int32), "participation": participation, "is_boundary": is_boundary,
-            "is_boundary_robust": robust, "degree": degree.astype(np.int32),
+            "is_boundary_absolute": absolute, "is_boundary_robust": robust, "degree": degree.astype(np.int32),
             "gamma": np.full(edges.n_units, scan.gamma), "seed": np.full(edges.n_units, settings.seed, np.int32)}))
         scan_rows += [{"layer": layer, "boundary": boundary, "gamma": r.gamma, "n_communities": r.n_communities,
-                       "stability": r.stability, "modularity": r.modularity, "nontrivial": r.nontrivial,
+                       "stability": r.stability, "stability_nmi": r.stability_nmi, "modularity": r.modularity,
+                       "nontrivial": r.nontrivial,
                        "chosen": r.gamma == scan.gamma} for r in scan.rows]
         context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "
                          f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
@@ -110,8 +112,10 @@ def _communities(context, settings, store):
     png = community_distributions(sizes, participations, store.artefact_directory("figures", model, checkpoint),
                                   title=context.partition_key)
     boundary_share = float(np.mean(table.column("is_boundary").to_numpy(zero_copy_only=False)))
+    absolute_share = float(np.mean(table.column("is_boundary_absolute").to_numpy(zero_copy_only=False)))
     yield dg.MaterializeResult(asset_key="communities", metadata={
         **written_metadata(written, table), **figure(png), "boundary_share": boundary_share,
+        "absolute_boundary_share": absolute_share,
         "leiden_seconds": round(leiden_seconds, 2), "scan_wall_seconds": round(wall_seconds, 2)},
         data_version=dg.DataVersion(written.content_hash))
     scan_table = pa.Table.from_pylist(scan_rows, schema=spec("gamma_scan").schema())

@@ -181,11 +181,15 @@ _table("graph_edges", "undirected edge i < j of a (layer, boundary) graph", "top
 _table("communities", "(layer, boundary, unit)", "topology",
        LAYER, BOUNDARY, DEPTH, _c("unit", I32, "residual dimension"), _c("community", I32, "signed Leiden CPM community"),
        _c("participation", F64, "participation coefficient on positive strengths"),
-       _c("is_boundary", BOOL, "participation > 0.3"), _c("is_boundary_robust", BOOL, "robustness rule"),
+       _c("is_boundary", BOOL, "primary rule: participation above the 75th percentile of its graph's units (and > 0)"),
+       _c("is_boundary_absolute", BOOL, "participation > 0.3 (Guimera & Amaral's threshold)"),
+       _c("is_boundary_robust", BOOL, "robustness rule"),
        _c("degree", I32, "edges at the unit"), _c("gamma", F64, "chosen resolution"), _c("seed", I32, "Leiden seed"))
 _table("gamma_scan", "(layer, boundary, gamma)", "topology",
        LAYER, BOUNDARY, _c("gamma", F64, "resolution"), _c("n_communities", F64, "mean over seeds"),
-       _c("stability", F64, "mean pairwise NMI over seeds"), _c("modularity", F64, "of the positive graph"),
+       _c("stability", F64, "mean pairwise adjusted Rand index over seeds (chance-corrected)"),
+       _c("stability_nmi", F64, "mean pairwise NMI over seeds (biased towards many small communities)"),
+       _c("modularity", F64, "mean over seeds, of the positive graph (the selection criterion)"),
        _c("nontrivial", BOOL, "every seed non-trivial"), _c("chosen", BOOL, "the selected gamma"))
 _table("unit_amplification", "(sublayer, unit)", "coupling",
        LAYER, SUBLAYER, DEPTH, _c("unit", I32, "residual dimension"),
@@ -193,12 +197,18 @@ _table("unit_amplification", "(sublayer, unit)", "coupling",
        _c("row_norm", F64, "||e_i^T J||"), _c("diagonal", F64, "J_ii"))
 _table("coupling_tests", "sublayer", "coupling",
        LAYER, SUBLAYER, DEPTH, BOUNDARY, _c("n_boundary", I32, "boundary units"), _c("n_interior", I32, "interior units"),
-       _c("u_statistic", F64, "Mann-Whitney U of the boundary group"), _c("effect", F64, "rank-biserial 2U/(n1 n2) - 1"),
-       _c("p_value", F64, "Mann-Whitney two-sided"), _c("p_permutation", F64, "degree-stratified permutation p"),
-       _c("direction", STR, "amplified or suppressed"), _c("operator_type", STR, "from layer_metrics"),
+       _c("u_statistic", F64, "Mann-Whitney U of the boundary group (null when undefined)"),
+       _c("effect", F64, "rank-biserial 2U/(n1 n2) - 1 (null when undefined)"),
+       _c("p_value", F64, "Mann-Whitney two-sided (1 when undefined)"),
+       _c("p_permutation", F64, "degree-stratified permutation p (1 when undefined)"),
+       _c("direction", STR, "`amplified`, `suppressed`, or `undefined` (an empty group)"),
+       _c("reason", STR, "why the test is undefined (null when it is defined)"),
+       _c("operator_type", STR, "from layer_metrics"),
        _c("amplification_measure", STR, "the per-unit measure tested"),
-       _c("q_value", F64, "Benjamini-Hochberg within the model checkpoint"), _c("q_value_by", F64, "Benjamini-Yekutieli"),
-       _c("q_value_permutation", F64, "BH of the permutation p"), _c("significant", BOOL, "q_value < 0.05"))
+       _c("q_value", F64, "Benjamini-Hochberg over the defined tests of the model checkpoint (null when undefined)"),
+       _c("q_value_by", F64, "Benjamini-Yekutieli"),
+       _c("q_value_permutation", F64, "BH of the permutation p"),
+       _c("significant", BOOL, "q_value < 0.05 (null when undefined: never 'not significant')"))
 
 
 _table("runs", "run of a partition (written when it starts and when it ends)", "provenance",

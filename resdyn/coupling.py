@@ -9,6 +9,10 @@ r = 2 U_boundary / (n_b n_i) - 1 in [-1, 1] (> 0: boundary units amplified; < 0:
 Kerby 2014), and a degree-stratified permutation p-value (labels shuffled within degree bins,
 so a boundary/degree confound cannot fake an effect). Across the sublayers of one model
 checkpoint: Benjamini-Hochberg FDR (Benjamini-Yekutieli as a check).
+
+A test with an empty group is undefined, not "not significant": its p-values are 1 (METHODS.md),
+its effect, q-values and significance are null, its direction is ``undefined`` and its reason says
+why; it takes no part in the FDR correction of the defined tests.
 """
 
 from __future__ import annotations
@@ -39,13 +43,30 @@ class CouplingResult:
     n_boundary: int
     n_interior: int
     u_statistic: float
-    effect: float
+    effect: float  # nan when undefined
     p_value: float
     p_permutation: float
+    reason: str = ""  # why the test is undefined; empty when it is defined
+
+    @property
+    def defined(self) -> bool:
+        return not self.reason
 
     @property
     def direction(self) -> str:
+        if not self.defined:
+            return "undefined"
         return "amplified" if self.effect > 0 else "suppressed"
+
+
+def undefined_reason(n_boundary: int, n_interior: int) -> str:
+    if n_boundary == 0 and n_interior == 0:
+        return "no unit with a finite amplification"
+    if n_boundary == 0:
+        return "no boundary units (no unit's participation stands above the others': e.g. one community)"
+    if n_interior == 0:
+        return "no interior units (every unit is a boundary unit)"
+    return ""
 
 
 def rank_biserial(boundary: np.ndarray, interior: np.ndarray) -> tuple[float, float, float]:
@@ -63,14 +84,15 @@ def degree_strata(degree: np.ndarray, n_bins: int = 4) -> np.ndarray:
 
 def coupling_test(amplification: np.ndarray, is_boundary: np.ndarray, degree: np.ndarray | None = None, *,
                   n_permutations: int = 1000, seed: int = 0) -> CouplingResult:
-    """Boundary vs interior amplification; an empty group gives effect 0 and p = 1."""
+    """Boundary vs interior amplification; an empty group gives an undefined result (p = 1, effect nan, a reason)."""
     amplification = np.asarray(amplification, dtype=np.float64)
     is_boundary = np.asarray(is_boundary, dtype=bool)
     finite = np.isfinite(amplification)
     amplification, is_boundary = amplification[finite], is_boundary[finite]
     n_boundary, n_interior = int(is_boundary.sum()), int((~is_boundary).sum())
     if n_boundary == 0 or n_interior == 0:
-        return CouplingResult(n_boundary, n_interior, float("nan"), 0.0, 1.0, 1.0)
+        return CouplingResult(n_boundary, n_interior, float("nan"), float("nan"), 1.0, 1.0,
+                              undefined_reason(n_boundary, n_interior))
     u, effect, p_value = rank_biserial(amplification[is_boundary], amplification[~is_boundary])
     strata = degree_strata(np.asarray(degree)[finite]) if degree is not None else np.zeros(len(amplification), int)
     ranks = scipy.stats.rankdata(amplification)
@@ -91,8 +113,11 @@ def coupling_test(amplification: np.ndarray, is_boundary: np.ndarray, degree: np
 
 
 def false_discovery(p_values, method: str = "bh") -> np.ndarray:
-    """Adjusted p-values (q) by Benjamini-Hochberg ("bh") or Benjamini-Yekutieli ("by")."""
+    """Adjusted p-values (q) by Benjamini-Hochberg ("bh") or Benjamini-Yekutieli ("by"); nan entries (undefined
+    tests) stay nan and are not counted among the tests."""
     p_values = np.asarray(p_values, dtype=np.float64)
-    if len(p_values) == 0:
-        return p_values
-    return scipy.stats.false_discovery_control(p_values, method=method)
+    q = np.full(len(p_values), np.nan)
+    defined = ~np.isnan(p_values)
+    if defined.any():
+        q[defined] = scipy.stats.false_discovery_control(p_values[defined], method=method)
+    return q

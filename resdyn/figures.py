@@ -106,18 +106,24 @@ def community_distributions(sizes: dict[int, list[int]], participation: dict[int
 
 
 def coupling_by_depth(series: dict[str, tuple[list, list, list]], directory: Path, *, title: str) -> Path:
-    """Rank-biserial effect vs depth per checkpoint; FDR-significant sublayers filled."""
+    """Rank-biserial effect vs depth per checkpoint; FDR-significant sublayers filled; undefined tests (effect
+    None) leave gaps in the line and are marked with an x on the zero line."""
     figure, axis = plt.subplots(figsize=(6, 3.2))
     for label, (depths, effects, significant) in sorted(series.items()):
+        effects = np.asarray([np.nan if e is None else e for e in effects], dtype=np.float64)
         line, = axis.plot(depths, effects, lw=1, label=label)
-        marked = np.asarray(significant, dtype=bool)
+        undefined = np.isnan(effects)
+        if undefined.any():
+            axis.scatter(np.asarray(depths)[undefined], np.zeros(int(undefined.sum())), marker="x",
+                         color=line.get_color(), s=20, zorder=3)
+        marked = np.asarray([bool(s) for s in significant]) & ~undefined
         axis.scatter(np.asarray(depths)[marked], np.asarray(effects)[marked], color=line.get_color(), s=30, zorder=3)
-        axis.scatter(np.asarray(depths)[~marked], np.asarray(effects)[~marked], facecolors="none",
+        axis.scatter(np.asarray(depths)[~marked & ~undefined], effects[~marked & ~undefined], facecolors="none",
                      edgecolors=line.get_color(), s=30, zorder=3)
     axis.axhline(0, color="0.5", lw=0.8)
     axis.set_xlabel("depth (2 layer + [mlp])")
     axis.set_ylabel("boundary effect (rank-biserial)\n> 0 amplified, < 0 suppressed")
-    axis.legend(fontsize=7, title="filled: q < 0.05", title_fontsize=7)
+    axis.legend(fontsize=7, title="filled: q < 0.05; x: undefined", title_fontsize=7)
     axis.set_title(title)
     return _save(figure, directory, "coupling_by_depth")
 
@@ -187,3 +193,43 @@ def study_bars(groups: dict[str, dict[str, float]], directory: Path, *, name: st
     axis.legend(fontsize=7)
     figure.suptitle(title)
     return _save(figure, directory, name)
+
+
+def claims_panels(checkpoints: dict[str, "CheckpointData"], directory: Path, *, title: str,  # noqa: F821
+                  surgery_products: dict[str, dict[float, np.ndarray]] | None = None) -> Path:
+    """Four panels, one line per checkpoint against relative depth: non-normality dep/||J - I||_F, the complex
+    fraction, the cumulative effective rank (log y; dashed: Schur surgery at alpha = 0 where given) and the
+    coupling effect (filled: FDR-significant; colour of the marker: operator type)."""
+    figure, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    markers = {"near_symmetric": "o", "rotational_non_normal": "s", "other": "^"}
+    for label, data in checkpoints.items():
+        x = data.relative_depth
+        line, = axes[0].plot(x, data.henrici, lw=1.2, label=label)
+        axes[1].plot(x, data.complex_fraction, lw=1.2, color=line.get_color(), label=label)
+        depth_x = np.arange(len(data.cumulative_rank)) / max(1, len(data.cumulative_rank) - 1)
+        axes[2].plot(depth_x, data.cumulative_rank, lw=1.2, color=line.get_color(), label=f"{label}, alpha = 1")
+        if surgery_products and label in surgery_products and 0.0 in surgery_products[label]:
+            ranks = surgery_products[label][0.0]
+            axes[2].plot(np.arange(len(ranks)) / max(1, len(ranks) - 1), ranks, lw=1.2, ls="--",
+                         color=line.get_color(), label=f"{label}, alpha = 0")
+        effect = data.coupling_effect
+        axes[3].plot(x, effect, lw=0.8, color=line.get_color(), label=label)
+        for kind, marker in markers.items():
+            chosen = (data.operator_type == kind) & np.isfinite(effect)
+            significant = chosen & data.coupling_significant
+            axes[3].scatter(x[significant], effect[significant], marker=marker, color=line.get_color(), s=22)
+            axes[3].scatter(x[chosen & ~significant], effect[chosen & ~significant], marker=marker, s=22,
+                            facecolors="none", edgecolors=line.get_color())
+    axes[0].axhline(0.5, color="0.6", lw=0.8, ls=":")
+    axes[0].set_ylabel("dep(J) / ||J - I||_F")
+    axes[1].set_ylabel("complex fraction")
+    axes[2].set_yscale("log")
+    axes[2].set_ylabel("effective rank of J_l ... J_0")
+    axes[3].axhline(0, color="0.6", lw=0.8)
+    axes[3].set_ylabel("boundary effect (rank-biserial)\no near-sym., s rot. non-normal, ^ other")
+    for axis in axes:
+        axis.set_xlabel("relative depth")
+        axis.legend(fontsize=6)
+    figure.suptitle(title)
+    figure.tight_layout()
+    return _save(figure, directory, "claims")

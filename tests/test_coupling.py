@@ -36,11 +36,19 @@ def test_rank_biserial_matches_its_definition(fresh_seed):
     assert p == pytest.approx(scipy.stats.mannwhitneyu(a, b).pvalue)
 
 
-def test_empty_boundary_group_gives_p_one():
+def test_an_empty_group_makes_the_test_undefined_not_insignificant():
     result = coupling.coupling_test(np.arange(10.0), np.zeros(10, bool), np.ones(10))
-    assert (result.p_value, result.p_permutation, result.effect, result.n_boundary) == (1.0, 1.0, 0.0, 0)
+    assert (result.p_value, result.p_permutation, result.n_boundary) == (1.0, 1.0, 0)  # p = 1 (METHODS.md) ...
+    assert np.isnan(result.effect) and not result.defined and result.direction == "undefined"  # ... but undefined
+    assert "no boundary units" in result.reason
     result = coupling.coupling_test(np.arange(10.0), np.ones(10, bool))
-    assert result.p_value == 1.0
+    assert result.p_value == 1.0 and "no interior units" in result.reason
+    assert coupling.coupling_test(np.arange(10.0), np.arange(10) < 3).defined
+    # FDR over the defined tests only: undefined ones stay null and do not count as tests
+    p = np.array([0.01, np.nan, 0.04, 0.03, np.nan])
+    q = coupling.false_discovery(p)
+    assert np.isnan(q[[1, 4]]).all()
+    np.testing.assert_allclose(q[[0, 2, 3]], scipy.stats.false_discovery_control([0.01, 0.04, 0.03]), rtol=1e-12)
 
 
 def test_unit_amplification_columns(fresh_seed):

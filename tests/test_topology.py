@@ -70,8 +70,51 @@ def test_participation_and_boundary_rules():
     participation, share = topology.participation_coefficient(edges, membership)
     unit_3 = 1 - ((1 / 1.9) ** 2 + (0.9 / 1.9) ** 2)
     np.testing.assert_allclose(participation, [0.5, 0.0, 0.0, unit_3, 0.0], rtol=1e-12)
-    assert list(topology.boundary_units(participation)) == [True, False, False, True, False]
+    # primary rule: above the 75th percentile of the five (numpy's linear interpolation: the 4th smallest, unit 3)
+    assert list(topology.boundary_units(participation)) == [True, False, False, False, False]
+    assert list(topology.absolute_boundary_units(participation)) == [True, False, False, True, False]
     assert not topology.robust_boundary_units(share, membership).any()  # only one *other* community each
+
+
+def test_the_primary_boundary_rule_leaves_both_groups_whenever_participation_varies(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    for _ in range(50):
+        n = int(rng.integers(4, 600))
+        participation = rng.uniform(0.31, 0.95, n)  # every unit above the absolute threshold: all "boundary" by it
+        participation[rng.uniform(size=n) < 0.2] = 0.0
+        if np.ptp(participation) == 0:
+            continue
+        boundary = topology.boundary_units(participation)
+        assert 0 < boundary.sum() < n
+        assert boundary.sum() <= np.ceil(0.25 * n)
+        assert participation[boundary].min() > participation[~boundary].max() - 1e-15
+        assert topology.absolute_boundary_units(participation).sum() >= boundary.sum()
+    assert not topology.boundary_units(np.zeros(10)).any()  # one community: nobody links communities
+
+
+def test_scan_chooses_the_modularity_peak_not_the_fragmented_partition(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    activations, truth = planted_activations(rng, n_communities=6, size=30, n_observations=400)
+    edges = topology.signed_graph(topology.correlation_matrix(activations), "knn", k=30)
+    scan = topology.scan_gamma(edges, seeds=(0, 1, 2))
+    rows = {row.gamma: row for row in scan.rows}
+    chosen = rows[scan.gamma]
+    positive, _ = topology.layer_graphs(edges)
+    assert chosen.modularity >= max(row.modularity for row in scan.rows if row.nontrivial) - topology.MODULARITY_TIE
+    assert positive.modularity(list(scan.membership), weights="weight") >= chosen.modularity - 1e-12
+    assert topology.normalized_mutual_information(scan.membership, truth) > 0.9
+    fragmented = max(scan.rows, key=lambda row: row.n_communities)
+    assert fragmented.stability_nmi > chosen.stability_nmi - 0.3  # NMI barely tells them apart (its bias) ...
+    assert chosen.n_communities < fragmented.n_communities / 3  # ... the rule does not take the fragments
+    # the adjusted Rand index of two seeds' partitions equals its pair-counting definition
+    a, b = (topology.signed_leiden(edges, scan.gamma, seed) for seed in (0, 1))
+    pairs = np.triu_indices(len(a), 1)
+    same_a, same_b = a[pairs[0]] == a[pairs[1]], b[pairs[0]] == b[pairs[1]]
+    index = np.sum(same_a & same_b)
+    expected = same_a.sum() * same_b.sum() / len(same_a)
+    maximum = (same_a.sum() + same_b.sum()) / 2
+    ari = (index - expected) / (maximum - expected) if maximum != expected else 1.0
+    assert topology.adjusted_rand_index(a, b) == pytest.approx(ari, abs=1e-9)
 
 
 def test_same_seed_same_membership_across_processes(fresh_seed):

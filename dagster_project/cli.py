@@ -1,7 +1,8 @@
 """``resdyn``: run the study, ask the warehouse SQL, list and check partitions, without opening the UI.
 
-    resdyn run --suite tiny
-    resdyn run --model PATH_OR_HUB_ID_OR_NAME [--model ...] [--checkpoint C ...] [--revision R] [--name N]
+    resdyn run --suite tiny|smollm2|default
+    resdyn run --model PATH_OR_HUB_ID_OR_NAME_OR_GGUF [--model ...] [--checkpoint C ...] [--revision R] [--name N]
+               [--null-model]
                [analysis settings: resdyn run --help] [--warehouse DIR] [--summary FILE]
     resdyn sql "SELECT ..." | FILE.sql [--warehouse DIR] [--csv]
     resdyn models [--warehouse DIR]
@@ -9,6 +10,7 @@
     resdyn check [--warehouse DIR]
     resdyn forget MODEL@CHECKPOINT [--yes] [--warehouse DIR]
     resdyn report [--warehouse DIR] [--output FILE]
+    resdyn claims MODEL [--null CHECKPOINT] [--trained CHECKPOINT] [--output DIR] [--warehouse DIR]
     resdyn ui [--warehouse DIR] [--host H] [--port P] [--no-daemon]
 
 Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/settings.py).
@@ -180,6 +182,19 @@ def command_report(arguments) -> int:
     return 0
 
 
+def command_claims(arguments) -> int:
+    """The paper's claims on one model: null-model checkpoint beside trained, verdicts by fixed rules."""
+    from .claims import build_claims
+
+    store = Warehouse(arguments.warehouse)
+    _warn_problems(store)
+    report, figure = build_claims(store, arguments.model, arguments.null, arguments.trained,
+                                  Path(arguments.output) if arguments.output else None)
+    print(report.markdown())
+    print(f"\nclaims: {figure.parent / 'claims.md'}, {figure.parent / 'claims.json'}, {figure}")
+    return 0
+
+
 def _register_with_dagster(keys: list[str]) -> None:
     """Add the keys to the Dagster instance's partitions when there is a persistent instance (DAGSTER_HOME)."""
     if not os.environ.get("DAGSTER_HOME"):
@@ -212,9 +227,12 @@ def command_check(arguments) -> int:
 
 def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
     if arguments.suite:
-        if arguments.suite != "tiny":
-            raise UsageError(f"unknown suite {arguments.suite!r}; the embedded suite is 'tiny'")
-        return [key for key in registry.partition_keys(registry.tiny_suite())
+        if arguments.suite not in registry.suites:
+            raise UsageError(f"unknown suite {arguments.suite!r}; the embedded suites: {', '.join(sorted(registry.suites))}")
+        names = registry.suites[arguments.suite]
+        for name in names:
+            _check_gguf_source(registry.get(name))
+        return [key for key in registry.partition_keys(names)
                 if not arguments.checkpoint or key.split("@")[1] in arguments.checkpoint]
     keys = []
     for model in arguments.model:
@@ -222,13 +240,52 @@ def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
     return keys
 
 
+def _check_gguf_source(spec: ModelSpec) -> None:
+    """A registered GGUF model's file must be there before any run starts (a missing wheel: one line naming it)."""
+    if spec.is_gguf:
+        spec.gguf_path()
+
+
+def _register_gguf(path: Path, arguments, registry: ModelRegistry) -> list[str]:
+    """Record a GGUF file (checked and hashed first: a damaged or unsupported file registers nothing)."""
+    from resdyn.models.gguf_import import describe_gguf
+    from resdyn.models.registry import GGUF_REVISION, INIT_REVISION
+
+    if arguments.revision:
+        raise UsageError(f"--revision names a hub revision, but {path} is a GGUF file (one checkpoint; label it with "
+                         "--checkpoint NAME)")
+    if arguments.checkpoint and len(arguments.checkpoint) > 1:
+        raise UsageError("a GGUF file is one checkpoint: give at most one --checkpoint label")
+    description = describe_gguf(path)
+    name = check_name(arguments.name or path.stem, "model name")
+    checkpoints = {check_name((arguments.checkpoint or ["local"])[0], "checkpoint"): GGUF_REVISION}
+    if arguments.null_model:
+        checkpoints[INIT_REVISION] = INIT_REVISION
+    previous = registry.specs.get(name)
+    registry.add(ModelSpec(name, description.family, str(path), checkpoints, description.sha256,
+                           description.quantization_summary))
+    changed = previous is not None and previous.sha256 and previous.sha256 != description.sha256
+    print(f"registered {name} -> {path} (GGUF {description.architecture}, {description.quantization_summary}, sha256 "
+          f"{description.sha256[:12]}{'; changed since last registered: it will be imported again' if changed else ''}"
+          f"), checkpoints {list(checkpoints)}")
+    return [partition_key(name, c) for c in checkpoints]
+
+
 def _partitions_of_model(model: str, arguments, registry: ModelRegistry) -> list[str]:
+    from resdyn.models.gguf_import import find_gguf
+
+    gguf_file = find_gguf(model) if model not in registry.specs or Path(model).expanduser().exists() else None
+    if gguf_file is not None:
+        return _register_gguf(gguf_file, arguments, registry)
+    if arguments.null_model:
+        raise UsageError("--null-model applies to a new GGUF --model (a registered model lists its own checkpoints)")
     is_directory = Path(model).expanduser().is_dir()
     if arguments.revision and is_directory:
         raise UsageError(f"--revision names a hub revision, but {model} is a local directory (a directory is one "
                          "checkpoint; label it with --checkpoint NAME)")
     if model in registry.specs and not is_directory:
         spec = registry.get(model)
+        _check_gguf_source(spec)
         checkpoints = arguments.checkpoint or list(spec.checkpoints)
         unknown = [c for c in checkpoints if c not in spec.checkpoints]
         if unknown:
@@ -497,12 +554,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="materialize every asset for some model checkpoints")
     source = run.add_mutually_exclusive_group(required=True)
-    source.add_argument("--suite", help="'tiny': the embedded tiny model suite")
-    source.add_argument("--model", action="append", help="registered name, local HF directory, or hub id (repeatable)")
+    source.add_argument("--suite", help="an embedded suite: 'tiny' (the tiny model suite), 'smollm2' (SmolLM2-135M, "
+                        "init and trained) or 'default' (both)")
+    source.add_argument("--model", action="append", help="registered name, local HF directory, hub id, or a GGUF file "
+                        "(or a directory holding one .gguf) (repeatable)")
     run.add_argument("--checkpoint", action="append", help="checkpoint(s) to run (repeatable); default: all. For a new "
                      "local directory: its label (default 'local'); for a new hub id: its revisions")
     run.add_argument("--revision", help="hub revision for a new hub --model (becomes its checkpoint name)")
-    run.add_argument("--name", help="name for a new --model (default: the directory or repository name)")
+    run.add_argument("--name", help="name for a new --model (default: the directory or repository name, or the GGUF "
+                     "file's stem)")
+    run.add_argument("--null-model", action="store_true", help="with a new GGUF --model: also its checkpoint 'init', "
+                     "the same config with freshly initialised weights (HF's initialisation, seed 0)")
     for setting in SETTINGS:
         run.add_argument(setting.flag, dest=setting.name, default=None,
                          help=f"{setting.help} [{setting.variable}; default {setting.default}]")
@@ -537,6 +599,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--warehouse")
     report.add_argument("--output", help="where to write the HTML (default: <warehouse>/report.html)")
     report.set_defaults(handler=command_report)
+
+    claims = commands.add_parser("claims", help="the paper's claims on one model: null model vs trained, with verdicts")
+    claims.add_argument("model", help="a model with two complete partitions, e.g. smollm2-135m")
+    claims.add_argument("--null", default="init", help="the null-model (untrained) checkpoint (default: init)")
+    claims.add_argument("--trained", default="trained", help="the trained checkpoint (default: trained)")
+    claims.add_argument("--output", help="directory for claims.json, claims.md, claims.png "
+                        "(default: <warehouse>/_artefacts/claims/MODEL)")
+    claims.add_argument("--warehouse")
+    claims.set_defaults(handler=command_claims)
 
     forget = commands.add_parser("forget", help="remove a partition MODEL@CHECKPOINT and its data")
     forget.add_argument("partition", help="MODEL@CHECKPOINT")

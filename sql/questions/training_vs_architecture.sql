@@ -1,7 +1,7 @@
--- Training vs architecture: each checkpoint's depth-averaged metrics beside its model's first (step-0) checkpoint.
+-- Training vs architecture: each checkpoint's depth-averaged metrics beside its model's first (step-0 or init) checkpoint.
 WITH per_checkpoint AS (
     SELECT l.model, l.checkpoint,
-           coalesce(try_cast(regexp_extract(l.checkpoint, '(\d+)$', 1) AS BIGINT), 0) AS step,
+           checkpoint_order(l.checkpoint) AS step,
            avg(l.henrici_rel_j_minus_i) AS henrici_rel, avg(l.frac_complex) AS frac_complex,
            avg(l.self_alignment) AS self_alignment, avg(l.effective_rank) AS single_layer_rank,
            any_value(c.full_depth_rank) AS full_depth_rank

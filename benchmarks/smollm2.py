@@ -1,0 +1,166 @@
+"""One SmolLM2-135M partition, stage by stage, beside each stage's floor (a benchmark, not a test).
+
+    python benchmarks/smollm2.py [--samples 128 256] [--checkpoint trained] [--markdown]
+
+For each sample count n, ``resdyn run --model smollm2-135m --checkpoint C --samples n`` (the other
+settings at their defaults: T = 64, last position, float64, structured backend) runs into a fresh
+warehouse on the multiprocess executor, so that every step is a process of its own and its peak RSS
+(``ru_maxrss``, reported by the step) is the stage's own; the whole run is under ``/usr/bin/time -v``.
+Then, in this process and on the partition's own matrices, the floors:
+
+- measurements: the forward pass of the 30 decoder layers over the same n x T tokens, timed inside
+  the measurement stage itself (``seconds_by_part.forward``);
+- spectral_analysis, transient_analysis, layer_metrics_per_sample: one real Schur form
+  (``scipy.linalg.schur(J, output="real")``, LAPACK dgees with vectors) of each sublayer's 576 x 576
+  mean Jacobian, summed over the 60 sublayers;
+- community_tables: one signed Leiden run per graph at its chosen gamma (the scan makes
+  len(gammas) x seeds of them), summed over the 60 graphs.
+
+Writes benchmarks/results/smollm2.json; ``--markdown`` prints the README table from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).with_name("results") / "smollm2.json"
+SCHUR_STAGES = ("spectral_analysis", "transient_analysis", "layer_metrics_per_sample")
+STAGES = ("model_checkpoints", "samples", "measurements", "graph_edges", "spectral_analysis", "unit_amplification",
+          "community_tables", "transient_analysis", "coupling_tests", "layer_metrics_per_sample")  # steps, not checks
+
+
+def run_partition(samples: int, checkpoint: str, directory: Path) -> dict:
+    sys.path.insert(0, str(REPOSITORY / "benchmarks"))
+    from paper_scale import TreeMemory
+
+    warehouse = directory / f"n{samples}" / "warehouse"
+    shutil.rmtree(warehouse.parent, ignore_errors=True)
+    warehouse.mkdir(parents=True)
+    summary = warehouse.parent / "summary.json"
+    command = ["/usr/bin/time", "-v", str(Path(sys.executable).parent / "resdyn"), "run", "--model", "smollm2-135m",
+               "--checkpoint", checkpoint, "--samples", str(samples), "--executor", "multiprocess",
+               "--warehouse", str(warehouse), "--summary", str(summary), "--log-level", "WARNING"]
+    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=REPOSITORY, env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    sampler = TreeMemory(process.pid)
+    sampler.start()
+    output = process.communicate()[0]
+    sampler.running = False
+    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", output)
+    record = {"samples": samples, "checkpoint": checkpoint, "returncode": process.returncode,
+              "seconds": round(time.perf_counter() - started, 1),
+              "peak_rss_gib_largest_process": round(int(peak.group(1)) / 2**20, 2) if peak else None,
+              "peak_tree_rss_gib": round(sampler.peak_kb / 2**20, 2),
+              "checks": re.findall(r"checks (\d+/\d+) passed", output), "warehouse": str(warehouse)}
+    if process.returncode != 0:
+        record["output_tail"] = output[-3000:]
+        return record
+    steps = next(iter(json.loads(summary.read_text()).values()))["steps"]
+    record["stages"] = {name: {"seconds": step["seconds"], "peak_rss_gib": round(step.get("peak_rss_mb", 0) / 1024, 2),
+                               **({"seconds_by_part": step["seconds_by_part"]} if "seconds_by_part" in step else {})}
+                        for name, step in steps.items() if name in STAGES}
+    return record
+
+
+def floors(warehouse: Path, checkpoint: str) -> dict:
+    """Seconds of the floors (module docstring), measured here on the partition's own matrices and graphs."""
+    import numpy as np
+    import scipy.linalg
+    from threadpoolctl import threadpool_limits
+
+    sys.path.insert(0, str(REPOSITORY))
+    from resdyn import topology
+    from resdyn.assets.common import iter_matrices
+    from resdyn.assets.topology import edges_by_boundary
+    from resdyn.dagster_project.warehouse import Warehouse
+
+    store = Warehouse(warehouse)
+    schur = 0.0
+    with threadpool_limits(os.cpu_count()):
+        for _, matrix in iter_matrices(store, "jacobians", "smollm2-135m", checkpoint):
+            started = time.perf_counter()
+            scipy.linalg.schur(np.asarray(matrix, dtype=np.float64), output="real")
+            schur += time.perf_counter() - started
+    gammas = {(row["layer"], row["boundary"]): row["gamma"] for row in store.query(
+        "SELECT DISTINCT layer, boundary, gamma FROM communities").to_pylist()}
+    leiden = 0.0
+    for key, edges in edges_by_boundary(store, "smollm2-135m", checkpoint):
+        started = time.perf_counter()
+        topology.signed_leiden(edges, gammas[key], 0)
+        leiden += time.perf_counter() - started
+    return {"schur_per_sublayer_summed": round(schur, 2), "one_leiden_per_graph_summed": round(leiden, 2)}
+
+
+def ratios(record: dict) -> dict:
+    stages, floor = record["stages"], record["floors"]
+    out = {}
+    forward = stages["measurements"].get("seconds_by_part", {}).get("forward")
+    if forward:
+        out["measurements"] = {"floor": "forward pass", "floor_seconds": round(forward, 1),
+                               "ratio": round(stages["measurements"]["seconds"] / forward, 2)}
+    for stage in SCHUR_STAGES:
+        if stage in stages:
+            out[stage] = {"floor": "one real Schur form per sublayer", "floor_seconds": floor["schur_per_sublayer_summed"],
+                          "ratio": round(stages[stage]["seconds"] / floor["schur_per_sublayer_summed"], 1)}
+    if "community_tables" in stages:
+        out["community_tables"] = {"floor": "one Leiden run per graph",
+                                   "floor_seconds": floor["one_leiden_per_graph_summed"],
+                                   "ratio": round(stages["community_tables"]["seconds"] /
+                                                  floor["one_leiden_per_graph_summed"], 1)}
+    return out
+
+
+def markdown(results: dict) -> str:
+    runs = [results[key] for key in sorted(results, key=lambda k: int(k[1:])) if key.startswith("n")]
+    header = "| stage | " + " | ".join(f"n = {r['samples']} s | peak GiB | x floor" for r in runs) + " | floor |"
+    lines = [header, "|---|" + "---|---|---|" * len(runs) + "---|"]
+    names = list(runs[0]["stages"])
+    for name in names:
+        cells = []
+        for run in runs:
+            stage, ratio = run["stages"].get(name, {}), run["ratios"].get(name, {})
+            cells.append(f"{stage.get('seconds', '')} | {stage.get('peak_rss_gib', '')} | {ratio.get('ratio', '')}")
+        floor = runs[0]["ratios"].get(name, {}).get("floor", "")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {floor} |")
+    lines.append("| whole run | " + " | ".join(f"{r['seconds']} | {r['peak_tree_rss_gib']} (tree) | " for r in runs)
+                 + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", nargs="+", type=int, default=[128, 256])
+    parser.add_argument("--checkpoint", default="trained", choices=["trained", "init"])
+    parser.add_argument("--directory", type=Path, default=REPOSITORY / "benchmarks" / ".smollm2")
+    parser.add_argument("--markdown", action="store_true", help="print the README table from the results; run nothing")
+    arguments = parser.parse_args()
+    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    if arguments.markdown:
+        print(markdown(results))
+        return 0
+    results["machine"] = {"cores": os.cpu_count(), "note": "seconds on this machine, idle unless said"}
+    for samples in arguments.samples:
+        record = run_partition(samples, arguments.checkpoint, arguments.directory)
+        if record["returncode"] == 0:
+            record["floors"] = floors(Path(record["warehouse"]), arguments.checkpoint)
+            record["ratios"] = ratios(record)
+        print(json.dumps({k: v for k, v in record.items() if k != "output_tail"}, indent=1), flush=True)
+        results[f"n{samples}"] = record
+        RESULTS.write_text(json.dumps(results, indent=2))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,7 @@
 """Stage 8: functional topology: correlation graphs and signed Leiden communities per boundary."""
 
+import contextlib
+
 import dagster as dg
 import numpy as np
 import pyarrow as pa
@@ -81,32 +83,35 @@ def _communities(context, settings, store):
     rows, scan_rows, sizes, participations = [], [], {}, {}
     seeds = tuple(range(settings.seed, settings.seed + settings.leiden_seeds))
     leiden_seconds = wall_seconds = 0.0
-    for (layer, boundary), edges in edges_by_boundary(store, model, checkpoint):
-        workers = (settings.workers or default_workers()) if edges.n_units >= PARALLEL_MIN_UNITS else 1
-        scan = topology.scan_gamma(edges, seeds=seeds, workers=workers)
-        leiden_seconds, wall_seconds = leiden_seconds + scan.leiden_seconds, wall_seconds + scan.wall_seconds
-        membership = scan.membership
-        participation, share = topology.participation_coefficient(edges, membership)
-        is_boundary = topology.boundary_units(participation)
-        absolute = topology.absolute_boundary_units(participation)
-        robust = topology.robust_boundary_units(share, membership)
-        degree = topology.unit_degree(edges)
-        depth = sublayer_depth(layer, boundary)
-        sizes[depth] = np.bincount(membership).tolist()
-        participations[depth] = participation
-        rows.append(pa.table({
-            "layer": np.full(edges.n_units, layer, np.int32), "boundary": pa.repeat(pa.scalar(boundary), edges.n_units),
-            "depth": np.full(edges.n_units, depth, np.int32), "unit": np.arange(edges.n_units, dtype=np.int32),
-            "community": membership.astype(np.int32), "participation": participation, "is_boundary": is_boundary,
-            "is_boundary_absolute": absolute, "is_boundary_robust": robust, "degree": degree.astype(np.int32),
-            "gamma": np.full(edges.n_units, scan.gamma), "seed": np.full(edges.n_units, settings.seed, np.int32)}))
-        scan_rows += [{"layer": layer, "boundary": boundary, "gamma": r.gamma, "n_communities": r.n_communities,
-                       "stability": r.stability, "stability_nmi": r.stability_nmi, "modularity": r.modularity,
-                       "nontrivial": r.nontrivial,
-                       "chosen": r.gamma == scan.gamma} for r in scan.rows]
-        context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "
-                         f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
-                         f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers} worker(s))")
+    workers, pool = settings.workers or default_workers(), None
+    with contextlib.ExitStack() as pools:  # one Leiden pool for every graph of the partition
+        for (layer, boundary), edges in edges_by_boundary(store, model, checkpoint):
+            if pool is None and workers > 1 and edges.n_units >= PARALLEL_MIN_UNITS:
+                pool = pools.enter_context(topology.LeidenPool(workers))
+            scan = topology.scan_gamma(edges, seeds=seeds, pool=pool if edges.n_units >= PARALLEL_MIN_UNITS else None)
+            leiden_seconds, wall_seconds = leiden_seconds + scan.leiden_seconds, wall_seconds + scan.wall_seconds
+            membership = scan.membership
+            participation, share = topology.participation_coefficient(edges, membership)
+            is_boundary = topology.boundary_units(participation)
+            absolute = topology.absolute_boundary_units(participation)
+            robust = topology.robust_boundary_units(share, membership)
+            degree = topology.unit_degree(edges)
+            depth = sublayer_depth(layer, boundary)
+            sizes[depth] = np.bincount(membership).tolist()
+            participations[depth] = participation
+            rows.append(pa.table({
+                "layer": np.full(edges.n_units, layer, np.int32), "boundary": pa.repeat(pa.scalar(boundary), edges.n_units),
+                "depth": np.full(edges.n_units, depth, np.int32), "unit": np.arange(edges.n_units, dtype=np.int32),
+                "community": membership.astype(np.int32), "participation": participation, "is_boundary": is_boundary,
+                "is_boundary_absolute": absolute, "is_boundary_robust": robust, "degree": degree.astype(np.int32),
+                "gamma": np.full(edges.n_units, scan.gamma), "seed": np.full(edges.n_units, settings.seed, np.int32)}))
+            scan_rows += [{"layer": layer, "boundary": boundary, "gamma": r.gamma, "n_communities": r.n_communities,
+                           "stability": r.stability, "stability_nmi": r.stability_nmi, "modularity": r.modularity,
+                           "nontrivial": r.nontrivial,
+                           "chosen": r.gamma == scan.gamma} for r in scan.rows]
+            context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "
+                             f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
+                             f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers if pool else 1} worker(s))")
     table = pa.concat_tables(rows).cast(spec("communities").schema())
     written = store.write("communities", model, checkpoint, table)
     png = community_distributions(sizes, participations, store.artefact_directory("figures", model, checkpoint),

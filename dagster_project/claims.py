@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from resdyn.claims import CheckpointData, ClaimsReport, evaluate
+from resdyn.claims import CheckpointData, ClaimsReport, diagnostics, evaluate
 
 from .warehouse import SQL_DIRECTORY, Warehouse
 
@@ -27,6 +27,7 @@ def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointD
     """Every complete checkpoint of ``model`` as CheckpointData, and its surgery ranks through depth per alpha."""
     sublayers, cumulative = _rows(store, "sublayers", model), _rows(store, "cumulative", model)
     surgery, sizes = _rows(store, "surgery", model), {r["checkpoint"]: r for r in _rows(store, "checkpoints", model)}
+    graphs = {r["checkpoint"]: r for r in _rows(store, "graphs", model)}
     surgery_by_depth = store.query("SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
                                    "ORDER BY depth", complete_only=True).to_pylist()
     data, products = {}, {}
@@ -41,13 +42,21 @@ def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointD
             coupling_effect=column("coupling_effect").astype(float),
             coupling_significant=np.asarray([bool(r["coupling_significant"]) for r in rows]),
             d_model=int(sizes.get(checkpoint, {}).get("d_model", 0)),
-            n_samples=int(sizes.get(checkpoint, {}).get("n_samples", 0)))
+            n_samples=int(sizes.get(checkpoint, {}).get("n_samples", 0)),
+            n_observations=int(graphs.get(checkpoint, {}).get("n_observations", 0)),
+            median_edge_correlation=float(graphs.get(checkpoint, {}).get("median_edge_correlation", float("nan"))),
+            graph_k=int(graphs.get(checkpoint, {}).get("graph_k", 0)))
         products[checkpoint] = {}
         for row in surgery_by_depth:
             if row["model"] == model and row["checkpoint"] == checkpoint:
                 products[checkpoint].setdefault(row["alpha"], []).append(row["effective_rank"])
         products[checkpoint] = {alpha: np.asarray(ranks) for alpha, ranks in products[checkpoint].items()}
     return data, products
+
+
+def claim_pairs(store: Warehouse) -> list[dict]:
+    """(model, null_checkpoint, trained_checkpoint) of every model with two or more complete partitions."""
+    return store.query((SQL_DIRECTORY / "claims" / "pairs.sql").read_text()).to_pylist()
 
 
 def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_checkpoint: str,
@@ -61,7 +70,8 @@ def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_che
         raise ValueError(f"{model}: no complete partition for checkpoint(s) {', '.join(missing)} (complete: {known}); "
                          f"run `resdyn run --model {model}` first")
     report = ClaimsReport(model, null_checkpoint, trained_checkpoint,
-                          evaluate(data[null_checkpoint], data[trained_checkpoint]))
+                          evaluate(data[null_checkpoint], data[trained_checkpoint]),
+                          diagnostics(data[null_checkpoint], data[trained_checkpoint]))
     output = Path(output) if output else store.root / "_artefacts" / "claims" / model
     output.mkdir(parents=True, exist_ok=True)
     pair = {null_checkpoint: data[null_checkpoint], trained_checkpoint: data[trained_checkpoint]}
@@ -74,7 +84,7 @@ def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_che
               "settings": {r["checkpoint"]: json.loads(r["settings"]) for r in settings if r["model"] == model},
               "claims": [{**claim.row(), "null_estimate": asdict(claim.null_model) if claim.null_model else None,
                           "trained_estimate": asdict(claim.trained) if claim.trained else None}
-                         for claim in report.claims]}
+                         for claim in report.claims], "diagnostics": report.diagnostics}
     (output / "claims.json").write_text(json.dumps(record, indent=2))
     (output / "claims.md").write_text(report.markdown() + "\n")
     return report, figure

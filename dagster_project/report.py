@@ -4,7 +4,9 @@
 (b) non-normality and complex fraction against relative depth, a line per model and checkpoint,
 (c) cumulative effective rank against relative depth,
 (d) the surgery effect (full-depth rank at alpha = 0 against alpha = 1),
-(e) the coupling effect by operator type.
+(e) the coupling effect by operator type,
+(f) the paper's claims for every model with two or more complete checkpoints, its first (the null
+model) against its last (``resdyn claims``; verdicts by the rules of resdyn/claims.py).
 Every table is a named SQL file over the complete partitions only (sql/questions/, sql/study/);
 the report embeds its figures (base64 PNG), shows each table beside its figure, and lists the
 settings and provenance (run, settings hash, code commit, corpus) of every partition it used.
@@ -117,6 +119,23 @@ table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;paddin
 th{background:#f4f4f4}code{font-size:12px}"""
 
 
+def _claims_section(store: Warehouse) -> str:
+    from .claims import build_claims, claim_pairs
+
+    parts = ["<h2>(f) The paper's claims: each model's first checkpoint (null model) against its last</h2>"]
+    for pair in claim_pairs(store):
+        report, figure = build_claims(store, pair["model"], pair["null_checkpoint"], pair["trained_checkpoint"])
+        rows = [claim.row() for claim in report.claims]
+        table = pa.Table.from_pylist([{key: row[key] for key in ("claim", "measure", "paper", "rule", "null_model",
+                                                                 "trained", "verdict", "note")} for row in rows])
+        image = base64.b64encode(figure.read_bytes()).decode()
+        parts.append(f"<h3>{html.escape(pair['model'])}: {html.escape(pair['null_checkpoint'])} vs "
+                     f"{html.escape(pair['trained_checkpoint'])}</h3><section><figure><img alt='claims' "
+                     f"src='data:image/png;base64,{image}'></figure><div class='table'>{_html_table(table)}</div>"
+                     "</section>")
+    return "".join(parts) if len(parts) > 1 else ""
+
+
 def build_report(store: Warehouse, output: Path | None = None) -> tuple[Path, dict[str, tuple[pa.Table, Path]]]:
     """Every section's table and figure, and report.html (default: <warehouse>/report.html)."""
     directory = store.root / "_artefacts" / "report"
@@ -133,6 +152,7 @@ def build_report(store: Warehouse, output: Path | None = None) -> tuple[Path, di
         parts.append(f"<h2>{html.escape(section.title)}</h2><p>SQL: <code>sql/{section.sql_file}</code></p><section>"
                      f"<figure><img alt='{section.name}' src='data:image/png;base64,{image}'></figure>"
                      f"<div class='table'>{_html_table(table)}</div></section>")
+    parts.append(_claims_section(store))
     runs = provenance(store)
     parts.append("<h2>Settings and provenance of every partition used</h2><section><div class='table'>"
                  + _html_table(runs.drop_columns(["settings"])) + "</div></section>")

@@ -23,10 +23,33 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.special
+import scipy.stats
 
 N_BOOTSTRAP = 2000
 BOOTSTRAP_SEED = 0
 EARLY, LATE = 1 / 3, 2 / 3  # relative depth: the first and last thirds of the network
+
+
+def ginibre_complex_fraction(n: int) -> float:
+    """Expected fraction of non-real eigenvalues of an n x n matrix of independent N(0, 1) entries (real
+    Ginibre): 1 - E_n / n with E_n = 1/2 + sqrt(2) 2F1(1, -1/2; n; 1/2) Gamma(n + 1/2) / (Gamma(n) sqrt(pi)) real
+    ones (Edelman, Kostlan & Shub 1994, J. AMS 7, Theorem 5.1; E_n ~ sqrt(2 n / pi)). The complex fraction a
+    non-symmetric matrix shows without any learned rotation."""
+    ratio = np.exp(scipy.special.gammaln(n + 0.5) - scipy.special.gammaln(n))
+    real = 0.5 + np.sqrt(2.0) * scipy.special.hyp2f1(1.0, -0.5, n, 0.5) * ratio / np.sqrt(np.pi)
+    return float(1.0 - real / n)
+
+
+def noise_knn_correlation(n_observations: int, n_units: int, k: int) -> float:
+    """The median |r| of a unit's k strongest correlations when all units are independent Gaussians: the
+    (k/2)-th largest of n_units - 1 values |r|, with atanh(r) sqrt(n - 3) ~ N(0, 1) (Fisher 1921). A kNN
+    correlation graph whose edges sit near this carries little but sampling noise."""
+    if n_observations <= 3 or n_units <= 1:
+        return float("nan")
+    tail = (k / 2) / (n_units - 1)
+    z = scipy.stats.norm.isf(tail / 2)
+    return float(np.tanh(z / np.sqrt(n_observations - 3)))
 
 
 @dataclass(frozen=True)
@@ -56,6 +79,9 @@ class CheckpointData:
     coupling_significant: np.ndarray  # bool, False where undefined
     d_model: int = 0
     n_samples: int = 0
+    n_observations: int = 0  # (sample, position) pairs behind the correlation graphs
+    median_edge_correlation: float = float("nan")  # median |r| over the kNN graphs' edges
+    graph_k: int = 0
 
     @property
     def relative_depth(self) -> np.ndarray:
@@ -153,7 +179,9 @@ def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
     claims.append(Claim(
         "early_rotation", "Early layers are rotation-rich", "mean complex fraction, first third of depth",
         "about 0.98", "trained > 0.5 (most eigenvalues in complex pairs)", early(null), early(trained),
-        side(early(trained), 0.5, True)))
+        side(early(trained), 0.5, True),
+        f"a random real matrix of this size: {ginibre_complex_fraction(max(trained.d_model, 1)):.3f}"
+        if trained.d_model else ""))
     gradient = lambda d: bootstrap(slope, d.relative_depth, d.henrici)  # noqa: E731
     claims.append(Claim(
         "nonnormality_gradient", "Non-normality falls monotonically with depth",
@@ -168,7 +196,8 @@ def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
     claims.append(Claim(
         "init_near_symmetric", "At initialisation layers are already near-symmetric",
         "mean dep/||J - I||_F over all sublayers", "near-symmetric at OLMo step 0", "null model < 0.5",
-        overall(null), overall(trained), side(overall(null), 0.5, False)))
+        overall(null), overall(trained), side(overall(null), 0.5, False),
+        "a random real matrix: 0.71 (sum |lambda|^2 ~ ||A||_F^2 / 2)"))
     rotation_gain = _paired_difference(trained, null, lambda d: d.complex_fraction, lambda d: d.relative_depth < LATE)
     claims.append(Claim(
         "training_adds_rotation", "Training pulls early and middle layers toward rotation",
@@ -231,12 +260,25 @@ def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
     return claims
 
 
+def diagnostics(null: CheckpointData, trained: CheckpointData) -> list[dict]:
+    """What the data says about the measurements behind the claims (not claims of the paper)."""
+    rows = []
+    for label, data in (("null model", null), ("trained", trained)):
+        noise = noise_knn_correlation(data.n_observations, data.d_model, data.graph_k)
+        rows.append({"checkpoint": label, "measure": "median |r| of the kNN graphs' edges vs independent units",
+                     "value": data.median_edge_correlation, "noise": noise,
+                     "ratio": data.median_edge_correlation / noise if noise and np.isfinite(noise) else float("nan"),
+                     "observations": data.n_observations, "units": data.d_model, "k": data.graph_k})
+    return rows
+
+
 @dataclass
 class ClaimsReport:
     model: str
     null_checkpoint: str
     trained_checkpoint: str
     claims: list[Claim] = field(default_factory=list)
+    diagnostics: list[dict] = field(default_factory=list)
 
     def markdown(self) -> str:
         lines = ["| claim (PAPER.md) | measure | paper | rule | null model | trained | verdict |",
@@ -246,4 +288,8 @@ class ClaimsReport:
             note = f" ({row['note']})" if row["note"] else ""
             lines.append(f"| {row['claim']} | {row['measure']}{note} | {row['paper']} | {row['rule']} | "
                          f"{row['null_model']} | {row['trained']} | **{row['verdict']}** |")
+        for row in self.diagnostics:
+            lines.append(f"\nGraphs ({row['checkpoint']}): median kNN edge |r| {row['value']:.3f} against "
+                         f"{row['noise']:.3f} for independent units ({row['observations']} observations, "
+                         f"{row['units']} units, k = {row['k']}): {row['ratio']:.2f}x the noise level.")
         return "\n".join(lines)

@@ -73,3 +73,24 @@ def test_verdicts_on_checkpoints_built_to_hold_the_paper_and_a_null_built_to_fai
     assert swapped["coupling_learned"] == "does not hold"
     assert swapped["coupling_rotational_non_normal"] == "not testable"  # no such sublayer in that checkpoint
     assert swapped["coupling_absent_at_init"] == "does not hold"  # 10 of 24 significant "at init"
+
+
+def test_ginibre_complex_fraction_matches_its_exact_small_cases_and_a_monte_carlo(fresh_seed):
+    assert claims.ginibre_complex_fraction(1) == pytest.approx(0.0, abs=1e-12)  # a real 1 x 1 matrix
+    # n = 2: E_2 = sqrt(2) real eigenvalues (Edelman, Kostlan & Shub 1994)
+    assert claims.ginibre_complex_fraction(2) == pytest.approx(1 - 2 ** 0.5 / 2, rel=1e-12)
+    rng = np.random.default_rng(fresh_seed)
+    n, trials = 48, 400
+    fractions = [np.mean(np.abs(np.linalg.eigvals(rng.normal(size=(n, n))).imag) > 1e-9) for _ in range(trials)]
+    standard_error = np.std(fractions) / np.sqrt(trials)
+    assert np.mean(fractions) == pytest.approx(claims.ginibre_complex_fraction(n), abs=5 * standard_error)
+
+
+def test_noise_knn_correlation_matches_simulated_independent_units(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    n, d, k = 128, 300, 20
+    x = rng.normal(size=(n, d))
+    correlation = np.abs(np.corrcoef(x, rowvar=False))
+    np.fill_diagonal(correlation, 0.0)
+    simulated = np.median(np.sort(correlation, axis=1)[:, -k:])
+    assert claims.noise_knn_correlation(n, d, k) == pytest.approx(simulated, rel=0.05)

@@ -233,6 +233,19 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_reimports_only_a_chang
     rows = store.query("SELECT checkpoint, source_sha256, source_quantization FROM model_checkpoints").to_pylist()
     assert all(r["source_sha256"] == sha and r["source_quantization"] == "F32:15,Q8_0:5" for r in rows)
     assert all(sha in r["model_source"] for r in store.query("SELECT model_source FROM runs").to_pylist())
+    # the claims of the paper on this pair (null model vs the file), recomputed here from the tables
+    claims = _cli("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(warehouse))
+    assert claims.returncode == 0, claims.stdout[-2000:] + claims.stderr[-2000:]
+    claims_record = json.loads((warehouse / "_artefacts" / "claims" / "tiny-gguf" / "claims.json").read_text())
+    verdicts = {claim["key"]: claim["verdict"] for claim in claims_record["claims"]}
+    assert len(verdicts) == 12 and set(verdicts.values()) <= {"holds", "does not hold", "undecided", "not testable"}
+    ranks = {r["checkpoint"]: r for r in store.query(
+        "SELECT checkpoint, arg_min(effective_rank, depth) AS first, arg_max(effective_rank, depth) AS last "
+        "FROM cumulative_rank GROUP BY checkpoint").to_pylist()}
+    bottleneck = next(claim for claim in claims_record["claims"] if claim["key"] == "cumulative_bottleneck")
+    assert bottleneck["trained_estimate"]["value"] == pytest.approx(ranks["local"]["first"] / ranks["local"]["last"])
+    report = _cli("report", "--warehouse", str(warehouse))
+    assert report.returncode == 0 and "tiny-gguf: init vs local" in (warehouse / "report.html").read_text()
     record = warehouse / "_models" / "tiny-gguf" / "local" / IMPORT_RECORD
     stamp = record.stat().st_mtime_ns
 

@@ -174,31 +174,37 @@ class TreeMemory(threading.Thread):
             time.sleep(self.interval)
 
 
-def run_resdyn(checkpoint: Path, warehouse: Path, arguments) -> dict:
-    summary = warehouse / f"{checkpoint.name}.summary.json"
-    command = ["/usr/bin/time", "-v", str(Path(sys.executable).parent / "resdyn"), "run", "--model", str(checkpoint),
-               "--samples", str(arguments.samples), "--seq-len", str(arguments.seq_len), "--per-sample",
-               str(arguments.per_sample), "--warehouse", str(warehouse), "--summary", str(summary),
-               "--log-level", "WARNING", "--device", arguments.device]
-    if arguments.select:
-        command += ["--select", arguments.select]
+def run_measured(command: list[str]) -> dict:
+    """Run ``resdyn ...`` under /usr/bin/time -v with the process-tree sampler: its output, seconds, return code,
+    the largest process's peak RSS (GiB) and the tree's peak summed RSS (GiB)."""
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=REPOSITORY, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(["/usr/bin/time", "-v", str(Path(sys.executable).parent / "resdyn"), *command],
+                               cwd=REPOSITORY, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sampler = TreeMemory(process.pid)
     sampler.start()
     output = process.communicate()[0]
     sampler.running = False
-    seconds = time.perf_counter() - started
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", output)
-    record = {"checkpoint": checkpoint.name, "returncode": process.returncode, "seconds": round(seconds, 1),
-              "peak_rss_gb": round(int(peak.group(1)) / 2**20, 2) if peak else None,
-              "peak_tree_rss_gb": round(sampler.peak_kb / 2**20, 2),
-              "checks": re.findall(r"checks (\d+/\d+) passed", output)}
+    return {"output": output, "returncode": process.returncode, "seconds": round(time.perf_counter() - started, 1),
+            "peak_rss_gb": round(int(peak.group(1)) / 2**20, 2) if peak else None,
+            "peak_tree_rss_gb": round(sampler.peak_kb / 2**20, 2),
+            "checks": re.findall(r"checks (\d+/\d+) passed", output)}
+
+
+def run_resdyn(checkpoint: Path, warehouse: Path, arguments) -> dict:
+    summary = warehouse / f"{checkpoint.name}.summary.json"
+    command = ["run", "--model", str(checkpoint), "--samples", str(arguments.samples), "--seq-len",
+               str(arguments.seq_len), "--per-sample", str(arguments.per_sample), "--warehouse", str(warehouse),
+               "--summary", str(summary), "--log-level", "WARNING", "--device", arguments.device]
+    if arguments.select:
+        command += ["--select", arguments.select]
+    measured = run_measured(command)
+    output = measured.pop("output")
+    record = {"checkpoint": checkpoint.name, **measured}
     if summary.is_file():
         record["partitions"] = json.loads(summary.read_text())
-    if process.returncode != 0:
+    if record["returncode"] != 0:
         record["output_tail"] = output[-3000:]
     return record
 

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,30 +38,21 @@ STAGES = ("model_checkpoints", "samples", "measurements", "graph_edges", "spectr
 
 def run_partition(samples: int, checkpoint: str, directory: Path) -> dict:
     sys.path.insert(0, str(REPOSITORY / "benchmarks"))
-    from paper_scale import TreeMemory
+    from paper_scale import run_measured
 
     warehouse = directory / f"n{samples}" / "warehouse"
     shutil.rmtree(warehouse.parent, ignore_errors=True)
     warehouse.mkdir(parents=True)
     summary = warehouse.parent / "summary.json"
-    command = ["/usr/bin/time", "-v", str(Path(sys.executable).parent / "resdyn"), "run", "--model", "smollm2-135m",
-               "--checkpoint", checkpoint, "--samples", str(samples), "--executor", "multiprocess",
-               "--warehouse", str(warehouse), "--summary", str(summary), "--log-level", "WARNING"]
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=REPOSITORY, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    sampler = TreeMemory(process.pid)
-    sampler.start()
-    output = process.communicate()[0]
-    sampler.running = False
-    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", output)
-    record = {"samples": samples, "checkpoint": checkpoint, "returncode": process.returncode,
-              "seconds": round(time.perf_counter() - started, 1),
-              "peak_rss_gib_largest_process": round(int(peak.group(1)) / 2**20, 2) if peak else None,
-              "peak_tree_rss_gib": round(sampler.peak_kb / 2**20, 2),
-              "checks": re.findall(r"checks (\d+/\d+) passed", output), "warehouse": str(warehouse)}
-    if process.returncode != 0:
+    measured = run_measured(["run", "--model", "smollm2-135m", "--checkpoint", checkpoint, "--samples", str(samples),
+                             "--executor", "multiprocess", "--warehouse", str(warehouse), "--summary", str(summary),
+                             "--log-level", "WARNING"])
+    output = measured.pop("output")
+    record = {"samples": samples, "checkpoint": checkpoint, "returncode": measured["returncode"],
+              "seconds": measured["seconds"], "peak_rss_gib_largest_process": measured["peak_rss_gb"],
+              "peak_tree_rss_gib": measured["peak_tree_rss_gb"], "checks": measured["checks"],
+              "warehouse": str(warehouse)}
+    if measured["returncode"] != 0:
         record["output_tail"] = output[-3000:]
         return record
     steps = next(iter(json.loads(summary.read_text()).values()))["steps"]

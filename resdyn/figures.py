@@ -90,14 +90,23 @@ def metrics_by_depth(curves: dict[str, dict[str, tuple[list, list]]], directory:
 
 def community_distributions(sizes: dict[int, list[int]], participation: dict[int, np.ndarray], directory: Path, *,
                             title: str) -> Path:
-    """Community sizes (left) and participation coefficients (right) per boundary depth."""
+    """Community sizes (left) and participation coefficients (right) per boundary depth, with the primary
+    boundary threshold of each graph (its 75th percentile of participation) and the absolute P = 0.3."""
+    from .topology import BOUNDARY_PARTICIPATION, BOUNDARY_QUANTILE
+
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
     depths = sorted(sizes)
     left.boxplot([sizes[d] for d in depths], positions=depths, widths=0.6)
     left.set_xlabel("boundary depth (2 layer + [pre_mlp])")
     left.set_ylabel("community size (units)")
     right.violinplot([participation[d] for d in depths], positions=depths, widths=0.8, showmedians=True)
-    right.axhline(0.3, color="red", lw=0.8, ls="--", label="boundary rule P > 0.3")
+    right.plot(depths, [np.quantile(participation[d], BOUNDARY_QUANTILE) for d in depths], color="black", lw=0.8,
+               marker="_", label=f"boundary: above the {BOUNDARY_QUANTILE:.0%} quantile")
+    right.axhline(BOUNDARY_PARTICIPATION, color="red", lw=0.8, ls="--", label="absolute rule P > 0.3")
+    if len(depths) > 16:  # label every few depths so the ticks stay legible
+        step = int(np.ceil(len(depths) / 12))
+        for axis in (left, right):
+            axis.set_xticks(depths[::step], [str(d) for d in depths[::step]])
     right.set_xlabel("boundary depth")
     right.set_ylabel("participation coefficient")
     right.legend(fontsize=7)

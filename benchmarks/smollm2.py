@@ -4,8 +4,9 @@
 
 For each sample count n, ``resdyn run --model smollm2-135m --checkpoint C --samples n`` (the other
 settings at their defaults: T = 64, last position, float64, structured backend) runs into a fresh
-warehouse on the multiprocess executor, so that every step is a process of its own and its peak RSS
-(``ru_maxrss``, reported by the step) is the stage's own; the whole run is under ``/usr/bin/time -v``.
+warehouse one stage at a time (``--select``, in-process, each a command of its own under
+``/usr/bin/time -v`` with a sampler of its process tree), so that each stage's seconds are its own
+(the multiprocess executor would run independent steps side by side) and so is its peak RSS.
 Then, in this process and on the partition's own matrices, the floors:
 
 - measurements: the forward pass of the 30 decoder layers over the same n x T tokens, timed inside
@@ -34,31 +35,45 @@ RESULTS = Path(__file__).with_name("results") / "smollm2.json"
 SCHUR_STAGES = ("spectral_analysis", "transient_analysis", "layer_metrics_per_sample")
 STAGES = ("model_checkpoints", "samples", "measurements", "graph_edges", "spectral_analysis", "unit_amplification",
           "community_tables", "transient_analysis", "coupling_tests", "layer_metrics_per_sample")  # steps, not checks
+STAGE_SELECTIONS = {  # one resdyn run each, in dependency order (a selection runs its step whole)
+    "inputs": "key:model_checkpoints or key:samples", "measurements": "key:activations", "graph_edges": "key:graph_edges",
+    "spectral_analysis": "key:layer_metrics", "unit_amplification": "key:unit_amplification",
+    "community_tables": "key:communities", "transient_analysis": "key:transient_dynamics",
+    "coupling_tests": "key:coupling_tests", "layer_metrics_per_sample": "key:layer_metrics_per_sample"}
 
 
 def run_partition(samples: int, checkpoint: str, directory: Path) -> dict:
+    """Each stage a ``resdyn run --select`` of its own, one after another, in-process: its seconds (Dagster's step
+    time), its process's peak RSS and its process tree's (the spectral and Leiden workers included)."""
     sys.path.insert(0, str(REPOSITORY / "benchmarks"))
     from paper_scale import run_measured
 
     warehouse = directory / f"n{samples}" / "warehouse"
     shutil.rmtree(warehouse.parent, ignore_errors=True)
     warehouse.mkdir(parents=True)
-    summary = warehouse.parent / "summary.json"
-    measured = run_measured(["run", "--model", "smollm2-135m", "--checkpoint", checkpoint, "--samples", str(samples),
-                             "--executor", "multiprocess", "--warehouse", str(warehouse), "--summary", str(summary),
-                             "--log-level", "WARNING"])
-    output = measured.pop("output")
-    record = {"samples": samples, "checkpoint": checkpoint, "returncode": measured["returncode"],
-              "seconds": measured["seconds"], "peak_rss_gib_largest_process": measured["peak_rss_gb"],
-              "peak_tree_rss_gib": measured["peak_tree_rss_gb"], "checks": measured["checks"],
-              "warehouse": str(warehouse)}
-    if measured["returncode"] != 0:
-        record["output_tail"] = output[-3000:]
-        return record
-    steps = next(iter(json.loads(summary.read_text()).values()))["steps"]
-    record["stages"] = {name: {"seconds": step["seconds"], "peak_rss_gib": round(step.get("peak_rss_mb", 0) / 1024, 2),
-                               **({"seconds_by_part": step["seconds_by_part"]} if "seconds_by_part" in step else {})}
-                        for name, step in steps.items() if name in STAGES}
+    record = {"samples": samples, "checkpoint": checkpoint, "stages": {}, "checks": [], "warehouse": str(warehouse)}
+    for stage, selection in STAGE_SELECTIONS.items():
+        summary = warehouse.parent / f"{stage}.summary.json"
+        measured = run_measured(["run", "--model", "smollm2-135m", "--checkpoint", checkpoint, "--samples",
+                                 str(samples), "--select", selection, "--warehouse", str(warehouse), "--summary",
+                                 str(summary), "--log-level", "WARNING"])
+        output = measured.pop("output")
+        record["checks"] += measured["checks"]
+        if measured["returncode"] != 0:
+            record.update(returncode=measured["returncode"], failed_stage=stage, output_tail=output[-3000:])
+            return record
+        steps = next(iter(json.loads(summary.read_text()).values()))["steps"]
+        for name, step in steps.items():
+            if name in STAGES:
+                record["stages"][name] = {"seconds": step["seconds"], "peak_rss_gib": measured["peak_rss_gb"],
+                                          "peak_tree_rss_gib": measured["peak_tree_rss_gb"],
+                                          "command_seconds": measured["seconds"],
+                                          **({"seconds_by_part": step["seconds_by_part"]} if "seconds_by_part" in step
+                                             else {})}
+        print(f"n = {samples}: {stage} {record['stages'].get(stage, {}).get('seconds')} s", flush=True)
+    record["returncode"] = 0
+    record["seconds"] = round(sum(stage["seconds"] for stage in record["stages"].values()), 1)
+    record["peak_tree_rss_gib"] = max(stage["peak_tree_rss_gib"] for stage in record["stages"].values())
     return record
 
 
@@ -112,18 +127,17 @@ def ratios(record: dict) -> dict:
 
 def markdown(results: dict) -> str:
     runs = [results[key] for key in sorted(results, key=lambda k: int(k[1:])) if key.startswith("n")]
-    header = "| stage | " + " | ".join(f"n = {r['samples']} s | peak GiB | x floor" for r in runs) + " | floor |"
+    header = "| stage | " + " | ".join(f"n = {r['samples']}: s | peak GiB (tree) | x floor" for r in runs) + " | floor |"
     lines = [header, "|---|" + "---|---|---|" * len(runs) + "---|"]
     names = list(runs[0]["stages"])
     for name in names:
         cells = []
         for run in runs:
             stage, ratio = run["stages"].get(name, {}), run["ratios"].get(name, {})
-            cells.append(f"{stage.get('seconds', '')} | {stage.get('peak_rss_gib', '')} | {ratio.get('ratio', '')}")
+            cells.append(f"{stage.get('seconds', '')} | {stage.get('peak_tree_rss_gib', '')} | {ratio.get('ratio', '')}")
         floor = runs[0]["ratios"].get(name, {}).get("floor", "")
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {floor} |")
-    lines.append("| whole run | " + " | ".join(f"{r['seconds']} | {r['peak_tree_rss_gib']} (tree) | " for r in runs)
-                 + " |")
+    lines.append("| all stages | " + " | ".join(f"{r['seconds']} | {r['peak_tree_rss_gib']} | " for r in runs) + " |")
     return "\n".join(lines)
 
 

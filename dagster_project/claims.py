@@ -45,7 +45,8 @@ def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointD
             n_samples=int(sizes.get(checkpoint, {}).get("n_samples", 0)),
             n_observations=int(graphs.get(checkpoint, {}).get("n_observations", 0)),
             median_edge_correlation=float(graphs.get(checkpoint, {}).get("median_edge_correlation", float("nan"))),
-            graph_k=int(graphs.get(checkpoint, {}).get("graph_k", 0)))
+            graph_k=int(graphs.get(checkpoint, {}).get("graph_k", 0))
+            if graphs.get(checkpoint, {}).get("construction") == "knn" else 0)
         products[checkpoint] = {}
         for row in surgery_by_depth:
             if row["model"] == model and row["checkpoint"] == checkpoint:

@@ -184,11 +184,14 @@ def command_report(arguments) -> int:
 
 def command_claims(arguments) -> int:
     """The paper's claims on one model: null-model checkpoint beside trained, verdicts by fixed rules."""
-    from .claims import build_claims
+    from .claims import build_claims, claim_pairs
 
     store = Warehouse(arguments.warehouse)
     _warn_problems(store)
-    report, figure = build_claims(store, arguments.model, arguments.null, arguments.trained,
+    pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
+    null = arguments.null or pair.get("null_checkpoint") or "init"
+    trained = arguments.trained or pair.get("trained_checkpoint") or "trained"
+    report, figure = build_claims(store, arguments.model, null, trained,
                                   Path(arguments.output) if arguments.output else None)
     print(report.markdown())
     print(f"\nclaims: {figure.parent / 'claims.md'}, {figure.parent / 'claims.json'}, {figure}")
@@ -227,9 +230,10 @@ def command_check(arguments) -> int:
 
 def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
     if arguments.suite:
-        if arguments.suite not in registry.suites:
-            raise UsageError(f"unknown suite {arguments.suite!r}; the embedded suites: {', '.join(sorted(registry.suites))}")
-        names = registry.suites[arguments.suite]
+        try:
+            names = registry.suite(arguments.suite)
+        except KeyError as error:
+            raise UsageError(error.args[0]) from None
         for name in names:
             _check_gguf_source(registry.get(name))
         return [key for key in registry.partition_keys(names)
@@ -248,7 +252,7 @@ def _check_gguf_source(spec: ModelSpec) -> None:
 
 def _register_gguf(path: Path, arguments, registry: ModelRegistry) -> list[str]:
     """Record a GGUF file (checked and hashed first: a damaged or unsupported file registers nothing)."""
-    from resdyn.models.gguf_import import describe_gguf
+    from resdyn.models.gguf_import import check_importable
     from resdyn.models.registry import GGUF_REVISION, INIT_REVISION
 
     if arguments.revision:
@@ -256,7 +260,7 @@ def _register_gguf(path: Path, arguments, registry: ModelRegistry) -> list[str]:
                          "--checkpoint NAME)")
     if arguments.checkpoint and len(arguments.checkpoint) > 1:
         raise UsageError("a GGUF file is one checkpoint: give at most one --checkpoint label")
-    description = describe_gguf(path)
+    description = check_importable(path)
     name = check_name(arguments.name or path.stem, "model name")
     checkpoints = {check_name((arguments.checkpoint or ["local"])[0], "checkpoint"): GGUF_REVISION}
     if arguments.null_model:
@@ -602,8 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     claims = commands.add_parser("claims", help="the paper's claims on one model: null model vs trained, with verdicts")
     claims.add_argument("model", help="a model with two complete partitions, e.g. smollm2-135m")
-    claims.add_argument("--null", default="init", help="the null-model (untrained) checkpoint (default: init)")
-    claims.add_argument("--trained", default="trained", help="the trained checkpoint (default: trained)")
+    claims.add_argument("--null", help="the null-model (untrained) checkpoint (default: the model's first complete "
+                        "checkpoint in training order: init, step 0)")
+    claims.add_argument("--trained", help="the trained checkpoint (default: its last complete checkpoint)")
     claims.add_argument("--output", help="directory for claims.json, claims.md, claims.png "
                         "(default: <warehouse>/_artefacts/claims/MODEL)")
     claims.add_argument("--warehouse")

@@ -135,7 +135,8 @@ def model_source(store: Warehouse, model: str, checkpoint: str) -> str:
     except KeyError:
         return json.dumps({"source": None, "error": "not in the registry"})
     origin = {key: value for key, value in registered_origin(spec, checkpoint).as_dict().items() if value}
-    return json.dumps({"source": spec.source, "family": spec.family, "revision": revision, **origin}, sort_keys=True)
+    return json.dumps({"source": spec.source, "family": spec.family, "revision": revision, **origin,
+                       **({"init_config": spec.init_config} if spec.init_config else {})}, sort_keys=True)
 
 
 def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict, executor: str, **fields) -> None:
@@ -145,8 +146,8 @@ def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict
                                                                                              sort_keys=True),
         **corpus_record(os.environ.get("RESDYN_WIKITEXT_DIR")), "dtype": settings_values["dtype"],
         "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
-        "model_source": model_source(store, model, checkpoint), **code_environment(), "pid": os.getpid(), "started_at": now(), "ended_at": None, "status": "started",
-        "error": None,
+        "model_source": model_source(store, model, checkpoint), **code_environment(), "pid": os.getpid(),
+        "started_at": now(), "ended_at": None, "status": "started", "error": None,
     }
     store.record_run(model, checkpoint, {**row, **fields})
 

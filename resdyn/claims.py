@@ -13,8 +13,10 @@ here before any real model was looked at (the ``RULES`` text of each claim):
 Intervals are 95% percentile bootstraps over sublayers (Efron & Tibshirani 1993), ``N_BOOTSTRAP``
 resamples from a fixed seed: they say how much a depth-aggregated number depends on which
 sublayers happened to be measured, not how much each mean Jacobian depends on the samples (the
-per-sample intervals of ``layer_metrics_per_sample`` do that). Products through depth (the
-cumulative rank, surgery) are one number per checkpoint: no interval.
+per-sample intervals of ``layer_metrics_per_sample`` do that). Sublayers are resampled as if
+exchangeable; neighbouring ones are correlated (attention and MLP alternate), so the intervals
+understate the uncertainty somewhat. Products through depth (the cumulative rank, surgery) are one
+number per checkpoint: no interval, and the number decides.
 """
 
 from __future__ import annotations
@@ -41,15 +43,29 @@ def ginibre_complex_fraction(n: int) -> float:
     return float(1.0 - real / n)
 
 
-def noise_knn_correlation(n_observations: int, n_units: int, k: int) -> float:
-    """The median |r| of a unit's k strongest correlations when all units are independent Gaussians: the
-    (k/2)-th largest of n_units - 1 values |r|, with atanh(r) sqrt(n - 3) ~ N(0, 1) (Fisher 1921). A kNN
-    correlation graph whose edges sit near this carries little but sampling noise."""
+def fisher_knn_correlation(n_observations: int, n_units: int, k: int) -> float:
+    """The median |r| of one unit's k strongest correlations when all units are independent Gaussians: the
+    (k/2)-th largest of n_units - 1 values |r|, with atanh(r) sqrt(n - 3) ~ N(0, 1) (Fisher 1921)."""
     if n_observations <= 3 or n_units <= 1:
         return float("nan")
     tail = (k / 2) / (n_units - 1)
     z = scipy.stats.norm.isf(tail / 2)
     return float(np.tanh(z / np.sqrt(n_observations - 3)))
+
+
+def noise_knn_correlation(n_observations: int, n_units: int, k: int, *, seed: int = 0) -> float:
+    """The median |r| over the edges of the platform's kNN graph (each unit's k largest |r|, symmetrised by
+    union: resdyn.topology.signed_graph) built from n_observations draws of n_units independent Gaussian
+    units: the same statistic as a measured graph's median edge |r|, where the data carry no correlation at
+    all. (:func:`fisher_knn_correlation` is the per-unit closed form it sits slightly above: the union adds
+    one-sided, weaker edges.)"""
+    from .topology import correlation_matrix, signed_graph
+
+    if n_observations <= 3 or n_units <= 1 or k <= 0:
+        return float("nan")
+    noise = np.random.default_rng(seed).standard_normal((n_observations, n_units))
+    edges = signed_graph(correlation_matrix(noise), "knn", k=k)
+    return float(np.median(np.abs(edges.weight)))
 
 
 @dataclass(frozen=True)
@@ -62,7 +78,11 @@ class Estimate:
         if self.value is None or not np.isfinite(self.value):
             return "n/a"
         main = f"{self.value:.{digits}g}"
-        return main if self.low is None else f"{main} [{self.low:.{digits}g}, {self.high:.{digits}g}]"
+        if self.low is None:
+            return main
+        if not (np.isfinite(self.low) and np.isfinite(self.high)):
+            return f"{main} [no interval]"
+        return f"{main} [{self.low:.{digits}g}, {self.high:.{digits}g}]"
 
 
 @dataclass
@@ -81,7 +101,7 @@ class CheckpointData:
     n_samples: int = 0
     n_observations: int = 0  # (sample, position) pairs behind the correlation graphs
     median_edge_correlation: float = float("nan")  # median |r| over the kNN graphs' edges
-    graph_k: int = 0
+    graph_k: int = 0  # 0 when the graphs are not kNN graphs (then there is no noise level to compare with)
 
     @property
     def relative_depth(self) -> np.ndarray:
@@ -109,12 +129,13 @@ class Claim:
 
 def bootstrap(statistic: Callable[..., float], *arrays: np.ndarray, n: int = N_BOOTSTRAP,
               seed: int = BOOTSTRAP_SEED) -> Estimate:
-    """The statistic of the arrays (resampled together, by index) and its 95% percentile interval."""
+    """The statistic of the arrays (resampled together, by index) and its 95% percentile interval; an interval
+    that cannot be made (one value, or most resamples non-finite) is nan, which ``side`` calls undecided."""
     arrays = tuple(np.asarray(a) for a in arrays)
     size = len(arrays[0])
     value = float(statistic(*arrays))
     if size < 2:
-        return Estimate(value)
+        return Estimate(value, float("nan"), float("nan"))
     rng = np.random.default_rng(seed)
     draws = np.empty(n)
     for i in range(n):
@@ -122,25 +143,28 @@ def bootstrap(statistic: Callable[..., float], *arrays: np.ndarray, n: int = N_B
         draws[i] = statistic(*(a[index] for a in arrays))
     draws = draws[np.isfinite(draws)]
     if len(draws) < n / 2:
-        return Estimate(value)
+        return Estimate(value, float("nan"), float("nan"))
     low, high = np.percentile(draws, [2.5, 97.5])
     return Estimate(value, float(low), float(high))
 
 
 def slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of y on x (nan when x does not vary)."""
+    """Least-squares slope of y on x, sum (x - mean x)(y - mean y) / sum (x - mean x)^2 (nan when x does not
+    vary; exactly 0 when y does not)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if np.ptp(x) == 0:
-        return float("nan")
-    return float(np.polyfit(x, y, 1)[0])
+    dx = x - x.mean()
+    denominator = float(np.sum(dx * dx))
+    return float(np.sum(dx * (y - y.mean())) / denominator) if denominator > 0 else float("nan")
 
 
 def side(estimate: Estimate | None, bound: float, holds_above: bool) -> str:
     """The verdict of ``estimate`` against ``bound`` (module docstring)."""
     if estimate is None or estimate.value is None or not np.isfinite(estimate.value):
         return "not testable"
-    low = estimate.low if estimate.low is not None else estimate.value
+    low = estimate.low if estimate.low is not None else estimate.value  # None: a number without an interval
     high = estimate.high if estimate.high is not None else estimate.value
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "undecided"  # an interval was wanted and could not be made
     if holds_above:
         return "holds" if low > bound else "does not hold" if high <= bound else "undecided"
     return "holds" if high < bound else "does not hold" if low >= bound else "undecided"
@@ -204,24 +228,27 @@ def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
         "trained - null complex fraction, first two thirds, paired by depth", "positive",
         "difference > 0", None, rotation_gain, side(rotation_gain, 0.0, True)))
 
+    def ratio(numerator: float, denominator: float) -> float:
+        return numerator / denominator if denominator > 0 else float("nan")
+
     single, full = _single_layer_rank(trained), _full_depth_rank(trained)
-    compression = Estimate(single / full if full > 0 else float("nan"))
-    null_compression = Estimate(_single_layer_rank(null) / _full_depth_rank(null))
+    compression = Estimate(ratio(single, full))
+    null_compression = Estimate(ratio(_single_layer_rank(null), _full_depth_rank(null)))
     claims.append(Claim(
         "cumulative_bottleneck", "The cumulative Jacobian's effective rank collapses through depth",
-        "one-sublayer effective rank / full-depth effective rank", "about 436 / 7 = 62 (Llama 3.1 8B)",
+        "effective rank of the product after the first map / after all maps", "about 436 / 7 = 62 (Llama 3.1 8B)",
         "trained ratio > 2", null_compression, compression, side(compression, 2.0, True),
         f"trained: {single:.1f} -> {full:.1f}; null model: {_single_layer_rank(null):.1f} -> {_full_depth_rank(null):.1f}"
         f" (d = {trained.d_model})"))
-    installed = Estimate(_full_depth_rank(null) / full if full > 0 else float("nan"))
+    installed = Estimate(ratio(_full_depth_rank(null), full))
     claims.append(Claim(
         "bottleneck_learned", "The bottleneck is installed by training, not the architecture",
         "full-depth effective rank, null model / trained", "rank stays high at step 0", "ratio > 2",
         None, installed, side(installed, 2.0, True)))
     recovered = None
-    if 0.0 in trained.surgery_full_depth and 1.0 in trained.surgery_full_depth and single > full:
+    if 0.0 in trained.surgery_full_depth and 1.0 in trained.surgery_full_depth:
         rank_0, rank_1 = trained.surgery_full_depth[0.0], trained.surgery_full_depth[1.0]
-        recovered = Estimate((rank_0 - rank_1) / (single - rank_1))
+        recovered = Estimate(ratio(rank_0 - rank_1, single - rank_1)) if single > rank_1 else None
     claims.append(Claim(
         "surgery_dissolves", "Removing the non-normal part N (alpha = 0) largely dissolves the bottleneck",
         "share of the rank lost through depth that alpha = 0 restores", "largely dissolved",
@@ -272,6 +299,11 @@ def diagnostics(null: CheckpointData, trained: CheckpointData) -> list[dict]:
     return rows
 
 
+def markdown_cell(text) -> str:
+    """A table cell's text with its pipes escaped (``||J - I||_F`` would split the cell)."""
+    return str(text).replace("|", "\\|")
+
+
 @dataclass
 class ClaimsReport:
     model: str
@@ -284,11 +316,13 @@ class ClaimsReport:
         lines = ["| claim (PAPER.md) | measure | paper | rule | null model | trained | verdict |",
                  "|---|---|---|---|---|---|---|"]
         for claim in self.claims:
-            row = claim.row()
+            row = {key: markdown_cell(value) for key, value in claim.row().items()}
             note = f" ({row['note']})" if row["note"] else ""
             lines.append(f"| {row['claim']} | {row['measure']}{note} | {row['paper']} | {row['rule']} | "
                          f"{row['null_model']} | {row['trained']} | **{row['verdict']}** |")
         for row in self.diagnostics:
+            if not np.isfinite(row["noise"]):
+                continue
             lines.append(f"\nGraphs ({row['checkpoint']}): median kNN edge |r| {row['value']:.3f} against "
                          f"{row['noise']:.3f} for independent units ({row['observations']} observations, "
                          f"{row['units']} units, k = {row['k']}): {row['ratio']:.2f}x the noise level.")

@@ -208,7 +208,7 @@ def claims_panels(checkpoints: dict[str, "CheckpointData"], directory: Path, *, 
                   surgery_products: dict[str, dict[float, np.ndarray]] | None = None) -> Path:
     """Four panels, one line per checkpoint against relative depth: non-normality dep/||J - I||_F, the complex
     fraction, the cumulative effective rank (log y; dashed: Schur surgery at alpha = 0 where given) and the
-    coupling effect (filled: FDR-significant; colour of the marker: operator type)."""
+    coupling effect (filled: FDR-significant; the marker's shape: operator type)."""
     figure, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     markers = {"near_symmetric": "o", "rotational_non_normal": "s", "other": "^"}
     for label, data in checkpoints.items():

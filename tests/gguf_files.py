@@ -15,7 +15,7 @@ import gguf
 import numpy as np
 import torch
 
-ARCHITECTURE = {"llama": "llama", "qwen3": "qwen3", "gemma3": "gemma3"}
+ARCHITECTURE = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"}
 MERGES = ["Ġ t", "h e", "Ġt he", "i n"]
 
 
@@ -43,9 +43,9 @@ def llama_permute(weights: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write_gguf(model: torch.nn.Module, path: Path, *, quantize: tuple[str, ...] = (), name: str = "resdyn test model",
-               tie_embeddings: bool | None = None) -> Path:
+               tie_embeddings: bool | None = None, leave_out: tuple[str, ...] = ()) -> Path:
     """``model`` (a small HF causal LM) as a GGUF file. Tensors whose GGUF name contains one of ``quantize`` are
-    stored as Q8_0, the rest as F32."""
+    stored as Q8_0, the rest as F32; the GGUF names in ``leave_out`` are not written (an incomplete file)."""
     config = model.config
     architecture = ARCHITECTURE[config.model_type.removesuffix("_text")]
     writer = gguf.GGUFWriter(str(path), architecture)
@@ -86,6 +86,8 @@ def write_gguf(model: torch.nn.Module, path: Path, *, quantize: tuple[str, ...] 
         if gguf_name is None:  # rotary buffers and the like
             continue
         gguf_name += "." + suffix
+        if gguf_name in leave_out:
+            continue
         data = tensor.detach().to(torch.float32).numpy().copy()
         if architecture == "llama" and base.endswith("q_proj"):
             data = llama_permute(data, config.num_attention_heads)

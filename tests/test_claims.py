@@ -32,13 +32,16 @@ def test_side_gives_the_four_verdicts():
     assert claims.side(claims.Estimate(float("nan")), 0.0, False) == "not testable"
     assert claims.side(None, 0.0, False) == "not testable"
     assert claims.side(claims.Estimate(3.0), 2.0, True) == "holds"  # no interval: the value decides
+    assert claims.side(claims.bootstrap(np.mean, np.array([3.0])), 2.0, True) == "undecided"  # no interval possible
+    assert claims.markdown_cell("dep/||J - I||_F") == "dep/\\|\\|J - I\\|\\|_F"
 
 
 def _checkpoint(rng, *, henrici_start, henrici_end, complex_fraction, ranks, effects, significant, kinds):
     n = len(kinds)
     depth = np.arange(n)
+    jitter = 0.01 * rng.normal(size=n) if henrici_start != henrici_end else np.zeros(n)  # a flat one stays flat
     return claims.CheckpointData(
-        depth=depth, henrici=np.linspace(henrici_start, henrici_end, n) + 0.01 * rng.normal(size=n),
+        depth=depth, henrici=np.linspace(henrici_start, henrici_end, n) + jitter,
         complex_fraction=np.full(n, complex_fraction), operator_type=np.asarray(kinds),
         cumulative_rank=np.asarray(ranks, float), surgery_full_depth={0.0: ranks[0] * 0.9, 1.0: ranks[-1]},
         coupling_effect=np.asarray(effects, float), coupling_significant=np.asarray(significant), d_model=64)
@@ -68,7 +71,7 @@ def test_verdicts_on_checkpoints_built_to_hold_the_paper_and_a_null_built_to_fai
 
     # swapped roles: the untrained-looking checkpoint as "trained" fails the learned claims
     swapped = {claim.key: claim.verdict for claim in claims.evaluate(trained, null)}
-    assert swapped["nonnormality_gradient"] in ("does not hold", "undecided")
+    assert swapped["nonnormality_gradient"] == "does not hold"  # slope exactly 0: not below 0
     assert swapped["bottleneck_learned"] == "does not hold"
     assert swapped["coupling_learned"] == "does not hold"
     assert swapped["coupling_rotational_non_normal"] == "not testable"  # no such sublayer in that checkpoint
@@ -86,11 +89,29 @@ def test_ginibre_complex_fraction_matches_its_exact_small_cases_and_a_monte_carl
     assert np.mean(fractions) == pytest.approx(claims.ginibre_complex_fraction(n), abs=5 * standard_error)
 
 
-def test_noise_knn_correlation_matches_simulated_independent_units(fresh_seed):
+def test_fisher_knn_correlation_matches_simulated_independent_units(fresh_seed):
     rng = np.random.default_rng(fresh_seed)
     n, d, k = 128, 300, 20
     x = rng.normal(size=(n, d))
     correlation = np.abs(np.corrcoef(x, rowvar=False))
     np.fill_diagonal(correlation, 0.0)
     simulated = np.median(np.sort(correlation, axis=1)[:, -k:])
-    assert claims.noise_knn_correlation(n, d, k) == pytest.approx(simulated, rel=0.05)
+    assert claims.fisher_knn_correlation(n, d, k) == pytest.approx(simulated, rel=0.05)
+
+
+def test_noise_level_of_the_knn_graph_tells_noise_from_structure(fresh_seed):
+    from resdyn import topology
+
+    from .synthetic import planted_activations
+
+    rng = np.random.default_rng(fresh_seed)
+    n, d, k = 150, 120, 15
+    noise_level = claims.noise_knn_correlation(n, d, k)
+    assert noise_level > claims.fisher_knn_correlation(n, d, k) * 0.9  # the union adds weaker one-sided edges
+
+    def median_edge(x):
+        return np.median(np.abs(topology.signed_graph(topology.correlation_matrix(x), "knn", k=k).weight))
+    assert median_edge(rng.normal(size=(n, d))) == pytest.approx(noise_level, rel=0.05)  # other draws, same level
+    planted, _ = planted_activations(rng, n_communities=4, size=30, n_observations=n)
+    assert median_edge(planted) > 1.5 * noise_level
+    assert np.isnan(claims.noise_knn_correlation(n, d, 0))  # not a kNN graph: no level to compare with

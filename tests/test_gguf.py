@@ -21,7 +21,7 @@ from resdyn.models.gguf_import import IMPORT_RECORD, GGUFError, describe_gguf, f
 from .gguf_files import dequantized_reference, vocabulary, write_gguf
 
 QUANTIZED = ("attn_q", "ffn_up", "token_embd")  # stored as Q8_0, the rest F32
-FAMILIES = ["llama", "qwen3", "gemma3"]
+FAMILIES = ["llama", "qwen2", "qwen3", "gemma3"]
 
 
 def _random_model(family: str, seed: int, *, hidden_size: int = 64, n_layers: int = 2, dtype=torch.float32):
@@ -37,7 +37,7 @@ def _random_model(family: str, seed: int, *, hidden_size: int = 64, n_layers: in
     model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if "norm" in name:  # away from their init values, so a lost offset shows
+            if "norm" in name or name.endswith("bias"):  # away from their init values, so a lost offset shows
                 parameter.add_(0.3 * torch.randn_like(parameter))
     return model
 
@@ -144,7 +144,8 @@ def test_import_memory_is_bounded_by_a_few_tensors(tmp_path, fresh_seed, monkeyp
 
     monkeypatch.setattr(importer, "DEQUANTIZE_CHUNK_ELEMENTS", 16384)  # chunks far smaller than a tensor, as at 8B
     model = _random_model("llama", fresh_seed, hidden_size=512, n_layers=6)
-    path = write_gguf(model, tmp_path / "model.gguf", quantize=("ffn_up", "ffn_gate"))
+    # every large tensor Q8_0, so the largest is decoded on the heap (an F32 tensor is a view of the mapped file)
+    path = write_gguf(model, tmp_path / "model.gguf", quantize=("ffn_up", "ffn_gate", "ffn_down", "attn_q", "attn_output"))
     sizes = [4 * tensor.numel() for name, tensor in model.state_dict().items() if name != "lm_head.weight"]
     largest, total = max(sizes), sum(sizes)
     del model
@@ -185,6 +186,8 @@ def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    incomplete = write_gguf(_random_model("llama", fresh_seed), tmp_path / "incomplete.gguf",
+                            leave_out=("blk.1.ffn_up.weight",))  # a readable header, a tensor missing
     unknown = tmp_path / "unknown.gguf"  # an architecture transformers cannot read from GGUF at all
     writer = gguf.GGUFWriter(str(unknown), "olmo2")
     writer.add_tensor("token_embd.weight", np.zeros((8, 4), np.float32))
@@ -199,6 +202,7 @@ def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp
     warehouse = tmp_path / "warehouse"
     cases = {truncated: "truncated", garbage: "not a readable GGUF file", foreign: "not a family resdyn analyses",
              unknown: "cannot be read by transformers", several: "holds 2 .gguf files",
+             incomplete: "lacks 1 tensor(s)",
              tmp_path / "missing.gguf": "no GGUF file at"}
     for path, expected in cases.items():
         result = _cli("run", "--model", str(path), "--warehouse", str(warehouse))

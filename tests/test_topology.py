@@ -90,6 +90,11 @@ def test_the_primary_boundary_rule_leaves_both_groups_whenever_participation_var
         assert participation[boundary].min() > participation[~boundary].max() - 1e-15
         assert topology.absolute_boundary_units(participation).sum() >= boundary.sum()
     assert not topology.boundary_units(np.zeros(10)).any()  # one community: nobody links communities
+    # ties: at the top, the quantile is the tied maximum (nobody above it): the tied top is the boundary
+    assert list(topology.boundary_units(np.array([0, .5, .5, .5, .5]))) == [False, True, True, True, True]
+    tied = np.repeat(rng.uniform(0.3, 0.9, 7), rng.integers(1, 60, 7))
+    boundary = topology.boundary_units(tied)
+    assert 0 < boundary.sum() < len(tied) and tied[boundary].min() > tied[~boundary].max()
 
 
 def test_scan_chooses_the_modularity_peak_not_the_fragmented_partition(fresh_seed):

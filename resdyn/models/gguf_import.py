@@ -26,12 +26,10 @@ its (documented, three-part) format.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
 import os
-import shutil
 import time
 import tracemalloc
 from collections import Counter
@@ -213,13 +211,14 @@ def import_gguf(path: str | os.PathLike, destination: str | os.PathLike, *,
 
     Imports only when ``destination`` holds no import of a file with this sha256: an unchanged file
     is not imported again, a changed one is (the new import replaces the old directory at once: it
-    is built beside it and renamed). Concurrent calls for one destination wait for each other.
-    ``expected_sha256``: the registered file's hash; a file that no longer has it is refused.
+    is built beside it and renamed; resdyn.models.directories). Concurrent calls for one destination
+    wait for each other. ``expected_sha256``: the registered file's hash; a file that no longer has it
+    is refused.
     """
-    path, destination = Path(path).resolve(), Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with open(destination.parent / f".{destination.name}.import.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    from .directories import locked, replacing
+
+    path, destination, progress = Path(path).resolve(), Path(destination), progress or log.info
+    with locked(destination):
         reader, description = _open(path)
         if expected_sha256 and description.sha256 != expected_sha256:
             raise GGUFError(f"{path} is not the file that was registered (sha256 {description.sha256[:16]}..., "
@@ -229,32 +228,55 @@ def import_gguf(path: str | os.PathLike, destination: str | os.PathLike, *,
         if existing is not None and existing.sha256 == description.sha256 \
                 and existing.importer_version == IMPORTER_VERSION and (destination / "config.json").is_file():
             return existing
-        if existing is not None:
-            (progress or log.info)(f"{path.name} changed (sha256 {existing.sha256[:12]} -> {description.sha256[:12]}): "
-                                   "importing it again")
-        staging = destination.parent / f".{destination.name}.importing-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            record = _import_into(reader, description, staging, progress or log.info, shard_bytes)
-            _replace_directory(staging, destination)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return record
+        if existing is not None and existing.sha256 != description.sha256:
+            progress(f"{path.name} changed (sha256 {existing.sha256[:12]} -> {description.sha256[:12]}): importing it again")
+        elif existing is not None:
+            progress(f"{path.name}: imported by importer version {existing.importer_version}, now {IMPORTER_VERSION}: "
+                     "importing it again")
+        plan = _plan(reader, description)
+        with replacing(destination) as staging:
+            return _write(plan, staging, progress, shard_bytes)
 
 
-def _replace_directory(new: Path, destination: Path) -> None:
-    old = destination.with_name(f".{destination.name}.replaced-{os.getpid()}")
-    if destination.exists():
-        destination.rename(old)
-    new.rename(destination)
-    shutil.rmtree(old, ignore_errors=True)
+@dataclass
+class _Plan:
+    """What an import will write, known before any tensor is decoded."""
+
+    description: GGUFDescription
+    parsed_config: dict
+    config: object
+    processor: object
+    name_map: dict
+    tensors: list  # (reader tensor, HF name, HF shape) in file order
+    ignored: list[str]
+    tied: bool
 
 
-def _import_into(reader, description: GGUFDescription, staging: Path, progress, shard_bytes: int) -> ImportRecord:
-    import importlib.metadata
+def check_importable(path: str | os.PathLike) -> GGUFDescription:
+    """:func:`describe_gguf` plus everything an import checks before decoding a tensor (the config transformers
+    reads from the metadata, the GGUF -> HF name of every tensor, shapes, missing tensors): what the CLI runs
+    before it registers a file, so that a file it cannot import registers nothing."""
+    reader, description = _open(Path(path).resolve())
+    _plan(reader, description)
+    return description
 
+
+def _plan(reader, description: GGUFDescription) -> _Plan:
+    path = Path(description.path)
+    try:
+        return _plan_with_transformers(reader, description)
+    except GGUFError:
+        raise
+    except Exception as error:  # transformers' GGUF readers raise KeyError, ValueError, NotImplementedError, ...
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise GGUFError(f"{path.name}: transformers cannot build a model from this file's metadata "
+                        f"({type(error).__name__}: {first[:200]}); use the model's Hugging Face checkpoint instead "
+                        "(`resdyn run --model DIR_OR_HUB_ID`)") from None
+
+
+def _plan_with_transformers(reader, description: GGUFDescription) -> _Plan:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import (
         TENSOR_PROCESSORS,
         TensorProcessor,
@@ -263,16 +285,12 @@ def _import_into(reader, description: GGUFDescription, staging: Path, progress, 
     )
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    started = time.perf_counter()
     path = Path(description.path)
-    staging.mkdir(parents=True)
     # The config as AutoConfig.from_pretrained(gguf_file=...) builds it (its legacy GGUF path), from one parse
     # that also feeds the tensor processor.
     parsed_config = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
     config = CONFIG_MAPPING[parsed_config["model_type"]].from_dict(dict(parsed_config))
     config.dtype = "float32"
-    config.save_pretrained(staging)
-    AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(staging)
     processor = TENSOR_PROCESSORS.get(description.architecture, TensorProcessor)(config=parsed_config)
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
@@ -280,24 +298,41 @@ def _import_into(reader, description: GGUFDescription, staging: Path, progress, 
     name_map = get_gguf_hf_weights_map(skeleton, processor, model_type=description.architecture)
     shapes = {key: tuple(value.shape) for key, value in skeleton.state_dict().items()}
     tied = bool(getattr(config, "tie_word_embeddings", False))
-
     planned, ignored = [], []
     for tensor in reader.tensors:
         hf_name = name_map.get(tensor.name)
         if hf_name is None or hf_name not in shapes:
             ignored.append(tensor.name)  # e.g. llama.cpp's rope_freqs: transformers rebuilds it from the config
             continue
+        stored = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists dimensions fastest first
+        if stored != shapes[hf_name]:
+            raise GGUFError(f"{path.name}: tensor {tensor.name} has shape {stored} where the config transformers "
+                            f"reads from this file's metadata needs {shapes[hf_name]} ({hf_name}): transformers does "
+                            "not read this variant of the architecture from GGUF; use the model's Hugging Face "
+                            "checkpoint instead")
         planned.append((tensor, hf_name, shapes[hf_name]))
-    written_names = {hf_name for _, hf_name, _ in planned}
     expected = {key for key in shapes if not (tied and key == "lm_head.weight")}
     expected -= {key for key in expected if key.endswith("rotary_emb.inv_freq")}
-    missing = sorted(expected - written_names)
+    missing = sorted(expected - {hf_name for _, hf_name, _ in planned})
     if missing:
         raise GGUFError(f"{path.name} lacks {len(missing)} tensor(s) the {config.model_type} model needs "
                         f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): not a complete model file")
+    return _Plan(description, parsed_config, config, processor, name_map, planned, ignored, tied)
+
+
+def _write(plan: _Plan, staging: Path, progress, shard_bytes: int) -> ImportRecord:
+    import importlib.metadata
+
+    from transformers import AutoTokenizer
+
+    started = time.perf_counter()
+    description = plan.description
+    path = Path(description.path)
+    plan.config.save_pretrained(staging)
+    AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(staging)
 
     shards, current, current_bytes = [], [], 0
-    for item in planned:
+    for item in plan.tensors:
         n_bytes = 4 * int(np.prod(item[2]))
         if current and current_bytes + n_bytes > shard_bytes:
             shards.append(current)
@@ -317,14 +352,12 @@ def _import_into(reader, description: GGUFDescription, staging: Path, progress, 
         with _SafetensorsWriter(staging / file_name, [(hf_name, shape) for _, hf_name, shape in shard]) as writer:
             for tensor, hf_name, shape in shard:
                 weights = _dequantized(tensor)
-                weights = processor.process(weights=weights, name=tensor.name, tensor_key_mapping=name_map,
-                                            parsed_parameters={"config": parsed_config}).weights
+                weights = plan.processor.process(weights=weights, name=tensor.name, tensor_key_mapping=plan.name_map,
+                                                 parsed_parameters={"config": plan.parsed_config}).weights
                 weights = np.ascontiguousarray(weights, dtype=np.float32)
                 if weights.shape != shape:
-                    raise GGUFError(f"{path.name}: tensor {tensor.name} has shape {weights.shape} where the config "
-                                    f"transformers reads from this file's metadata needs {shape} ({hf_name}): "
-                                    "transformers does not read this variant of the architecture from GGUF; use "
-                                    "the model's Hugging Face checkpoint instead")
+                    raise GGUFError(f"{path.name}: tensor {tensor.name} decoded to shape {weights.shape}, not the "
+                                    f"{shape} its header promised: the file is corrupt; download it again")
                 if not np.isfinite(weights).all():
                     raise GGUFError(f"{path.name}: tensor {tensor.name} holds non-finite values after dequantization: "
                                     "the file is corrupt; download it again")
@@ -334,8 +367,8 @@ def _import_into(reader, description: GGUFDescription, staging: Path, progress, 
                 weight_map[hf_name] = file_name
                 del weights
                 done += 1
-                if done % 25 == 0 or done == len(planned):
-                    progress(f"{path.name}: {done}/{len(planned)} tensors dequantized to float32")
+                if done % 25 == 0 or done == len(plan.tensors):
+                    progress(f"{path.name}: {done}/{len(plan.tensors)} tensors dequantized to float32")
     traced_peak = tracemalloc.get_traced_memory()[1] - baseline if tracing else None
     index = {"metadata": {"total_size": total, "format": "pt"}, "weight_map": dict(sorted(weight_map.items()))}
     (staging / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
@@ -349,11 +382,11 @@ def _import_into(reader, description: GGUFDescription, staging: Path, progress, 
     record = ImportRecord(
         source=str(path), sha256=description.sha256, size=description.size, architecture=description.architecture,
         family=description.family, model_name=description.model_name, quantization=description.quantization,
-        n_tensors_written=len(planned), ignored_tensors=ignored, tied_embeddings=tied, dtype="float32",
-        largest_tensor_bytes=largest, seconds=round(time.perf_counter() - started, 2), traced_tensor_peak_bytes=traced_peak,
-        gguf_version=version("gguf"), transformers_version=version("transformers"))
+        n_tensors_written=len(plan.tensors), ignored_tensors=plan.ignored, tied_embeddings=plan.tied, dtype="float32",
+        largest_tensor_bytes=largest, seconds=round(time.perf_counter() - started, 2),
+        traced_tensor_peak_bytes=traced_peak, gguf_version=version("gguf"), transformers_version=version("transformers"))
     (staging / IMPORT_RECORD).write_text(json.dumps(asdict(record), indent=2))
-    progress(f"imported {path.name} ({description.quantization_summary}) as {len(planned)} float32 tensors in "
+    progress(f"imported {path.name} ({description.quantization_summary}) as {len(plan.tensors)} float32 tensors in "
              f"{len(shards)} shard(s), {record.seconds:.1f} s")
     return record
 

@@ -4,15 +4,16 @@ The study separates what an architecture does from what training installs by ana
 untrained network beside the trained one (PAPER.md: OLMo step 0). For a model published without
 its step-0 checkpoint, :func:`initialised_checkpoint` makes one: the trained checkpoint's
 ``config.json`` instantiated by transformers' own ``from_config``, whose ``_init_weights`` draws
-every linear and embedding weight from N(0, ``initializer_range``^2) (0.02 for Llama-family
-configs) and sets norm weights to their identity value, under ``torch.manual_seed(seed)``.
+every linear and embedding weight from N(0, ``initializer_range``^2) and sets norm weights to their
+identity value, under ``torch.manual_seed(seed)``. A GGUF file does not carry ``initializer_range``
+(the imported config has transformers' default 0.02): the registry gives the model's published
+value (``init_config``; SmolLM2-135M: 1/24 = 0.0417).
 Saved once with the trained checkpoint's tokenizer; ``resdyn_null_model.json`` records how.
 The model is materialized whole once (float32), which bounds it to models that fit in memory.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -34,26 +35,29 @@ def read_null_model_record(directory: str | os.PathLike) -> dict | None:
 
 
 def initialised_checkpoint(trained: str | os.PathLike, destination: str | os.PathLike, *,
-                           seed: int = NULL_MODEL_SEED) -> dict:
+                           seed: int = NULL_MODEL_SEED, config_values: dict | None = None) -> dict:
     """``destination``: ``trained``'s architecture with HF's initialisation under ``seed`` (module docstring).
-    Made once: a destination made from the same config and seed is left as it is."""
+    ``config_values`` replace config entries the trained checkpoint does not carry faithfully (a GGUF file has
+    no ``initializer_range``: the registry gives the published one). Made once: a destination made from the
+    same config, values and seed is left as it is."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .directories import locked, replacing
+
     trained, destination = Path(trained), Path(destination)
-    config_text = (trained / "config.json").read_text()
-    wanted = {"seed": seed, "config_of": str(trained), "config_json": json.loads(config_text)}
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with open(destination.parent / f".{destination.name}.init.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    config_values = dict(config_values or {})
+    wanted = {"seed": seed, "config_of": str(trained), "config_json": json.loads((trained / "config.json").read_text()),
+              "config_values": config_values}
+    with locked(destination):
         existing = read_null_model_record(destination)
-        if existing is not None and existing.get("seed") == seed and existing.get("config_json") == wanted["config_json"]:
+        if existing is not None and all(existing.get(key) == wanted[key] for key in ("seed", "config_json", "config_values")):
             return existing
         started = time.perf_counter()
-        staging = destination.with_name(f".{destination.name}.initialising-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
+        with replacing(destination) as staging:
             config = AutoConfig.from_pretrained(trained)
+            for key, value in config_values.items():
+                setattr(config, key, value)
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             model.save_pretrained(staging)
@@ -66,11 +70,4 @@ def initialised_checkpoint(trained: str | os.PathLike, destination: str | os.Pat
                       "weights, norms at identity", "torch_version": torch.__version__,
                       "seconds": round(time.perf_counter() - started, 2)}
             (staging / NULL_MODEL_RECORD).write_text(json.dumps(record, indent=2))
-            old = destination.with_name(f".{destination.name}.replaced-{os.getpid()}")
-            if destination.exists():
-                destination.rename(old)
-            staging.rename(destination)
-            shutil.rmtree(old, ignore_errors=True)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         return record

@@ -5,8 +5,8 @@ Built-in entries live in ``registry.toml`` beside this file; entries a user adds
 ``name@checkpoint`` always resolves to something loadable without a code change.
 
 A source is a hub id, a local checkpoint directory, ``tiny-suite``, a GGUF file, or a GGUF file
-inside an installed Python distribution (``package:DISTRIBUTION/PATH``, found through the
-distribution's own file list, without importing it). The checkpoints of a GGUF model are
+inside an installed Python distribution (``package:DISTRIBUTION/PATH``, located through the
+distribution's installed metadata, without importing it). The checkpoints of a GGUF model are
 ``gguf`` (the file, imported once) or ``init`` (the null model: the same config, freshly
 initialised); ``sha256`` and ``quantization`` record the registered file.
 """
@@ -38,6 +38,7 @@ class ModelSpec:
     checkpoints: dict[str, str] = field(default_factory=dict)  # checkpoint -> revision
     sha256: str = ""  # GGUF sources: the registered file's sha256
     quantization: str = ""  # GGUF sources: tensor types by count, e.g. "Q4_1:210,F32:61,Q8_0:1"
+    init_config: dict = field(default_factory=dict)  # config values for the null model the source does not carry
 
     @property
     def is_tiny(self) -> bool:
@@ -57,7 +58,8 @@ class MissingPackageError(FileNotFoundError):
 
 
 def resolve_gguf_source(source: str) -> Path:
-    """A GGUF source's file: ``package:DIST/PATH`` through DIST's installed file list (its RECORD), else a path."""
+    """A GGUF source's file: ``package:DIST/PATH`` located by DIST's installed metadata (``locate_file``, without
+    importing the package), else a path."""
     if not source.startswith(PACKAGE_PREFIX):
         path = Path(source).expanduser()
         if not path.is_file():
@@ -158,7 +160,8 @@ class ModelRegistry:
             if existing is not None and existing["source"] != spec.source:
                 raise ValueError(f"model name {spec.name!r} already means {existing['source']}; choose another --name")
             checkpoints = {**(existing["checkpoints"] if existing else {}), **spec.checkpoints}
-            entry = asdict(ModelSpec(spec.name, spec.family, spec.source, checkpoints, spec.sha256, spec.quantization))
+            entry = asdict(ModelSpec(spec.name, spec.family, spec.source, checkpoints, spec.sha256, spec.quantization,
+                                     spec.init_config))
             if users.get(spec.name) == entry:  # already recorded: leave the file (and its mtime) alone
                 self.specs[spec.name] = ModelSpec(**entry)
                 return

@@ -64,7 +64,7 @@ def ensure_local_checkpoint(spec: ModelSpec, checkpoint: str, models_directory: 
         return trained, origin
     if revision == INIT_REVISION:
         destination = store_directory(models_directory, spec, checkpoint)
-        made = initialised_checkpoint(trained, destination)
+        made = initialised_checkpoint(trained, destination, config_values=spec.init_config)
         return destination, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
                                              f"{made['initialization']}; seed {made['seed']}")
     raise KeyError(f"model {spec.name}: checkpoint {checkpoint} has revision {revision!r}; a GGUF model's checkpoints "

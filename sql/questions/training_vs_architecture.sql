@@ -14,7 +14,7 @@ WITH per_checkpoint AS (
            arg_min(frac_complex, step) AS init_frac_complex, arg_min(full_depth_rank, step) AS init_full_depth_rank
     FROM per_checkpoint GROUP BY model
 )
-SELECT p.model, p.checkpoint, p.step, b.init_checkpoint,
+SELECT p.model, p.checkpoint, CASE WHEN isfinite(p.step) THEN CAST(p.step AS BIGINT) END AS step, b.init_checkpoint,
        p.henrici_rel, b.init_henrici_rel, p.frac_complex, b.init_frac_complex,
        p.full_depth_rank, b.init_full_depth_rank
 FROM per_checkpoint p JOIN baseline b USING (model)

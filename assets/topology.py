@@ -28,12 +28,29 @@ def activation_matrices(store, model, checkpoint):
 
 
 def edges_by_boundary(store, model, checkpoint):
-    """((layer, boundary), SignedEdges) of the graph_edges partition, one graph (row group) at a time."""
-    for data in store.row_groups("graph_edges", model, checkpoint,
-                                 columns=["layer", "boundary", "n_units", "source", "target", "weight"]):
-        source, target, weight = (data.column(c).to_numpy() for c in ("source", "target", "weight"))
-        key = (data.column("layer")[0].as_py(), data.column("boundary")[0].as_py())
-        yield key, topology.SignedEdges(int(data.column("n_units")[0].as_py()), source, target, weight)
+    """((layer, boundary), SignedEdges) of every graph, one graph (row group) at a time, in activation order.
+
+    A graph without edges (a threshold no pair exceeds) writes no row to graph_edges, yet it is a result:
+    it is yielded with no edges, its units and order taken from the activations and model_checkpoints."""
+    graphs = store.row_groups("graph_edges", model, checkpoint,
+                              columns=["layer", "boundary", "n_units", "source", "target", "weight"])
+    pending = next(graphs, None)
+    n_units = None
+    for keys in store.row_groups("activations", model, checkpoint, columns=["layer", "boundary"]):
+        key = (keys.column("layer")[0].as_py(), keys.column("boundary")[0].as_py())
+        if pending is not None and (pending.column("layer")[0].as_py(), pending.column("boundary")[0].as_py()) == key:
+            source, target, weight = (pending.column(c).to_numpy() for c in ("source", "target", "weight"))
+            yield key, topology.SignedEdges(int(pending.column("n_units")[0].as_py()), source, target, weight)
+            pending = next(graphs, None)
+            continue
+        if n_units is None:
+            n_units = int(next(store.row_groups("model_checkpoints", model, checkpoint, columns=["d_model"]))
+                          .column("d_model")[0].as_py())
+        empty = np.zeros(0, np.int32)
+        yield key, topology.SignedEdges(n_units, empty, empty.copy(), np.zeros(0))
+    if pending is not None:
+        raise ValueError(f"graph_edges of {model}@{checkpoint} holds a graph that its activations do not: rerun "
+                         "graph_edges (`resdyn run --select key:graph_edges`)")
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="topology", deps=["activations"],

@@ -126,7 +126,7 @@ def ratios(record: dict) -> dict:
 
 
 def markdown(results: dict) -> str:
-    runs = [results[key] for key in sorted(results, key=lambda k: int(k[1:])) if key.startswith("n")]
+    runs = [results[key] for key in sorted((k for k in results if k[:1] == "n" and k[1:].isdigit()), key=lambda k: int(k[1:]))]
     header = "| stage | " + " | ".join(f"n = {r['samples']}: s | peak GiB (tree) | x floor" for r in runs) + " | floor |"
     lines = [header, "|---|" + "---|---|---|" * len(runs) + "---|"]
     names = list(runs[0]["stages"])

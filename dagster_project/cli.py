@@ -85,7 +85,7 @@ def _warn_problems(store: Warehouse) -> None:
 
 
 def command_sql(arguments) -> int:
-    store = Warehouse(arguments.warehouse)
+    store = Warehouse(arguments.warehouse).require_existing()
     table = store.query(_sql_text(arguments.query))
     _warn_problems(store)
     print(_format(table, arguments.csv))
@@ -94,7 +94,7 @@ def command_sql(arguments) -> int:
 
 def command_questions(arguments) -> int:
     """Every named question over the complete partitions; the others are named, not mixed in."""
-    store = Warehouse(arguments.warehouse)
+    store = Warehouse(arguments.warehouse).require_existing()
     skipped = store.query("SELECT model, checkpoint, status FROM partitions WHERE status <> 'complete'").to_pylist()
     _warn_problems(store)
     if skipped:
@@ -112,7 +112,7 @@ def command_questions(arguments) -> int:
 
 def command_models(arguments) -> int:
     """Registered partitions with their status (from the ``partitions`` view); registers them with Dagster."""
-    store = Warehouse(arguments.warehouse)
+    store = Warehouse(arguments.warehouse).require_existing()
     registry = ModelRegistry(store.registry_file)
     status = {(r["model"], r["checkpoint"]): r for r in store.query("SELECT * FROM partitions").to_pylist()}
     _warn_problems(store)
@@ -173,9 +173,9 @@ def command_report(arguments) -> int:
     """The study across every complete partition: five tables with figures, and one report.html."""
     from .report import build_report
 
-    store = Warehouse(arguments.warehouse)
-    _warn_problems(store)
+    store = Warehouse(arguments.warehouse).require_existing()
     output, results = build_report(store, Path(arguments.output) if arguments.output else None)
+    _warn_problems(store)
     for name, (table, figure) in results.items():
         print(f"{name}: {table.num_rows} rows, {figure}")
     print(f"report: {output}")
@@ -186,9 +186,9 @@ def command_claims(arguments) -> int:
     """The paper's claims on one model: null-model checkpoint beside trained, verdicts by fixed rules."""
     from .claims import build_claims, claim_pairs
 
-    store = Warehouse(arguments.warehouse)
-    _warn_problems(store)
+    store = Warehouse(arguments.warehouse).require_existing()
     pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
+    _warn_problems(store)
     null = arguments.null or pair.get("null_checkpoint") or "init"
     trained = arguments.trained or pair.get("trained_checkpoint") or "trained"
     report, figure = build_claims(store, arguments.model, null, trained,
@@ -221,7 +221,7 @@ def command_check(arguments) -> int:
     """Read every published file's footer and schema, and list damaged, missing or stray files."""
     from .integrity import scan
 
-    problems = scan(Warehouse(arguments.warehouse))
+    problems = scan(Warehouse(arguments.warehouse).require_existing())
     for problem in problems:
         print(problem)
     print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")
@@ -290,6 +290,10 @@ def _partitions_of_model(model: str, arguments, registry: ModelRegistry) -> list
     if model in registry.specs and not is_directory:
         spec = registry.get(model)
         _check_gguf_source(spec)
+        if Path(spec.source).is_dir() and (Path(spec.source) / "config.json").is_file():
+            from resdyn.models.checkpoint import check_checkpoint_directory
+
+            check_checkpoint_directory(spec.source)  # it may have changed since it was registered
         checkpoints = arguments.checkpoint or list(spec.checkpoints)
         unknown = [c for c in checkpoints if c not in spec.checkpoints]
         if unknown:
@@ -301,6 +305,10 @@ def _partitions_of_model(model: str, arguments, registry: ModelRegistry) -> list
 
     config = load_config(model, arguments.revision)
     source = str(Path(model).expanduser().resolve()) if is_directory else model
+    if is_directory:
+        from resdyn.models.checkpoint import check_checkpoint_directory
+
+        check_checkpoint_directory(source)  # before it is registered
     name = check_name(arguments.name or Path(source.rstrip("/")).name, "model name")
     if is_directory:
         if arguments.checkpoint and len(arguments.checkpoint) > 1:
@@ -409,11 +417,13 @@ def _report(number: int, total: int, key: str, outcome: dict, started: float, su
 
 
 def command_run(arguments) -> int:
-    from .executors import check_ray_address, executor_name, ray_address
-    from .selection import partition_asset_keys
+    from .executors import check_ray_address, executor_name, export_step_settings, model_runner_slots, ray_address
     from .settings import SETTINGS, resolve
 
     values = resolve({setting.name: getattr(arguments, setting.name) for setting in SETTINGS})  # before any write
+    model_runner_slots()  # a bad RESDYN_MODEL_RUNNERS is named before anything runs
+    export_step_settings(values)
+    from .selection import partition_asset_keys  # imports the assets: after their step tags' settings are set
     executor = executor_name(arguments.executor)
     if executor == "ray":
         address = ray_address(arguments.ray_address)
@@ -426,6 +436,12 @@ def command_run(arguments) -> int:
     store = Warehouse(arguments.warehouse)
     registry = ModelRegistry(store.registry_file)
     keys = _partitions_for(arguments, registry)
+    if arguments.selected_keys:
+        from .selection import check_inputs
+
+        for key in keys:
+            check_inputs(arguments.select, arguments.selected_keys, store.published_table_names(*split_partition_key(key)),
+                         key)
 
     import dagster as dg
 
@@ -574,12 +590,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help=f"{setting.help} [{setting.variable}; default {setting.default}]")
     run.add_argument("--warehouse", help="warehouse root (default: $RESDYN_WAREHOUSE or ./warehouse)")
     run.add_argument("--executor", help="in_process (default), multiprocess or ray [RESDYN_EXECUTOR]")
-    run.add_argument("--ray-address", help="the Ray cluster's job-submission address, http://HOST:8265 "
+    run.add_argument("--ray-address", help="the Ray cluster: its job-submission address http://HOST:8265, its GCS "
+                                           "address HOST:6379 or a client address ray://HOST:10001 "
                                            "[RESDYN_RAY_ADDRESS]")
     run.add_argument("--parallel-runs", type=int, default=0,
                      help="partitions run at once with the multiprocess and ray executors (0: all)")
     run.add_argument("--select", help="only these assets of each partition, in Dagster's asset selection syntax "
-                     "(e.g. 'group:inputs or group:measurements', 'key:jacobians+'); their upstream tables must "
+                     "(e.g. 'group:inputs or group:measurements', then 'not (group:inputs or group:measurements)'); their upstream tables must "
                      "be in the warehouse already; default: every asset")
     run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
     run.add_argument("--summary", help="write per-partition step seconds and peak memory as JSON to this file")

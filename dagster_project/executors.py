@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -46,12 +47,53 @@ def executor_name(value: str | None = None) -> str:
     return name
 
 
-def ray_address(value: str | None = None) -> str:
-    address = value or os.environ.get(RAY_ADDRESS_VARIABLE) or os.environ.get("RAY_ADDRESS") or ""
+ADDRESS_FORMS = ("http://HOST:8265 (the dashboard / job-submission address), HOST:6379 (the cluster's GCS address, "
+                 "as `ray start` prints it) or ray://HOST:10001 (a Ray Client address)")
+# asks the cluster where its dashboard is, in a child process so that an unanswering address costs a timeout
+_DASHBOARD_LOOKUP = """import sys
+from ray.dashboard.utils import ray_address_to_api_server_url, ray_client_address_to_api_server_url
+address = sys.argv[1]
+print(ray_client_address_to_api_server_url(address) if address.startswith("ray://") else
+      ray_address_to_api_server_url(address))
+"""
+
+
+def ray_address(value: str | None = None, timeout: float = 20.0) -> str:
+    """The job-submission (dashboard) URL that dagster-ray's executor needs, from any address a user holds:
+    the URL itself, a GCS address ``HOST:PORT`` (the cluster is asked for its dashboard) or a Ray Client
+    address ``ray://HOST:PORT`` (likewise, through a client connection)."""
+    address = (value or os.environ.get(RAY_ADDRESS_VARIABLE) or os.environ.get("RAY_ADDRESS") or "").strip()
     if not address:
-        raise ExecutorError(f"the ray executor needs the cluster's job-submission address: --ray-address "
-                            f"http://HOST:8265 or {RAY_ADDRESS_VARIABLE}")
-    return address if "://" in address else f"http://{address}"
+        raise ExecutorError(f"the ray executor needs the cluster's address: --ray-address or {RAY_ADDRESS_VARIABLE}, "
+                            f"one of {ADDRESS_FORMS}")
+    scheme, _, rest = address.partition("://") if "://" in address else ("", "", address)
+    if scheme in ("http", "https"):
+        return address.rstrip("/")
+    if scheme not in ("", "ray") or not rest or "/" in rest.rstrip("/"):
+        raise ExecutorError(f"--ray-address / {RAY_ADDRESS_VARIABLE}={address!r} is not a Ray address: expected "
+                            f"{ADDRESS_FORMS}")
+    if scheme == "" and _answers_job_api(f"http://{address}"):
+        return f"http://{address}"  # HOST:8265 without its scheme
+    try:
+        found = subprocess.run([sys.executable, "-c", _DASHBOARD_LOOKUP, address], capture_output=True, text=True,
+                               timeout=timeout, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+    except subprocess.TimeoutExpired:
+        found = None
+    lines = found.stdout.strip().splitlines() if found is not None and found.returncode == 0 else []
+    if not lines or "://" not in lines[-1]:
+        raise ExecutorError(f"no Ray cluster answers at {address} (asked for its dashboard address"
+                            f"{' for ' + str(int(timeout)) + ' s' if found is None else ''}); start one "
+                            f"(`ray start --head`) or pass one of {ADDRESS_FORMS}")
+    return lines[-1].rstrip("/")
+
+
+def _answers_job_api(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=3) as response:
+            json.loads(response.read() or b"{}")
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 def check_ray_address(address: str, timeout: float = 10.0) -> None:
@@ -83,8 +125,8 @@ def executor_definition(name: str | None = None, address: str | None = None) -> 
 
 def ray_tags(kind: str) -> dict:
     """op_tags asking Ray for what a step needs: a GPU for the model when the device is cuda, else CPUs."""
-    device = os.environ.get("RESDYN_DEVICE", "auto")
-    workers = int(os.environ.get("RESDYN_WORKERS") or 0) or 1
+    device = os.environ.get("RESDYN_DEVICE") or "auto"
+    workers = int(os.environ.get("RESDYN_WORKERS") or 0) or (os.cpu_count() or 1)  # 0: one per core
     if kind == "model":
         wants_gpu = device.startswith("cuda") or (device == "auto" and os.environ.get("RESDYN_RAY_GPUS") == "1")
         request = {"num_gpus": 1, "num_cpus": 1} if wants_gpu else {"num_cpus": 1}
@@ -93,5 +135,20 @@ def ray_tags(kind: str) -> dict:
     return {"dagster-ray/config": json.dumps(request)}
 
 
+def export_step_settings(values: dict) -> None:
+    """Put the run's device and worker count where step tags are derived from, before any asset module
+    is imported (their op tags are fixed at import): a CLI flag must reach Ray's resource request."""
+    os.environ["RESDYN_DEVICE"] = str(values["device"])
+    os.environ["RESDYN_WORKERS"] = str(values["workers"])
+
+
 def model_runner_slots() -> int:
-    return max(1, int(os.environ.get(MODEL_RUNNERS_VARIABLE) or 1))
+    raw = os.environ.get(MODEL_RUNNERS_VARIABLE) or "1"
+    try:
+        slots = int(raw)
+    except ValueError:
+        slots = 0
+    if slots < 1:
+        raise ExecutorError(f"{MODEL_RUNNERS_VARIABLE}={raw!r} must be a whole number >= 1 (how many steps may "
+                            "run a model at once; default 1)")
+    return slots

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .manifests import VerifiedFiles
 from .schema import PROVENANCE_COLUMNS, TABLES
 from .warehouse import Warehouse
 
@@ -16,14 +15,22 @@ def _fix(manifest: dict) -> str:
 
 
 def scan(store: Warehouse) -> list[str]:
-    """One line per problem: what is wrong, where, and the fix."""
-    problems = []
-    for manifest in store.manifests():
+    """One line per problem: what is wrong, where, and the fix. Manifests are checked against their schema
+    (dagster_project/manifests.py: their own partition, a whole generation, entries inside the partition's
+    folders), then every published file against its entry: present, same size and sha256, a readable footer
+    with the table's columns and rows."""
+    manifests, problems = store.read_manifests()
+    verified = VerifiedFiles(store.root)
+    for manifest in manifests:
         for table, entry in sorted(manifest["tables"].items()):
             path = store.root / entry["file"]
             where = f"{path} ({table} of {manifest['model']}@{manifest['checkpoint']})"
-            if not path.is_file():
+            problem = verified.problem(path, entry)
+            if problem == "missing":
                 problems.append(f"missing: {where}; {_fix(manifest)}")
+                continue
+            if problem is not None and problem.startswith("damaged (content"):
+                problems.append(f"changed since published: {where}: {problem}; {_fix(manifest)}")
                 continue
             try:
                 footer = pq.read_metadata(path)
@@ -38,14 +45,10 @@ def scan(store: Warehouse) -> list[str]:
                 problems.append(f"changed since published: {where} ({footer.num_rows} rows, "
                                 f"{path.stat().st_size} bytes; published {entry['rows']} rows, {entry['bytes']} "
                                 f"bytes); {_fix(manifest)}")
+    verified.save()
     for path in sorted((store.root / "runs").glob("model=*/checkpoint=*/*.parquet")):
         try:
             pq.read_metadata(path)
         except (pa.ArrowInvalid, OSError) as error:
             problems.append(f"unreadable run record: {path}: {str(error).splitlines()[0]}; delete it")
-    for path in sorted((store.root / "_published").glob("model=*/checkpoint=*.json")):
-        try:
-            json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            problems.append(f"unreadable manifest: {path}: {error}; delete it and rematerialize the partition")
     return problems

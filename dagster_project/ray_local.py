@@ -96,7 +96,7 @@ class LocalCluster:
         self.environment = {**(environment if environment is not None else os.environ),
                             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
         self.processes: list[subprocess.Popen] = []
-        self.address = self.gcs = ""
+        self.address = self.gcs = self.client = ""
 
     def _start(self, name: str, arguments: list[str]) -> subprocess.Popen:
         process = subprocess.Popen([sys.executable, "-m", "resdyn.dagster_project.ray_local", *arguments],
@@ -120,6 +120,7 @@ class LocalCluster:
                                                 *[v for pair in zip(flags, map(str, others)) for v in pair],
                                                 "--num-cpus", str(self.num_cpus)])
             self.address, self.gcs = f"http://{LOOPBACK}:{dashboard}", f"{LOOPBACK}:{port}"
+            self.client = f"ray://{LOOPBACK}:{others[0]}"
             deadline = time.time() + self.timeout
             while True:
                 try:

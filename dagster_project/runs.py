@@ -139,6 +139,18 @@ def model_source(store: Warehouse, model: str, checkpoint: str) -> str:
                        **({"init_config": spec.init_config} if spec.init_config else {})}, sort_keys=True)
 
 
+def map_conventions(store: Warehouse, model: str, checkpoint: str) -> str | None:
+    """What the family's sublayer maps hold fixed, as JSON (``runs.map_conventions``)."""
+    from resdyn.models.adapters import adapter_for
+    from resdyn.models.registry import ModelRegistry
+
+    try:
+        spec, _ = ModelRegistry(store.registry_file).resolve(f"{model}@{checkpoint}")
+        return json.dumps(adapter_for(spec.family).conventions, sort_keys=True)
+    except (KeyError, ValueError):
+        return None
+
+
 def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict, executor: str, **fields) -> None:
     existing = {r["run_id"]: r for r in store.run_records(model, checkpoint)}.get(store.run_id)
     row = existing or {
@@ -146,7 +158,8 @@ def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict
                                                                                              sort_keys=True),
         **corpus_record(os.environ.get("RESDYN_WIKITEXT_DIR")), "dtype": settings_values["dtype"],
         "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
-        "model_source": model_source(store, model, checkpoint), **code_environment(), "pid": os.getpid(),
+        "model_source": model_source(store, model, checkpoint),
+        "map_conventions": map_conventions(store, model, checkpoint), **code_environment(), "pid": os.getpid(),
         "started_at": now(), "ended_at": None, "status": "started", "error": None,
     }
     store.record_run(model, checkpoint, {**row, **fields})

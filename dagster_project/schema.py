@@ -220,6 +220,8 @@ _table("runs", "run of a partition (written when it starts and when it ends)", "
        _c("executor", STR, "Dagster executor"),
        _c("model_source", STR, "the checkpoint's origin as the registry has it, as JSON: source, revision and, for GGUF "
           "models, the file's sha256 and quantization types (`model_checkpoints` has what the import found)"),
+       _c("map_conventions", STR, "what the family's sublayer maps hold fixed, as JSON (e.g. Gemma 4's per-layer "
+          "input, computed from h_0 and held fixed)"),
        _c("resdyn_version", STR, "package version"),
        _c("git_commit", STR, "commit of the code (with `+dirty` for uncommitted changes), where known"),
        _c("torch_version", STR, "torch"), _c("transformers_version", STR, "transformers"),

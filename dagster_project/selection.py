@@ -41,3 +41,33 @@ def partition_asset_keys(selection: str | None):
         raise SelectionError(f"--select {selection!r} names none of a partition's assets; groups: {', '.join(groups)}; "
                              f"assets: {', '.join(sorted(key.to_user_string() for key in steps))}")
     return chosen
+
+
+def check_inputs(selection: str, chosen, published_tables: set[str], partition: str) -> None:
+    """Refuse, before the first step, a selection whose assets read a table that neither the selection
+    holds nor the warehouse has published for ``partition``; name what is missing and a selection that
+    would run (the given one plus the missing upstream steps, transitively)."""
+    from .assets_index import ALL_ASSETS
+
+    steps = {key: definition for definition in ALL_ASSETS for key in definition.keys}
+    upstream = {key: set(definition.asset_deps[key]) for key, definition in steps.items()}
+    have = set(chosen)
+    missing = {key: {dep for dep in upstream.get(key, ()) if dep not in have and dep.path[-1] not in published_tables}
+               for key in sorted(have)}
+    missing = {key: deps for key, deps in missing.items() if deps}
+    if not missing:
+        return
+    added: set = set()
+    frontier = {dep for deps in missing.values() for dep in deps}
+    while frontier:
+        key = frontier.pop()
+        for sibling in (steps[key].keys if not steps[key].can_subset else {key}):
+            if sibling not in have | added:
+                added.add(sibling)
+                frontier |= {dep for dep in upstream[sibling]
+                             if dep not in have | added and dep.path[-1] not in published_tables}
+    needs = "; ".join(f"{key.to_user_string()} reads {', '.join(sorted(d.to_user_string() for d in deps))}"
+                      for key, deps in sorted(missing.items()))
+    suggestion = " or ".join([selection] + [f"key:{key.to_user_string()}" for key in sorted(added)])
+    raise SelectionError(f"--select {selection!r} cannot run on {partition}: {needs}, which the selection does not "
+                         f"hold and the warehouse has not published for it; run --select '{suggestion}'")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ class Setting:
             value = self.kind(raw) if not isinstance(raw, self.kind) or isinstance(raw, bool) else raw
         except (TypeError, ValueError):
             raise SettingError(f"{source}={raw!r} is not a valid {self.kind.__name__} ({self.help})") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SettingError(f"{source}={raw!r} must be a finite number ({self.help})")
         if self.choices and value not in self.choices:
             raise SettingError(f"{source}={raw!r} must be one of {', '.join(map(str, self.choices))}")
         if self.minimum is not None and value < self.minimum:

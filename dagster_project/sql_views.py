@@ -6,8 +6,10 @@ published partition are empty views of the right columns. ``published_tables`` (
 published table of a partition) and ``study_tables`` (the tables a complete partition holds) are
 registered beside them, then ``sql/views.sql`` adds the derived views (``partitions``). The
 connection can read files only under the warehouse root, cannot change that, and
-:func:`run_read_only` runs only SELECT and EXPLAIN statements: DuckDB's ``allowed_directories``
-alone would still let ``COPY ... TO`` and ``ATTACH`` write there.
+:func:`run_read_only` runs only SELECT statements and EXPLAINs of SELECT statements, judged by DuckDB's
+own parser on what it would execute (``EXPLAIN ANALYZE`` executes its statement, so the statement
+after the EXPLAIN is parsed and judged too): DuckDB's ``allowed_directories`` alone would still let
+``COPY ... TO`` and ``ATTACH`` write there.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def _readable_run_files(store) -> list[str]:
 
 
 def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
+    store.require_existing()
     connection = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                                     "autoload_known_extensions": False})
     connection.execute(f"SET allowed_directories = [{_literal(store.root.as_posix() + '/')}]")
@@ -111,10 +114,11 @@ def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     if not statements:
         raise QueryError("no SQL statement given")
     for statement in statements:
-        kind = statement.type.name
+        kind = _executed_kind(connection, statement)
         if kind not in READ_STATEMENTS:
             raise ReadOnlySqlError(f"SQL is read-only here: {kind} statements are not allowed (only SELECT, WITH, "
-                                   "DESCRIBE, SHOW, SUMMARIZE and EXPLAIN); the warehouse is written by `resdyn run`")
+                                   "DESCRIBE, SHOW, SUMMARIZE and EXPLAIN of those); the warehouse is written by "
+                                   "`resdyn run`")
     try:
         result = None
         for statement in statements:
@@ -122,6 +126,29 @@ def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
         return result.to_arrow_table() if result is not None else pa.table({})
     except duckdb.Error as error:
         raise QueryError(_one_line(error, sql)) from None
+
+
+_EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN\s*(\([^()]*\))?\s*(ANALY[SZ]E\b)?", re.IGNORECASE)
+
+
+def _executed_kind(connection: duckdb.DuckDBPyConnection, statement) -> str:
+    """The type of the statement DuckDB would execute: an EXPLAIN's own statement (``EXPLAIN ANALYZE``
+    runs it), found by parsing what follows the EXPLAIN; anything that does not parse as exactly one
+    statement after the prefix counts as a write (refused), never as a read."""
+    kind = statement.type.name
+    if kind != "EXPLAIN":
+        return kind
+    prefix = _EXPLAIN_PREFIX.match(statement.query)
+    if prefix is None:
+        return "EXPLAIN of an unrecognised statement"
+    try:
+        inner = connection.extract_statements(statement.query[prefix.end():])
+    except duckdb.Error:
+        return "EXPLAIN of an unrecognised statement"
+    if len(inner) != 1:
+        return "EXPLAIN of an unrecognised statement"
+    inner_kind = _executed_kind(connection, inner[0])
+    return "EXPLAIN" if inner_kind == "SELECT" else f"EXPLAIN {inner_kind}"
 
 
 def _one_line(error: Exception, sql: str) -> str:

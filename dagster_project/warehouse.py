@@ -44,6 +44,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .manifests import VerifiedFiles, hashing_stream, read_manifest
 from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, spec
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class WrittenTable:
     row_groups: int
     bytes: int
     content_hash: str  # of the data columns' buffers (not the file, not the provenance): equal data, equal hash
+    sha256: str = ""  # of the file's bytes, as written
 
 
 def process_alive(pid: int) -> bool:
@@ -159,7 +161,7 @@ class TableWriter:
         sweep_dead_writers(directory)
         handle, self.temporary = tempfile.mkstemp(dir=directory, prefix=f".{HOST}-{os.getpid()}-",
                                                   suffix=IN_PROGRESS_SUFFIX)
-        self._stream = os.fdopen(handle, "wb")
+        self._stream = hashing_stream(os.fdopen(handle, "wb"))
         strings = [f.name for f in self.schema if pa.types.is_string(f.type)]
         scalars = [f.name for f in self.schema if not pa.types.is_nested(f.type)]
         # no dictionary pages for numbers (building one for a matrix costs 16x its size and saves nothing),
@@ -199,7 +201,7 @@ class TableWriter:
                 os.chmod(self.temporary, FILE_MODE)
                 os.replace(self.temporary, self.target)
                 self.result = WrittenTable(self.target, self.rows, self.row_groups, self.target.stat().st_size,
-                                           self._digest.hexdigest()[:16])
+                                           self._digest.hexdigest()[:16], self._stream.sha256)
                 if self.on_written is not None:
                     self.on_written(self.table.name, self.result)
         finally:
@@ -240,6 +242,13 @@ class Warehouse:
         self.root = Path(root or os.environ.get("RESDYN_WAREHOUSE") or DEFAULT_ROOT).resolve()
         self.run_id = run_id
         self.settings_hash = settings_hash
+
+    def require_existing(self) -> "Warehouse":
+        """Reading a warehouse that is not there is an error, not an empty answer."""
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"no warehouse at {self.root}: `resdyn run` writes one there, or pass "
+                                    "--warehouse DIR (or set RESDYN_WAREHOUSE) to an existing one")
+        return self
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -301,17 +310,36 @@ class Warehouse:
     # -- manifests ------------------------------------------------------------------------------
 
     def manifest(self, model: str, checkpoint: str) -> dict:
-        path = self.manifest_path(model, checkpoint)
-        if not path.is_file():
-            return {"model": model, "checkpoint": checkpoint, "generation": 0, "tables": {}}
-        return json.loads(path.read_text())
+        """The usable part of the partition's manifest (dagster_project/manifests.py): a damaged manifest
+        or entry is left out with a warning, so a rerun publishes over what is still sound."""
+        manifest, problems = read_manifest(self.root, self.manifest_path(model, checkpoint), model, checkpoint)
+        for problem in problems:
+            log.warning(problem)
+        return manifest
+
+    def read_manifests(self) -> tuple[list[dict], list[str]]:
+        """Every partition's usable manifest, and one line per problem found in them."""
+        manifests, problems = [], []
+        for path in sorted((self.root / "_published").glob("model=*/checkpoint=*.json")):
+            model, checkpoint = path.parent.name.removeprefix("model="), path.stem.removeprefix("checkpoint=")
+            manifest, found = read_manifest(self.root, path, model, checkpoint)
+            problems += found
+            if path.is_file() and (manifest["tables"] or not found):
+                manifests.append(manifest)
+        return manifests, problems
+
+    def published_table_names(self, model: str, checkpoint: str) -> set[str]:
+        """The tables a partition's manifest publishes (none when it has no readable manifest)."""
+        try:
+            return set(self.manifest(model, checkpoint).get("tables", {}))
+        except (OSError, ValueError, AttributeError):
+            return set()
 
     def manifests(self) -> Iterator[dict]:
-        for path in sorted((self.root / "_published").glob("model=*/checkpoint=*.json")):
-            try:
-                yield json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as error:
-                log.warning("unreadable manifest %s (%s): run `resdyn check`", path, error)
+        manifests, problems = self.read_manifests()
+        for problem in problems:
+            log.warning("%s (see `resdyn check`)", problem)
+        yield from manifests
 
     def partitions(self) -> list[tuple[str, str]]:
         return [(manifest["model"], manifest["checkpoint"]) for manifest in self.manifests()]
@@ -328,7 +356,8 @@ class Warehouse:
 
         def on_written(name: str, written: WrittenTable) -> None:
             entry = {"file": str(written.path.relative_to(self.root)), "rows": written.rows, "bytes": written.bytes,
-                     "content_hash": written.content_hash, "run_id": run_id, "settings_hash": self.settings_hash}
+                     "sha256": written.sha256, "content_hash": written.content_hash, "run_id": run_id,
+                     "settings_hash": self.settings_hash}
             if self.run_id is None:
                 self._publish_entries(model, checkpoint, {name: entry})
             else:
@@ -372,6 +401,11 @@ class Warehouse:
                             previous={**{t: f for t, f in manifest.get("previous", {}).items() if t not in previous},
                                       **previous})
             atomic_write_text(path, json.dumps(manifest, indent=1))
+            verified = VerifiedFiles(self.root)  # the writer hashed each file as it wrote it: no second read
+            for entry in entries.values():
+                if entry.get("sha256") and (self.root / entry["file"]).is_file():
+                    verified.remember(self.root / entry["file"], entry["sha256"])
+            verified.save()
         self._collect_garbage(model, checkpoint, manifest, superseded, set(entries))
         return manifest
 
@@ -490,20 +524,31 @@ class Warehouse:
         """(table -> published files that look intact, manifest rows, problems): a file missing or of
         another size than published is left out of the views and reported, so the rest still answers."""
         files: dict[str, list[str]] = {}
-        rows, problems = [], []
-        for manifest in self.manifests():
+        rows = []
+        manifests, problems = self.read_manifests()
+        verified = VerifiedFiles(self.root)
+        for manifest in manifests:
             for table, entry in manifest["tables"].items():
                 path = self.root / entry["file"]
-                intact = path.is_file() and path.stat().st_size == entry["bytes"]
+                problem = verified.problem(path, entry)
+                if problem is None and "sha256" not in entry:  # published before hashes: its footer, at least
+                    try:
+                        pq.read_metadata(path)
+                    except (pa.ArrowInvalid, OSError):
+                        problem = "damaged (unreadable footer)"
+                intact = problem is None
                 if not intact:
-                    problems.append(f"{path} is {'missing' if not path.is_file() else 'damaged (size differs)'}; "
-                                    f"rematerialize with `resdyn run --model {manifest['model']} --checkpoint "
-                                    f"{manifest['checkpoint']}` (and see `resdyn check`)")
+                    problems.append(f"{path} is {problem}; rematerialize with `resdyn run --model "
+                                    f"{manifest['model']} --checkpoint {manifest['checkpoint']}` (and see "
+                                    "`resdyn check`)")
                 else:
                     files.setdefault(table, []).append(path.as_posix())
+                generation = entry.get("generation")
                 rows.append({"model": manifest["model"], "checkpoint": manifest["checkpoint"], "table_name": table,
-                             "run_id": entry["run_id"], "settings_hash": entry["settings_hash"],
-                             "generation": entry["generation"], "rows": entry["rows"], "intact": intact})
+                             "run_id": entry.get("run_id"), "settings_hash": entry.get("settings_hash"),
+                             "generation": generation if isinstance(generation, int) else None,
+                             "rows": entry["rows"], "intact": intact})
+        verified.save()
         return files, rows, problems
 
     def connect(self, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:

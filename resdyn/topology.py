@@ -246,6 +246,10 @@ def scan_gamma(edges: SignedEdges, gammas=DEFAULT_GAMMAS, seeds=(0, 1, 2, 3, 4),
                                  float(np.mean([normalized_mutual_information(a, b) for a, b in pairs])) if pairs else 1.0,
                                  float(np.mean(modularities)), all(is_nontrivial(m) for m in memberships)))
     candidates = [row for row in scan if row.nontrivial] or scan
+    candidates = [row for row in candidates if np.isfinite(row.modularity)]
+    if not candidates:  # no positive edge: modularity is 0/0 at every gamma, so no gamma is chosen
+        return GammaScan(float("nan"), scan, np.arange(edges.n_units), float(sum(seconds for _, seconds in results)),
+                         time.perf_counter() - started)
     top = max(row.modularity for row in candidates)
     best = max((row for row in candidates if row.modularity >= top - MODULARITY_TIE), key=lambda row: row.stability)
     chosen = best_of_gamma[[row.gamma for row in scan].index(best.gamma)]

@@ -102,6 +102,183 @@ def test_1_sql_cannot_write_create_or_attach(warehouse_copy, capsys):
     assert partition_state(root)["status"] == "complete"
 
 
+# every statement type DuckDB has, EXPLAIN ANALYZE included -----------------------------------------
+
+def statement_of_every_type(root: Path) -> dict[str, list[str]]:
+    """For each of DuckDB's statement types, statements of that type (some aimed at published files)."""
+    target = next(root.glob("jacobians/model=m/checkpoint=local/*.parquet"))
+    copy = f"COPY (SELECT 1 AS x) TO '{target}' (FORMAT parquet)"
+    return {
+        "INSERT": ["INSERT INTO runs VALUES (1)"], "UPDATE": ["UPDATE runs SET status = 'x'"],
+        "CREATE": ["CREATE TABLE t AS SELECT 1", "CREATE VIEW v AS SELECT 1"], "DELETE": ["DELETE FROM runs"],
+        "PREPARE": ["PREPARE p AS SELECT 1"], "EXECUTE": ["EXECUTE p"], "ALTER": ["ALTER VIEW runs RENAME TO r"],
+        "TRANSACTION": ["BEGIN TRANSACTION"], "COPY": [copy, f"COPY runs FROM '{target}'"],
+        "ANALYZE": ["ANALYZE"], "VARIABLE_SET": ["SET VARIABLE x = 1"], "CREATE_FUNC": ["CREATE MACRO f(a) AS a"],
+        "EXPLAIN": [f"EXPLAIN ANALYZE {copy}", f"EXPLAIN {copy}", f"EXPLAIN (ANALYZE) {copy}",
+                    f"explain analyse {copy}", f"EXPLAIN ANALYZE /* x */ {copy}",
+                    "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1", f"EXPLAIN ANALYZE ATTACH '{root}/evil.duckdb'"],
+        "DROP": ["DROP VIEW runs"], "EXPORT": [f"EXPORT DATABASE '{root}/exported'"], "PRAGMA": ["PRAGMA version"],
+        "VACUUM": ["VACUUM"], "CALL": ["CALL pragma_version()"], "SET": ["SET enable_external_access = true",
+                                                                       "RESET allowed_directories"],
+        "LOAD": ["LOAD httpfs"], "EXTENSION": ["INSTALL httpfs"], "ATTACH": [f"ATTACH '{root}/evil.duckdb'"],
+        "DETACH": ["DETACH memory"], "COPY_DATABASE": ["COPY FROM DATABASE memory TO memory"],
+        "MERGE_INTO": ["MERGE INTO runs USING runs AS s ON false WHEN NOT MATCHED THEN DO NOTHING"],
+        "MULTI": [f"SELECT 1; {copy}"],
+    }
+
+
+def test_every_statement_type_that_is_not_a_plain_read_is_refused(warehouse_copy, capsys):
+    import duckdb
+
+    _, root = warehouse_copy
+    before = snapshot(root)
+    statements = statement_of_every_type(root)
+    # every type DuckDB's parser can give but the ones that only read (or that no SQL text produces)
+    untyped = {"INVALID", "SELECT", "RELATION", "LOGICAL_PLAN"}
+    assert set(duckdb.StatementType.__members__) - untyped <= set(statements) | {"MULTI"}
+    for kind, texts in statements.items():
+        for sql in texts:
+            assert main(["sql", sql, "--warehouse", str(root)]) == 2, (kind, sql)
+            error = capsys.readouterr().err.strip()
+            assert error.count("\n") == 0 and ("read-only" in error or "hint" in error), (kind, sql, error)
+    for sql in ["EXPLAIN SELECT * FROM runs", "EXPLAIN ANALYZE SELECT count(*) FROM jacobians",
+                "EXPLAIN (FORMAT JSON) SELECT 1", "DESCRIBE runs", "SUMMARIZE SELECT 1 AS x", "SHOW TABLES",
+                "WITH x AS (SELECT 1 AS a) SELECT * FROM x", "FROM runs", "VALUES (1)"]:
+        assert main(["sql", sql, "--warehouse", str(root)]) == 0, sql
+        capsys.readouterr()
+    assert snapshot(root) == before and not (root / "evil.duckdb").exists()
+    assert partition_state(root)["status"] == "complete"
+
+
+def test_sql_over_a_missing_warehouse_is_an_error(tmp_path, capsys):
+    missing = tmp_path / "nonexistent"
+    for command in (["sql", "SELECT 1"], ["questions"], ["models"], ["report"]):
+        assert main([*command, "--warehouse", str(missing)]) == 2, command
+        error = capsys.readouterr().err.strip()
+        assert str(missing) in error and "resdyn run" in error and error.count("\n") == 0, error
+    assert not missing.exists()
+
+
+def readme_selections() -> list[str]:
+    """The asset selections the README's `--select` paragraph gives as examples."""
+    import re
+
+    text = (REPOSITORY / "README.md").read_text()
+    paragraph = text[text.index("`--select` runs only"):]
+    paragraph = paragraph[:paragraph.index("\n\n")]
+    return re.findall(r"`(?:--select )?'([^']+)'`", paragraph)
+
+
+def test_a_selection_without_its_inputs_is_refused_before_the_first_step_naming_one_that_runs(built, tmp_path,
+                                                                                                capsys):
+    from resdyn.dagster_project.selection import check_inputs, partition_asset_keys
+
+    model, _ = built
+    root = tmp_path / "warehouse"
+    common = ["run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root)]
+    assert main([*common, "--select", "group:inputs or group:measurements or group:spectra"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "layer_metrics_per_sample reads" in error and "transient_dynamics" in error
+    assert not list(root.glob("*/model=m")) and not list(root.glob("_published/*")), "nothing may be written"
+    suggested = error.split("run --select '")[1].rstrip("'")
+    assert main([*common, "--select", suggested]) == 0, capsys.readouterr()
+    published = Warehouse(root).published_table_names("m", "local")
+    assert {"layer_metrics_per_sample", "transient_dynamics", "layer_metrics"} <= published
+    assert "communities" not in published  # the suggestion adds what is needed, not everything
+    # the README's examples, in the README's order: the measurement stage first, then analysis from its tables
+    examples = readme_selections()
+    assert examples[0] == "group:inputs or group:measurements" and len(examples) >= 3, examples
+    measured = {"model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians",
+                "finite_difference_probe"}
+    for selection in examples:
+        check_inputs(selection, partition_asset_keys(selection), measured if selection != examples[0] else set(),
+                     "m@local")
+
+
+def _truncate_weights(model: Path) -> str:
+    shard = next(model.glob("*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:-100])
+    return str(shard)
+
+
+def _damage_header(model: Path) -> str:
+    shard = next(model.glob("*.safetensors"))
+    data = bytearray(shard.read_bytes())
+    data[8:24] = b"#" * 16
+    shard.write_bytes(bytes(data))
+    return str(shard)
+
+
+def _remove_tokenizer(model: Path) -> str:
+    for path in model.iterdir():
+        if "token" in path.name or path.name in ("vocab.json", "merges.txt"):
+            path.unlink()
+    return "tokenizer"
+
+
+@pytest.mark.parametrize("damage", [_truncate_weights, _damage_header, _remove_tokenizer])
+def test_a_damaged_model_directory_is_one_line_naming_the_file_and_nothing_is_registered(built, tmp_path, damage,
+                                                                                          capsys):
+    model = save_model(tmp_path / "damaged")
+    named = damage(model)
+    root = tmp_path / "warehouse"
+    capsys.readouterr()
+    assert main(["run", "--model", str(model), *QUICK, "--warehouse", str(root)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and named in error and "save_pretrained" in error, error
+    assert not (root / "registry.json").exists() and not list(root.glob("*/model=damaged"))
+
+
+@pytest.mark.parametrize("variable, value", [("RESDYN_MODEL_RUNNERS", "abc"), ("RESDYN_MODEL_RUNNERS", "0"),
+                                             ("RESDYN_GRAPH_THRESHOLD", "nan"), ("RESDYN_GRAPH_THRESHOLD", "inf")])
+def test_a_bad_environment_variable_is_named(built, tmp_path, variable, value, capsys, monkeypatch):
+    model, _ = built
+    monkeypatch.setenv(variable, value)
+    root = tmp_path / "warehouse"
+    assert main(["run", "--model", str(model), *QUICK, "--warehouse", str(root)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and f"{variable}={value!r}" in error, error
+    assert not list(root.glob("*/model=m"))
+
+
+def test_a_damaged_registry_file_is_named_with_its_fix(built, tmp_path, capsys):
+    model, _ = built
+    root = tmp_path / "warehouse"
+    root.mkdir()
+    for damaged in ("{not json", "[1, 2]", '{"name": "x"}', '[{"name": "x", "nonsense": 1}]'):
+        (root / "registry.json").write_text(damaged)
+        for command in (["run", "--model", str(model), *QUICK], ["models"]):
+            assert main([*command, "--warehouse", str(root)]) == 2, (damaged, command)
+            error = capsys.readouterr().err.strip()
+            assert error.count("\n") == 0 and str(root / "registry.json") in error and "damaged" in error, error
+        assert (root / "registry.json").read_text() == damaged  # never rewritten from a half-read file
+
+
+def test_a_graph_without_edges_is_a_result(built, tmp_path):
+    """--graph threshold --graph-threshold 0.99 leaves graphs without an edge: singletons, no gamma chosen,
+    no boundary units, every coupling test undefined with its reason; the partition completes."""
+    model, _ = built
+    root = tmp_path / "warehouse"
+    assert main(["run", "--model", str(model), "--samples", "40", *QUICK, "--graph", "threshold",
+                 "--graph-threshold", "0.99", "--warehouse", str(root)]) == 0
+    store = Warehouse(root)
+    graphs = store.query("SELECT layer, boundary, count(*) AS edges FROM graph_edges GROUP BY ALL").to_pylist()
+    units = store.query("SELECT layer, boundary, count(*) AS units, count(DISTINCT community) AS communities, "
+                        "bool_or(is_boundary) AS any_boundary, bool_and(isnan(gamma)) AS no_gamma "
+                        "FROM communities GROUP BY ALL ORDER BY ALL").to_pylist()
+    d = store.query("SELECT d_model FROM model_checkpoints").to_pylist()[0]["d_model"]
+    activations = store.query("SELECT count(DISTINCT (layer, boundary)) AS n FROM activations").to_pylist()[0]["n"]
+    assert len(units) == activations and all(row["units"] == d for row in units)
+    with_edges = {(row["layer"], row["boundary"]) for row in graphs}
+    empty = [row for row in units if (row["layer"], row["boundary"]) not in with_edges]
+    assert empty, "the threshold must leave at least one graph without edges"
+    assert all(row["communities"] == d and not row["any_boundary"] and row["no_gamma"] for row in empty)
+    assert partition_state(root)["status"] == "complete"
+    tests = store.query("SELECT * FROM coupling_tests").to_pylist()
+    undefined = [row for row in tests if row["direction"] == "undefined"]
+    assert undefined and all(row["reason"] and row["q_value"] is None and row["p_value"] == 1.0 for row in undefined)
+
+
 # 2 and 4 ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arguments, named", [
@@ -180,6 +357,78 @@ def test_5_a_damaged_file_is_named_and_every_other_table_still_answers(warehouse
     assert main(["questions", "--warehouse", str(root)]) == 0
     answers = capsys.readouterr().out
     assert "skipped: m@local (incomplete)" in answers and "not answerable" not in answers
+
+
+def test_a_same_size_damaged_file_is_left_out_and_named_and_the_rest_answers(warehouse_copy, capsys):
+    _, root = warehouse_copy
+    damaged = Warehouse(root).table_path("jacobians", "m", "local")
+    data = bytearray(damaged.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(64)
+    damaged.write_bytes(bytes(data))  # same size: a size check cannot see it
+    for command in (["sql", "SELECT count(*) AS n FROM layer_metrics", "--csv"], ["sql", "SELECT * FROM jacobians"],
+                    ["models"], ["questions"], ["report", "--output", str(root / "report.html")]):
+        assert main([*command, "--warehouse", str(root)]) == 0, command
+        captured = capsys.readouterr()
+        warnings = [line for line in captured.err.splitlines() if str(damaged) in line]
+        assert len(warnings) == 1 and "sha256" in warnings[0] and "resdyn run --model m" in warnings[0], captured.err
+        assert "Traceback" not in captured.err + captured.out
+    assert Warehouse(root).query("SELECT count(*) AS n FROM jacobians").to_pylist() == [{"n": 0}]
+    assert main(["check", "--warehouse", str(root)]) == 1
+    report = capsys.readouterr().out
+    assert str(damaged) in report and "changed since published" in report
+
+
+def _manifest_path(root: Path) -> Path:
+    return root / "_published" / "model=m" / "checkpoint=local.json"
+
+
+def _damage_manifest(root: Path, kind: str) -> str:
+    """Damage m@local's manifest by hand; returns what `check` must name."""
+    path = _manifest_path(root)
+    text = path.read_text()
+    if kind == "invalid json":
+        path.write_text(text.replace('"tables"', "tables", 1))
+        return str(path)
+    if kind == "truncated":
+        path.write_text(text[: len(text) // 2])
+        return str(path)
+    manifest = json.loads(text)
+    if kind == "generation abc":
+        manifest["generation"] = "abc"
+        path.write_text(json.dumps(manifest))
+        return "generation 'abc'"
+    entry = manifest["tables"]["jacobians"]
+    if kind == "another partition's file":
+        source = root / entry["file"]
+        other = root / "jacobians" / "model=other" / "checkpoint=local" / source.name
+        other.parent.mkdir(parents=True)
+        shutil.copy(source, other)  # same size, same bytes: only the path gives it away
+        entry["file"] = str(other.relative_to(root))
+    elif kind == "outside the warehouse":
+        entry["file"] = "../../../../etc/hostname"
+    path.write_text(json.dumps(manifest))
+    return entry["file"]
+
+
+@pytest.mark.parametrize("kind", ["invalid json", "truncated", "generation abc", "another partition's file",
+                                  "outside the warehouse"])
+def test_a_hand_damaged_manifest_is_reported_the_views_answer_and_a_rerun_repairs_it(warehouse_copy, kind, capsys):
+    model, root = warehouse_copy
+    named = _damage_manifest(root, kind)
+    assert main(["check", "--warehouse", str(root)]) == 1
+    report = capsys.readouterr().out
+    assert named in report and str(_manifest_path(root)) in report, report
+    for command in (["sql", "SELECT count(*) AS n FROM runs"], ["models"], ["questions"]):
+        assert main([*command, "--warehouse", str(root)]) == 0, command
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err + captured.out and str(_manifest_path(root)) in captured.err
+    shown = Warehouse(root).query("SELECT DISTINCT model FROM jacobians").to_pylist()
+    assert shown in ([], [{"model": "m"}]) and {"model": "other"} not in shown
+    assert main(["run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root)]) == 0
+    capsys.readouterr()
+    assert main(["check", "--warehouse", str(root)]) == 0, capsys.readouterr().out
+    assert partition_state(root)["status"] == "complete"
 
 
 # 6 ---------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def _environment(**extra) -> dict:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     with LocalCluster(tmp_path_factory.mktemp("ray"), workers=1, num_cpus=1, environment=_environment()) as running:
-        yield {"address": running.address, "gcs": running.gcs, "nodes": running.nodes()}
+        yield {"address": running.address, "gcs": running.gcs, "client": running.client, "nodes": running.nodes()}
 
 
 def _step_processes(step: str) -> list[int]:
@@ -135,3 +135,42 @@ def test_an_unreachable_ray_address_is_a_one_line_error_within_30_seconds(addres
     assert time.perf_counter() - started < 30
     assert completed.returncode == 2
     assert address in completed.stderr and completed.stderr.strip().count("\n") == 0, completed.stderr
+
+
+def test_every_address_form_a_user_holds_leads_to_the_job_submission_address(cluster):
+    from resdyn.dagster_project.executors import ExecutorError, ray_address
+
+    dashboard = cluster["address"]
+    assert ray_address(dashboard) == dashboard
+    assert ray_address(dashboard.removeprefix("http://")) == dashboard  # HOST:8265 without its scheme
+    assert ray_address(cluster["gcs"]) == dashboard  # HOST:6379, as `ray start` prints it
+    assert ray_address(cluster["client"]) == dashboard  # ray://HOST:10001
+    for wrong in ("grpc://127.0.0.1:6379", "ftp://x", "127.0.0.1:6379/path", "ray://"):
+        with pytest.raises(ExecutorError, match="expected http://HOST:8265") as error:
+            ray_address(wrong)
+        assert "\n" not in str(error.value)
+
+
+def test_ray_resource_requests_follow_the_run_settings(tmp_path):
+    """--device cuda asks Ray for a GPU for the model steps; --workers 0 asks for every core for analysis."""
+    script = """
+import json, os
+from resdyn.dagster_project.executors import export_step_settings
+export_step_settings({"device": os.environ["WANT_DEVICE"], "workers": int(os.environ["WANT_WORKERS"])})
+from resdyn.dagster_project.assets_index import ALL_ASSETS
+tags = {}
+for definition in ALL_ASSETS:
+    for key in definition.keys:
+        tags[key.to_user_string()] = json.loads(definition.op.tags["dagster-ray/config"])
+print(json.dumps(tags))
+"""
+    import json
+
+    for device, workers, gpu, cpus in (("cuda", 0, 1, os.cpu_count()), ("cpu", 0, None, os.cpu_count()),
+                                       ("cuda:1", 1, 1, 1)):
+        completed = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True,
+                                   env=_environment(WANT_DEVICE=device, WANT_WORKERS=str(workers)), timeout=120)
+        assert completed.returncode == 0, completed.stderr[-2000:]
+        tags = json.loads(completed.stdout.strip().splitlines()[-1])
+        assert tags["activations"].get("num_gpus") == gpu, (device, tags["activations"])
+        assert tags["layer_metrics"] == {"num_cpus": cpus}, (workers, tags["layer_metrics"])

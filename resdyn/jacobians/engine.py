@@ -35,7 +35,7 @@ import torch
 
 from ..corpus import Sample
 from ..models.adapters import BOUNDARIES, SUBLAYERS, FamilyAdapter, LayerInputs
-from ..models.precision import FULL_PRECISION_ATTENTION
+from ..models.precision import FULL_PRECISION_ATTENTION, Float64Casts
 from .probe import PROBE_STEP, central_difference_sum, probe_directions
 from .streaming import RunningMoments
 
@@ -120,7 +120,7 @@ def analyse_layer(
     kept: dict[str, list] = {sublayer: [] for sublayer in SUBLAYERS}
     activations: dict[str, list[np.ndarray]] = {boundary: [] for boundary in BOUNDARIES}
     index: list[tuple[int, int]] = []
-    directions = None
+    directions = torch_directions = None
     sums = {}
     if options.probe_directions:
         directions = probe_directions(d_model, n_directions=options.probe_directions, seed=options.probe_seed)
@@ -140,22 +140,12 @@ def analyse_layer(
             for boundary in BOUNDARIES:
                 residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
                 activations[boundary].append(residual.to(torch.float32).cpu().numpy().reshape(-1, d_model))
-        for sublayer in SUBLAYERS:  # attn first: the structured MLP step reuses the attention's output rows
-            for position in positions:
-                with clock("mean_jacobians"):
-                    jacobians = backend.accumulate(adapter, layer, inputs, sublayer, position, moments[sublayer])
-                    if not moments[sublayer].mean_is_finite():
-                        _raise_non_finite(layer_index, sublayer, batch)
-                with clock("subsample"):
-                    _keep_subsample(keep_one[sublayer], batch, position, jacobians, backend, adapter, layer, inputs,
-                                    sublayer, options.keep_sample_jacobians)
-                if directions is not None:
-                    with clock("probe"):
-                        function, x0 = adapter.row_function(layer, inputs, sublayer, position)
-                        sums[sublayer] += central_difference_sum(function, x0, torch_directions, options.probe_step)
+        with Float64Casts():  # a model's own float32 casts of float64 data stay float64 (precision.py)
+            _measure_batch(clock, backend, adapter, layer, inputs, positions, moments, keep_one, batch, options,
+                           directions, torch_directions, sums, layer_index)
         if progress is not None:
             progress(layer_index, n_layers, batch_number + 1, len(batches))
-    with clock("mean_jacobians"):
+    with clock("mean_jacobians"), Float64Casts():
         if hasattr(backend, "finish"):  # backends that defer their weight products to the end of the layer
             backend.finish()
     for sublayer, moment in moments.items():
@@ -174,6 +164,24 @@ def analyse_layer(
         probe_differences={sublayer: (total / len(index)).cpu().numpy() for sublayer, total in sums.items()},
         seconds=clock.totals,
     )
+
+
+def _measure_batch(clock, backend, adapter, layer, inputs, positions, moments, keep_one, batch, options, directions,
+                   torch_directions, sums, layer_index) -> None:
+    """One batch's mean-Jacobian moments, kept per-sample matrices and probe sums, sublayer by sublayer."""
+    for sublayer in SUBLAYERS:  # attn first: the structured MLP step reuses the attention's output rows
+        for position in positions:
+            with clock("mean_jacobians"):
+                jacobians = backend.accumulate(adapter, layer, inputs, sublayer, position, moments[sublayer])
+                if not moments[sublayer].mean_is_finite():
+                    _raise_non_finite(layer_index, sublayer, batch)
+            with clock("subsample"):
+                _keep_subsample(keep_one[sublayer], batch, position, jacobians, backend, adapter, layer, inputs,
+                                sublayer, options.keep_sample_jacobians)
+            if directions is not None:
+                with clock("probe"):
+                    function, x0 = adapter.row_function(layer, inputs, sublayer, position)
+                    sums[sublayer] += central_difference_sum(function, x0, torch_directions, options.probe_step)
 
 
 def release_freed_memory() -> None:
@@ -265,7 +273,8 @@ def measure_layer_major(
     """One :class:`LayerMeasurement` per decoder layer of a :class:`~resdyn.models.layerwise.LayerwiseModel`,
     reading one layer's weights at a time (module docstring)."""
     batches = sample_batches(samples, options.batch_size)
-    prepared = layerwise.prepare([_token_ids(batch) for batch in batches])
+    with Float64Casts():
+        prepared = layerwise.prepare([_token_ids(batch) for batch in batches])
     adapter = layerwise.adapter
     for layer_index in range(layerwise.n_layers):
         started = time.perf_counter()
@@ -277,7 +286,7 @@ def measure_layer_major(
                                         n_layers=layerwise.n_layers, progress=progress)
             del inputs
             clock = _Stopwatch()
-            with clock("forward"):
+            with clock("forward"), Float64Casts():
                 for state in prepared:
                     layerwise.advance(layer, state, layer_index)
         measurement.seconds.update(clock.totals, read_weights=read_seconds)
@@ -302,7 +311,8 @@ def measure_whole_model(
     layers = adapter.decoder_layers(model)
     for layer in layers:  # refused before any forward: the kernel may not even be installed
         check_attention_implementation(layer)
-    captured = [adapter.capture_layer_inputs(model, _token_ids(batch, device)) for batch in batches]
+    with Float64Casts():
+        captured = [adapter.capture_layer_inputs(model, _token_ids(batch, device)) for batch in batches]
     for layer_index, layer in enumerate(layers):
         inputs = [(batch, per_layer[layer_index]) for batch, per_layer in zip(batches, captured)]
         yield analyse_layer(adapter, layer_index, layer, inputs, backend=backend, options=options,

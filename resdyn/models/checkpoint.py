@@ -57,6 +57,50 @@ def locate_checkpoint(source: str, revision: str | None = None) -> Path:
         ) from error
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "tokenizer.tiktoken")
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why ``path`` is not a complete safetensors file, or None. The format (huggingface/safetensors,
+    docs "Format"): an 8-byte little-endian header length N, N bytes of JSON naming each tensor's
+    ``data_offsets`` [begin, end) into the data that follows; the data must end where the file ends."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                return f"{size} bytes, shorter than a safetensors header"
+            header_length = int.from_bytes(prefix, "little")
+            if header_length > size - 8:
+                return f"its header claims {header_length} bytes but the file has {size}"
+            header = json.loads(handle.read(header_length))
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        return f"unreadable header ({type(error).__name__})"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    ends = [entry.get("data_offsets", [0, 0])[1] for name, entry in header.items()
+            if name != "__metadata__" and isinstance(entry, dict)]
+    expected = 8 + header_length + max(ends, default=0)
+    if expected != size:
+        return f"{size} bytes where its header needs {expected}"
+    return None
+
+
+def check_checkpoint_directory(directory: str | os.PathLike) -> None:
+    """Refuse, in one line naming the file and the fix, a directory whose weights or tokenizer cannot load:
+    a truncated or damaged safetensors file, a shard the index lists but the directory lacks, no tokenizer."""
+    directory = Path(directory)
+    files = CheckpointFiles(directory)  # the index and its shards, or the single file
+    for path in sorted(set(files.weight_map.values())):
+        problem = safetensors_problem(path)
+        if problem:
+            raise CheckpointFormatError(f"{path} is truncated or damaged ({problem}): copy it again from its source "
+                                        "or re-save the model with `model.save_pretrained(DIR)`")
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise CheckpointFormatError(f"{directory} holds no tokenizer files (one of {', '.join(TOKENIZER_FILES)}): "
+                                    "save the model's tokenizer beside it (`tokenizer.save_pretrained(DIR)`)")
+
+
 class CheckpointFiles:
     """Tensor name -> safetensors file, with header-only shape queries and per-tensor reads."""
 
@@ -69,6 +113,10 @@ class CheckpointFiles:
         elif (self.directory / SINGLE_FILE).is_file():
             from safetensors import safe_open
 
+            problem = safetensors_problem(self.directory / SINGLE_FILE)
+            if problem:
+                raise CheckpointFormatError(f"{self.directory / SINGLE_FILE} is truncated or damaged ({problem}): "
+                                            "copy it again or re-save the model with `model.save_pretrained(DIR)`")
             with safe_open(self.directory / SINGLE_FILE, framework="pt") as handle:
                 self.weight_map = {name: self.directory / SINGLE_FILE for name in handle.keys()}
         else:

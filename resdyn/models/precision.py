@@ -9,6 +9,12 @@ the same eager formula with the softmax in max(input dtype, float32), registered
 - Llama / Mistral / Qwen / OLMo style (``variance_epsilon``): w * x / sqrt(mean(x^2) + eps)
 - Gemma 3 style (``eps``, zero-initialised weight):           (1 + w) * x / sqrt(mean(x^2) + eps)
 - Gemma 4 style (``eps``, ``with_scale``):                     [w *] x / sqrt(mean(x^2) + eps)
+
+Those two patches cover the casts HF writes in its norms and attention; any other one (Gemma 4's
+mixture-of-experts router takes ``softmax(..., dtype=torch.float32)``, others may follow) is caught
+by :class:`Float64Casts`, a torch function mode under which every request for float32 on float64 data
+(``x.float()``, ``x.to(torch.float32)``, ``dtype=torch.float32``) stays in float64. The measurement
+engine computes every Jacobian, probe and forward pass under it: a general rule, not a list of modules.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import types
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 log = logging.getLogger(__name__)
 
@@ -131,3 +138,34 @@ def use_full_precision(model: nn.Module) -> int:
     _register_attention()
     model.set_attn_implementation(FULL_PRECISION_ATTENTION)
     return use_full_precision_norms(model)
+
+
+def _has_float64_tensor(values) -> bool:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if value.dtype == torch.float64:
+                return True
+        elif isinstance(value, (list, tuple)) and _has_float64_tensor(value):
+            return True
+    return False
+
+
+class Float64Casts(TorchFunctionMode):
+    """Within: a float32 cast of float64 data keeps float64 (module docstring).
+
+    A call is rewritten only when it asks for float32 (``Tensor.float``, or ``torch.float32`` among its
+    arguments) and one of its tensor arguments is float64; float32 data (RoPE's integer positions cast
+    to float32, float32 buffers) and every other call pass through unchanged, so a model computed
+    without a float64 tensor (bfloat16, float32 runs) is unaffected.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.float:
+            if args and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.float64:
+                return args[0]
+        elif any(value is torch.float32 for value in args) or any(value is torch.float32 for value in kwargs.values()):
+            if _has_float64_tensor(args) or _has_float64_tensor(kwargs.values()):
+                args = tuple(torch.float64 if value is torch.float32 else value for value in args)
+                kwargs = {key: torch.float64 if value is torch.float32 else value for key, value in kwargs.items()}
+        return func(*args, **kwargs)

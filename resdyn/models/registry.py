@@ -102,6 +102,10 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
+class RegistryFileError(ValueError):
+    pass
+
+
 class ModelRegistry:
     """Built-in specs plus user-added ones from ``user_file`` (JSON)."""
 
@@ -110,9 +114,8 @@ class ModelRegistry:
         built_in = tomllib.loads(BUILT_IN.read_text())
         self.specs = {name: ModelSpec(name=name, **entry) for name, entry in built_in["models"].items()}
         self.suites: dict[str, list[str]] = dict(built_in.get("suites", {}))
-        if self.user_file and self.user_file.is_file():
-            for entry in json.loads(self.user_file.read_text()):
-                self.specs[entry["name"]] = ModelSpec(**entry)
+        for entry in self._read_user_file() if self.user_file else []:
+            self.specs[entry["name"]] = ModelSpec(**entry)
 
     def get(self, name: str) -> ModelSpec:
         if name not in self.specs:
@@ -197,9 +200,22 @@ class ModelRegistry:
         return True
 
     def _read_user_file(self) -> list[dict]:
+        """The user-added specs; a damaged file is named with its fix, never half-read."""
         if not self.user_file.is_file():
             return []
-        return json.loads(self.user_file.read_text())
+        try:
+            entries = json.loads(self.user_file.read_text())
+            if not isinstance(entries, list):
+                raise ValueError("not a JSON list")
+            fields = set(ModelSpec.__dataclass_fields__)
+            for entry in entries:
+                if not isinstance(entry, dict) or "name" not in entry or not set(entry) <= fields:
+                    raise ValueError(f"an entry is not a model spec: {str(entry)[:80]}")
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise RegistryFileError(f"{self.user_file} is damaged ({reason}): fix it by hand, or remove it and "
+                                    "register the user-added models again (`resdyn run --model PATH`)") from None
+        return entries
 
 
 def _umask() -> int:

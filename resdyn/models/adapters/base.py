@@ -58,6 +58,12 @@ class FamilyAdapter:
     families: tuple[str, ...] = ()
     # arguments that hold one entry per token and must follow a position selection in the MLP map
     per_token_arguments: tuple[str, ...] = ()
+    # what each sublayer map holds fixed, stated once (README, ``runs.map_conventions``)
+    conventions: dict[str, str] = {
+        "attention": "the map of one position's residual; the other positions' residuals (their keys and values) "
+                     "are held fixed, so the Jacobian is the diagonal block d out_t / d h_t",
+        "mlp": "position-wise: the map of one position's residual",
+    }
 
     def attention_map(self, layer: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
         raise NotImplementedError

@@ -67,8 +67,22 @@ class Gemma3Adapter(FamilyAdapter):
 
 
 class Gemma4Adapter(Gemma3Adapter):
+    """Gemma 4. Its per-layer input (``per_layer_input``) is computed by the model from the token
+    embeddings, i.e. from h_0, before layer 0, and every map holds it fixed: it is an input of the layer
+    like the rotary tables, not a function of the residual being differentiated. Letting it move with h_0
+    would add a path h_0 -> per-layer input -> h_1 and change E[dh_1/dh_0] by about 23% on a random
+    Gemma 4 (the independent audit's measurement). A layer that reuses an earlier layer's keys and values
+    (KV sharing) holds them fixed too."""
+
     families = ("gemma4", "gemma4_text")
     per_token_arguments = ("per_layer_input",)
+    conventions = {
+        **FamilyAdapter.conventions,
+        "per_layer_input": "computed from the token embeddings (h_0) before layer 0 and held fixed by every map; "
+                           "letting it move with h_0 changes E[dh_1/dh_0] by about 23%",
+        "shared_kv": "a layer that reuses an earlier layer's keys and values holds them fixed (no Jacobian "
+                     "through them)",
+    }
 
     def mlp_map(self, layer, hidden, arguments):
         residual = hidden

@@ -1,0 +1,218 @@
+"""What a partition manifest (``_published/model=<m>/checkpoint=<c>.json``) may say, and what its files hold.
+
+A manifest is trusted by every reader (the views, the report, the UI), so it is checked before use:
+
+- it is a JSON object whose ``model`` and ``checkpoint`` are those of its own path, whose
+  ``generation`` is a whole number >= 0 and whose ``tables`` map known table names to entries;
+- each entry names a ``file`` inside that table's folder *of this partition*
+  (``<table>/model=<m>/checkpoint=<c>/<name>.parquet``: never another partition's file, never a
+  path outside the warehouse), with whole-number ``rows`` and ``bytes`` and, for files published
+  since content hashes were recorded, the file's ``sha256``.
+
+:func:`read_manifest` returns the usable part of a manifest and one line per problem; a rerun
+publishes over the usable part (so a rerun repairs a damaged manifest) and ``resdyn check`` prints
+the problems. :class:`VerifiedFiles` checks a published file against its entry (size, footer and
+sha256), caching a verified hash by (size, mtime) so a view costs a stat per file once verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from .schema import TABLES
+
+HASH_CHUNK = 1 << 22
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _fix(model: str, checkpoint: str) -> str:
+    return f"rerun the partition (`resdyn run --model {model} --checkpoint {checkpoint}`) to repair it"
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def read_manifest(root: Path, path: Path, model: str, checkpoint: str) -> tuple[dict, list[str]]:
+    """(the usable manifest, problems). A manifest that is missing is empty; one that cannot be parsed
+    is empty with its problem; a bad entry is dropped with its problem, the good ones kept."""
+    empty = {"model": model, "checkpoint": checkpoint, "generation": 0, "tables": {}}
+    if not path.is_file():
+        return empty, []
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return empty, [f"unreadable manifest: {path} ({type(error).__name__}: {str(error).splitlines()[0]}); "
+                       f"{_fix(model, checkpoint)}"]
+    problems = []
+    if not isinstance(data, dict):
+        return empty, [f"damaged manifest: {path} is not a JSON object; {_fix(model, checkpoint)}"]
+    if data.get("model") != model or data.get("checkpoint") != checkpoint:
+        problems.append(f"damaged manifest: {path} names {data.get('model')!r}@{data.get('checkpoint')!r}, not its "
+                        f"own partition {model}@{checkpoint}; {_fix(model, checkpoint)}")
+    generation = data.get("generation")
+    if not _whole(generation):
+        problems.append(f"damaged manifest: {path} has generation {generation!r} (a whole number >= 0 expected); "
+                        f"{_fix(model, checkpoint)}")
+        generation = 0
+    tables = data.get("tables") if isinstance(data.get("tables"), dict) else {}
+    if not isinstance(data.get("tables"), dict):
+        problems.append(f"damaged manifest: {path} has no table map; {_fix(model, checkpoint)}")
+    usable = {}
+    for table, entry in tables.items():
+        reason = entry_problem(root, table, entry, model, checkpoint)
+        if reason:
+            problems.append(f"damaged manifest entry: {path}, table {table}: {reason}; {_fix(model, checkpoint)}")
+        else:
+            usable[table] = entry
+    previous = data.get("previous") if isinstance(data.get("previous"), dict) else {}
+    previous = {table: file for table, file in previous.items()
+                if isinstance(file, str) and _inside_partition(root, table, file, model, checkpoint)}
+    return {**data, "model": model, "checkpoint": checkpoint, "generation": generation, "tables": usable,
+            "previous": previous}, problems
+
+
+def _inside_partition(root: Path, table: str, file: str, model: str, checkpoint: str) -> bool:
+    folder = (root / table / f"model={model}" / f"checkpoint={checkpoint}").resolve()
+    try:
+        resolved = (root / file).resolve()
+    except (OSError, ValueError):
+        return False
+    return resolved.parent == folder and resolved.suffix == ".parquet" and not Path(file).is_absolute()
+
+
+def entry_problem(root: Path, table: str, entry, model: str, checkpoint: str) -> str | None:
+    """Why a manifest entry cannot be used, or None."""
+    if table not in TABLES:
+        return "not a table of the study"
+    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+        return "no file named"
+    if not _inside_partition(root, table, entry["file"], model, checkpoint):
+        return (f"its file {entry['file']!r} is not in {table}/model={model}/checkpoint={checkpoint}/ (another "
+                "partition's file, or a path outside the warehouse)")
+    if not _whole(entry.get("rows")) or not _whole(entry.get("bytes")):
+        return "rows and bytes must be whole numbers"
+    if "sha256" in entry and not (isinstance(entry["sha256"], str) and _SHA256.match(entry["sha256"])):
+        return "its sha256 is not a hex digest"
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(HASH_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class VerifiedFiles:
+    """A published file checked against its manifest entry, with verified hashes cached by (size, mtime).
+
+    The cache lives outside the warehouse (``$XDG_CACHE_HOME/resdyn/verified/<hash of the root>.json``,
+    default ``~/.cache``), so reading SQL never writes into the warehouse; it holds only hashes this code
+    computed or a writer computed while writing, and a file whose size or mtime changed is hashed again.
+    Writing it is best effort: without a writable cache every view verifies again.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "resdyn" / "verified"
+        self.path = base / (hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:24] + ".json")
+        try:
+            self.cache = json.loads(self.path.read_text())
+            if not isinstance(self.cache, dict):
+                self.cache = {}
+        except (OSError, ValueError):
+            self.cache = {}
+        self.changed = False
+
+    @staticmethod
+    def _stamp(path: Path) -> list:
+        status = path.stat()
+        return [status.st_size, status.st_mtime_ns]
+
+    def remember(self, path: Path, sha256: str) -> None:
+        self.cache[str(path)] = [*self._stamp(path), sha256]
+        self.changed = True
+
+    def problem(self, path: Path, entry: dict) -> str | None:
+        """Why ``path`` does not hold what ``entry`` published, or None."""
+        if not path.is_file():
+            return "missing"
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            return f"damaged (size {size}, published {entry['bytes']})"
+        expected = entry.get("sha256")
+        if expected is None:
+            return None  # published before content hashes were recorded: size only
+        cached = self.cache.get(str(path))
+        if isinstance(cached, list) and len(cached) == 3 and cached[:2] == self._stamp(path):
+            actual = cached[2]
+        else:
+            actual = file_sha256(path)
+            self.remember(path, actual)
+        return None if actual == expected else "damaged (content differs from what was published: sha256)"
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        from .warehouse import atomic_write_text
+
+        try:
+            atomic_write_text(self.path, json.dumps(self.cache))
+        except OSError:
+            pass
+        self.changed = False
+
+
+def hashing_stream(stream):
+    """``stream`` with a running sha256 of everything written (``.sha256``): the Parquet writer writes its
+    file front to back, so this is the file's hash without reading it again."""
+    return _HashingStream(stream)
+
+
+class _HashingStream:
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._digest = hashlib.sha256()
+        self._position = 0
+
+    def write(self, data) -> int:
+        self._digest.update(data)
+        self._position += len(memoryview(data).cast("B")) if not isinstance(data, bytes) else len(data)
+        return self._stream.write(data)
+
+    def tell(self) -> int:
+        return self._position
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def close(self) -> None:
+        self._stream.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._stream.closed
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+

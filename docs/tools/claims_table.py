@@ -1,0 +1,60 @@
+"""Rewrite the README's claims table (between its ``claims:begin`` / ``claims:end`` markers) from
+docs/smollm2/claims.json, and docs/smollm2.md's block from docs/smollm2/claims.md: the files
+``resdyn claims smollm2-135m --output docs/smollm2`` writes.
+
+    python docs/tools/claims_table.py [--check]
+
+``--check`` exits 1 when the README's table differs from the JSON (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+CLAIMS = REPOSITORY / "docs" / "smollm2" / "claims.json"
+README = REPOSITORY / "README.md"
+ACCOUNT = REPOSITORY / "docs" / "smollm2.md"
+ACCOUNT_BEGIN = "<!-- claims:begin (docs/smollm2/claims.md, made by `resdyn claims smollm2-135m --output docs/smollm2`) -->"
+BEGIN = "<!-- claims:begin (from docs/smollm2/claims.json: `resdyn claims smollm2-135m --output docs/smollm2`) -->"
+END = "<!-- claims:end -->"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|") if "\\|" not in str(text) else str(text)
+
+
+def table(claims: dict) -> str:
+    lines = ["| claim (PAPER.md) | paper | null model (`init`) | trained | verdict |", "|---|---|---|---|---|"]
+    for claim in claims["claims"]:
+        measure = re.sub(r" \(.*$", "", claim["measure"]) if "(" in claim["measure"] else claim["measure"]
+        lines.append(f"| {_cell(claim['claim'])} ({_cell(measure)}) | {_cell(claim['paper'])} | "
+                     f"{_cell(claim['null_model'])} | {_cell(claim['trained'])} | **{claim['verdict']}** |")
+    return "\n".join(lines)
+
+
+def _replace(text: str, begin: str, content: str) -> str:
+    start, end = text.index(begin) + len(begin), text.index(END)
+    return text[:start] + "\n" + content.strip() + "\n" + text[end:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true")
+    arguments = parser.parse_args()
+    targets = {README: _replace(README.read_text(), BEGIN, table(json.loads(CLAIMS.read_text()))),
+               ACCOUNT: _replace(ACCOUNT.read_text(), ACCOUNT_BEGIN, CLAIMS.with_suffix(".md").read_text())}
+    stale = [path for path, text in targets.items() if path.read_text() != text]
+    if arguments.check:
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(targets[path])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
 from resdyn.dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
@@ -90,6 +91,7 @@ def _measure(context, warehouse, settings, store):
     started = time.perf_counter()
 
     def progress(layer, n_layers, batch, n_batches):
+        interrupts.check(f"measurements of {context.partition_key}")
         if batch == n_batches or batch % 8 == 0:
             context.log.info(f"{context.partition_key}: layer {layer + 1}/{n_layers}, batch {batch}/{n_batches} "
                              f"({time.perf_counter() - started:.0f} s)")

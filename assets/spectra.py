@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn import spectra
+from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.arrow_tables import record_batch
 from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
@@ -120,6 +121,7 @@ def _analyse(context, settings, store):
         for (index, layer, sublayer), result in zip(order, results):
             depth = sublayer_depth(layer, sublayer)
             context.log.info(f"{context.partition_key}: spectra of depth {depth} ({layer}/{sublayer}) done")
+            interrupts.check(f"spectral_analysis of {context.partition_key}")
             key = {"layer": layer, "sublayer": sublayer, "depth": depth}
             eigenvalues = result.eigenvalues
             clouds[depth] = eigenvalues

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn import topology
+from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.arrow_tables import matrix_rows, record_batch
 from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.parallel import default_workers
@@ -126,6 +127,7 @@ def _communities(context, settings, store):
                            "stability": r.stability, "stability_nmi": r.stability_nmi, "modularity": r.modularity,
                            "nontrivial": r.nontrivial,
                            "chosen": r.gamma == scan.gamma} for r in scan.rows]
+            interrupts.check(f"community_tables of {context.partition_key}")
             context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "
                              f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
                              f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers if pool else 1} worker(s))")

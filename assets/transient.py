@@ -11,6 +11,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.parallel import ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
@@ -69,6 +70,7 @@ def _analyse(context, settings, store):
             pseudo_rows.append({**key, "eps": epsilon, "pseudospectral_radius": radius,
                                 "excess_over_normal": (radius - result.spectral_radius) / epsilon})
         context.log.info(f"{context.partition_key}: transient dynamics of depth {key['depth']} done")
+        interrupts.check(f"transient_analysis of {context.partition_key}")
     growth = list(transient_growth((read_matrix(path, index) for index, _, _ in order), radii))
     tables = {
         "transient_dynamics": pa.Table.from_pylist(dynamics_rows, schema=spec("transient_dynamics").schema()),

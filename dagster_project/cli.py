@@ -32,6 +32,7 @@ from pathlib import Path
 
 from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partition_key, split_partition_key
 
+from . import interrupts
 from .warehouse import SQL_DIRECTORY, PartitionBusyError, QueryError, ReadOnlySqlError, Warehouse
 
 log = logging.getLogger("resdyn")
@@ -417,7 +418,15 @@ def _report(number: int, total: int, key: str, outcome: dict, started: float, su
 
 
 def command_run(arguments) -> int:
-    from .executors import check_ray_address, executor_name, export_step_settings, model_runner_slots, ray_address
+    from .executors import (
+        NODE_CPUS_VARIABLE,
+        check_ray_address,
+        executor_name,
+        export_step_settings,
+        largest_node_cpus,
+        model_runner_slots,
+        ray_address,
+    )
     from .settings import SETTINGS, resolve
 
     values = resolve({setting.name: getattr(arguments, setting.name) for setting in SETTINGS})  # before any write
@@ -429,6 +438,9 @@ def command_run(arguments) -> int:
         address = ray_address(arguments.ray_address)
         check_ray_address(address)
         os.environ["RESDYN_RAY_ADDRESS"] = address
+        cpus = largest_node_cpus(address)
+        if cpus:
+            os.environ[NODE_CPUS_VARIABLE] = str(cpus)
     os.environ["RESDYN_EXECUTOR"] = executor
     if arguments.warehouse:
         os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
@@ -454,6 +466,7 @@ def command_run(arguments) -> int:
     print(f"resdyn: {len(keys)} partition(s) into {store.root} ({executor} executor): {', '.join(keys)}")
     failed, summary = [], {}
     signals = SignalRecorder()
+    interrupts.watch(signals)  # steps stop at their next check point, and nothing of the run is published
     try:
         if executor == "in_process":
             code = _run_in_process(keys, values, store, instance, arguments, signals, summary, failed)
@@ -462,6 +475,7 @@ def command_run(arguments) -> int:
         if code:
             return code
     finally:
+        interrupts.unwatch()
         signals.close()
         if arguments.summary:
             Path(arguments.summary).write_text(json.dumps(summary, indent=2))

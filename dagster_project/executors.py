@@ -15,6 +15,7 @@ worker that dies mid-step costs that step, not the run.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ EXECUTOR_VARIABLE = "RESDYN_EXECUTOR"
 RAY_ADDRESS_VARIABLE = "RESDYN_RAY_ADDRESS"
 MODEL_RUNNER_POOL = "model_runner"
 MODEL_RUNNERS_VARIABLE = "RESDYN_MODEL_RUNNERS"
+NODE_CPUS_VARIABLE = "RESDYN_RAY_NODE_CPUS"  # set by the CLI from the cluster, read by ray_tags
 STEP_RETRIES = dg.RetryPolicy(max_retries=2, delay=1)
 # what a step on a Ray worker needs from the submitting environment
 FORWARDED_VARIABLES = ("DAGSTER_HOME", "RESDYN_WAREHOUSE", "RESDYN_WIKITEXT_DIR", "RESDYN_WIKITEXT_TOKENIZED_DIR",
@@ -75,8 +77,11 @@ def ray_address(value: str | None = None, timeout: float = 20.0) -> str:
     if scheme == "" and _answers_job_api(f"http://{address}"):
         return f"http://{address}"  # HOST:8265 without its scheme
     try:
+        environment = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        if rest.split(":")[0] in ("127.0.0.1", "localhost"):  # else Ray swaps loopback for the routable address
+            environment["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         found = subprocess.run([sys.executable, "-c", _DASHBOARD_LOOKUP, address], capture_output=True, text=True,
-                               timeout=timeout, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+                               timeout=timeout, env=environment)
     except subprocess.TimeoutExpired:
         found = None
     lines = found.stdout.strip().splitlines() if found is not None and found.returncode == 0 else []
@@ -92,7 +97,7 @@ def _answers_job_api(url: str) -> bool:
         with urllib.request.urlopen(f"{url}/api/version", timeout=3) as response:
             json.loads(response.read() or b"{}")
         return True
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):  # a GCS port answers gRPC
         return False
 
 
@@ -101,7 +106,7 @@ def check_ray_address(address: str, timeout: float = 10.0) -> None:
     try:
         with urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout) as response:
             json.loads(response.read() or b"{}")
-    except (urllib.error.URLError, OSError, ValueError) as error:
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         raise ExecutorError(f"no Ray cluster answers at {address} ({reason}); start one (`ray start --head`) or "
                             f"pass its job-submission address with --ray-address / {RAY_ADDRESS_VARIABLE}") from None
@@ -126,13 +131,28 @@ def executor_definition(name: str | None = None, address: str | None = None) -> 
 def ray_tags(kind: str) -> dict:
     """op_tags asking Ray for what a step needs: a GPU for the model when the device is cuda, else CPUs."""
     device = os.environ.get("RESDYN_DEVICE") or "auto"
-    workers = int(os.environ.get("RESDYN_WORKERS") or 0) or (os.cpu_count() or 1)  # 0: one per core
+    workers = int(os.environ.get("RESDYN_WORKERS") or 0)
+    # the largest node's cores (the CLI asks the cluster); a request above it would never be scheduled
+    node_cpus = int(os.environ.get(NODE_CPUS_VARIABLE) or 0)
     if kind == "model":
         wants_gpu = device.startswith("cuda") or (device == "auto" and os.environ.get("RESDYN_RAY_GPUS") == "1")
         request = {"num_gpus": 1, "num_cpus": 1} if wants_gpu else {"num_cpus": 1}
+    elif workers == 0:  # one per core: every core of a node, when the cluster said how many a node has
+        request = {"num_cpus": node_cpus or 1}
     else:
-        request = {"num_cpus": min(workers, os.cpu_count() or 1)}
+        request = {"num_cpus": min(workers, node_cpus) if node_cpus else workers}
     return {"dagster-ray/config": json.dumps(request)}
+
+
+def largest_node_cpus(address: str, timeout: float = 10.0) -> int | None:
+    """The CPU count of the cluster's largest alive node (Ray's state API), or None when it does not say."""
+    try:
+        with urllib.request.urlopen(f"{address.rstrip('/')}/api/v0/nodes", timeout=timeout) as response:
+            nodes = json.loads(response.read())["data"]["result"]["result"]
+        counts = [int(node.get("resources_total", {}).get("CPU", 0)) for node in nodes if node.get("state") == "ALIVE"]
+        return max(counts) if counts and max(counts) > 0 else None
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def export_step_settings(values: dict) -> None:

@@ -72,8 +72,23 @@ def read_manifest(root: Path, path: Path, model: str, checkpoint: str) -> tuple[
     previous = data.get("previous") if isinstance(data.get("previous"), dict) else {}
     previous = {table: file for table, file in previous.items()
                 if isinstance(file, str) and _inside_partition(root, table, file, model, checkpoint)}
+    figures = {}
+    for key in ("figures", "previous_figures"):
+        named = data.get(key) if isinstance(data.get(key), dict) else {}
+        figures[key] = {name: file for name, file in named.items() if _figure_inside(root, file, model, checkpoint)}
+        for name in set(named) - set(figures[key]):
+            problems.append(f"damaged manifest entry: {path}, figure {name}: {named[name]!r} is not a figure of "
+                            f"_artefacts/figures/{model}/{checkpoint}/; {_fix(model, checkpoint)}")
     return {**data, "model": model, "checkpoint": checkpoint, "generation": generation, "tables": usable,
-            "previous": previous}, problems
+            "previous": previous, **figures}, problems
+
+
+def _figure_inside(root: Path, file, model: str, checkpoint: str) -> bool:
+    if not isinstance(file, str) or Path(file).is_absolute():
+        return False
+    folder = (root / "_artefacts" / "figures" / model / checkpoint).resolve()
+    resolved = (root / file).resolve()
+    return resolved.parent.parent == folder and resolved.suffix == ".png"
 
 
 def _inside_partition(root: Path, table: str, file: str, model: str, checkpoint: str) -> bool:

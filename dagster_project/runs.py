@@ -27,9 +27,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from resdyn.models.registry import split_partition_key
 
+from . import interrupts
 from .settings import settings_hash
 from .warehouse import REPOSITORY_ROOT, PartitionBusyError, Warehouse, atomic_write_text, file_lock, process_alive
 
@@ -74,6 +76,26 @@ def corpus_record(directory: str | None) -> dict:
     return {"corpus": corpus.label, "corpus_sha256": hashlib.sha256(corpus.text.encode()).hexdigest()[:16]}
 
 
+def _instance_of(lease: dict):
+    """The Dagster instance the lease's run was launched on, when it lives on disk here."""
+    home = lease.get("dagster_home")
+    if not home or not (Path(home) / "dagster.yaml").is_file():
+        return None
+    try:
+        import dagster as dg
+
+        return dg.DagsterInstance.from_config(home)
+    except Exception:  # an instance that cannot be opened cannot say the run is gone
+        return None
+
+
+def lease_is_live(lease: dict, instance=None) -> bool:
+    """Is the run named by ``lease`` still running? Its Dagster run status decides (on ``instance``, else on
+    the instance the lease names); a single-process run is also gone when its process is; a lease nothing
+    can judge (another machine, no instance) is respected."""
+    return _lease_is_live(lease, instance if instance is not None else _instance_of(lease))
+
+
 def _lease_is_live(lease: dict, instance) -> bool:
     if lease.get("host") == socket.gethostname() and lease.get("single_process"):
         if not process_alive(int(lease.get("pid", 0))):
@@ -82,9 +104,11 @@ def _lease_is_live(lease: dict, instance) -> bool:
         run = instance.get_run_by_id(lease["run_id"])
         if run is not None:
             return run.status.value in IN_PROGRESS_STATUSES
-    if lease.get("host") == socket.gethostname():
+    if lease.get("host") == socket.gethostname() and lease.get("single_process"):
         return process_alive(int(lease.get("pid", 0)))
-    return True  # another machine, unknown to this instance: cannot tell, so respect it
+    # a step of a multiprocess or Ray run: its pid is one step's and says nothing of the run; the run is
+    # unknown to any instance here, so it cannot be judged and is respected
+    return True
 
 
 def acquire_lease(store: Warehouse, model: str, checkpoint: str, *, single_process: bool, instance=None) -> None:
@@ -104,8 +128,10 @@ def acquire_lease(store: Warehouse, model: str, checkpoint: str, *, single_proce
                     f"finish, or stop it. If that run is gone, delete {path}."
                 )
             _mark_killed(store, model, checkpoint, lease.get("run_id"))
+        home = None if instance is None or instance.is_ephemeral else instance.root_directory
         atomic_write_text(path, json.dumps({"run_id": store.run_id, "pid": os.getpid(), "host": socket.gethostname(),
-                                            "single_process": single_process, "started_at": now()}))
+                                            "single_process": single_process, "dagster_home": home,
+                                            "started_at": now()}))
 
 
 def release_lease(store: Warehouse, model: str, checkpoint: str) -> None:
@@ -195,6 +221,7 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
         if not store.partition_directory("runs", model, checkpoint).joinpath(f"{store.run_id}.parquet").is_file():
             _record(store, model, checkpoint, values, executor)
         yield store
+        interrupts.check(f"{getattr(getattr(context, 'op_def', None), 'name', 'a step')} of {context.partition_key}")
     except BaseException as error:
         message = (str(error).strip().splitlines() or [type(error).__name__])[0]
         step = getattr(getattr(context, "op_def", None), "name", "")

@@ -132,12 +132,26 @@ def build_app(warehouse_root: Path, module: str = DEFINITIONS_MODULE, read_only:
                                    study_groups())
 
 
+def _create_instance_storage() -> None:
+    """Create (or migrate) the instance's SQLite storages in this process, before the daemon, its code server
+    and the webserver open them at once: racing on a fresh DAGSTER_HOME they can stamp two alembic heads
+    ("Version table 'alembic_version' has more than one head present"), and the code location never loads."""
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        instance.get_runs(limit=1)
+        instance.all_instigator_state()
+        instance.get_dynamic_partitions("resdyn_storage_check")
+        instance.event_log_storage.get_concurrency_keys()
+
+
 def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, module: str = DEFINITIONS_MODULE) -> int:
     """Run the UI until Ctrl-C; the daemon (schedules, sensors, the run queue) is a child stopped by its PID."""
     import uvicorn
 
     if not os.environ.get("DAGSTER_HOME"):
         raise ValueError("DAGSTER_HOME is not set: `make ui` sets it to dagster_home/ (or export it yourself)")
+    _create_instance_storage()
     daemon_process = None
     if daemon:  # its own process group, so that its code server stops with it
         daemon_process = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-m", module],

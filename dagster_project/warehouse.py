@@ -265,8 +265,10 @@ class Warehouse:
         return self.root / "_locks" / f"{model}@{checkpoint}.json"
 
     def artefact_directory(self, kind: str, model: str, checkpoint: str) -> Path:
-        """Non-table outputs (figures, model directories), outside every table's glob."""
-        directory = self.root / "_artefacts" / kind / model / checkpoint
+        """Where this run writes a partition's non-table outputs (figures), outside every table's glob: a
+        folder of its own (``<run_id>/``), so a run that fails or is killed never overwrites a published
+        figure; :meth:`publish` publishes them with the tables (``figures`` in the manifest)."""
+        directory = self.root / "_artefacts" / kind / model / checkpoint / (self.run_id or "unstaged")
         directory.mkdir(parents=True, exist_ok=True)
         return directory
 
@@ -287,9 +289,12 @@ class Warehouse:
                 holder = json.loads(lease.read_text())
             except (OSError, json.JSONDecodeError):
                 holder = {}
-            if holder.get("host") == socket.gethostname() and process_alive(int(holder.get("pid", 0))):
+            from .runs import lease_is_live  # the run's own status, as a second run's lease check judges it
+
+            if holder.get("run_id") and lease_is_live(holder):
                 raise PartitionBusyError(f"partition {model}@{checkpoint} is being materialized by run "
-                                         f"{holder.get('run_id')} (pid {holder.get('pid')}); stop it first")
+                                         f"{holder.get('run_id')} (pid {holder.get('pid')} on {holder.get('host')}); "
+                                         f"wait for it or stop it first. If that run is gone, delete {lease}.")
         removed = []
         manifest = self.manifest_path(model, checkpoint)
         if manifest.is_file():
@@ -378,14 +383,17 @@ class Warehouse:
         return {path.stem: json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))}
 
     def publish(self, model: str, checkpoint: str) -> dict:
-        """Publish everything this run staged for the partition, in one manifest swap."""
+        """Publish everything this run staged for the partition (tables and figures), in one manifest swap."""
         entries = self.staged(model, checkpoint)
-        manifest = self._publish_entries(model, checkpoint, entries)
+        figures_directory = self.root / "_artefacts" / "figures" / model / checkpoint / self.run_id
+        figures = {path.stem: str(path.relative_to(self.root)) for path in sorted(figures_directory.glob("*.png"))}
+        manifest = self._publish_entries(model, checkpoint, entries, figures)
         for path in self.staging_directory(self.run_id, model, checkpoint).glob("*.json"):
             path.unlink(missing_ok=True)
         return manifest
 
-    def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict]) -> dict:
+    def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict],
+                         figures: dict[str, str] | None = None) -> dict:
         path = self.manifest_path(model, checkpoint)
         with file_lock(path.with_name(path.name + ".lock")):
             manifest = self.manifest(model, checkpoint)
@@ -400,6 +408,12 @@ class Warehouse:
             manifest.update(generation=generation, published_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                             previous={**{t: f for t, f in manifest.get("previous", {}).items() if t not in previous},
                                       **previous})
+            if figures:
+                published = dict(manifest.get("figures", {}))
+                replaced = {name: published[name] for name in figures if published.get(name, figures[name]) != figures[name]}
+                manifest["figures"] = {**published, **figures}
+                manifest["previous_figures"] = {**{name: file for name, file in manifest.get("previous_figures", {}).items()
+                                                   if name not in replaced}, **replaced}
             atomic_write_text(path, json.dumps(manifest, indent=1))
             verified = VerifiedFiles(self.root)  # the writer hashed each file as it wrote it: no second read
             for entry in entries.values():
@@ -407,7 +421,30 @@ class Warehouse:
                     verified.remember(self.root / entry["file"], entry["sha256"])
             verified.save()
         self._collect_garbage(model, checkpoint, manifest, superseded, set(entries))
+        if figures is not None:  # a run's publication: its figures in, the superseded ones out
+            self._collect_figure_garbage(model, checkpoint, manifest)
         return manifest
+
+    def _collect_figure_garbage(self, model: str, checkpoint: str, manifest: dict) -> None:
+        """Remove figures neither the published nor the previous generation names, unless a live run wrote them."""
+        keep = set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
+        base = self.root / "_artefacts" / "figures" / model / checkpoint
+        for directory in (path for path in base.glob("*") if path.is_dir()):
+            if directory.name != "unstaged" and self._written_by_live_run(directory):
+                continue
+            for path in directory.glob("*.png"):
+                relative = str(path.relative_to(self.root))
+                full = relative if not path.stem.endswith(".inline") else relative.replace(".inline.png", ".png")
+                if full not in keep:
+                    path.unlink(missing_ok=True)
+            try:
+                directory.rmdir()  # only when empty
+            except OSError:
+                pass
+
+    def published_figures(self, model: str, checkpoint: str) -> dict[str, Path]:
+        """The figures of the partition's published generation, by name."""
+        return {name: self.root / file for name, file in self.manifest(model, checkpoint).get("figures", {}).items()}
 
     def _collect_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict, tables: set) -> None:
         """Remove the generation before the previous one, and files no manifest entry names (dead runs)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import matplotlib
@@ -16,8 +17,13 @@ def _save(figure, directory: Path, name: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
     figure.tight_layout()
-    figure.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(figure)
+    temporary = directory / f".{name}.{os.getpid()}.png.inprogress"
+    try:  # a reader (the UI) sees the previous figure or this one, never half of it
+        figure.savefig(temporary, dpi=110, bbox_inches="tight", format="png")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+        plt.close(figure)
     return path
 
 

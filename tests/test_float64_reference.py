@@ -101,12 +101,12 @@ def test_the_reference_sees_a_float32_router(fresh_seed):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
-    original = engine.Float64Casts
-    engine.Float64Casts = PassThrough
+    original = engine.float64_casts
+    engine.float64_casts = lambda dtype: PassThrough()
     try:
         measured = analyse_samples(ours, adapter_for("gemma4"), samples, backend=AutodiffBackend(), batch_size=2).means
     finally:
-        engine.Float64Casts = original
+        engine.float64_casts = original
     worst = max(np.linalg.norm(measured[key] - expected[key]) / np.linalg.norm(expected[key])
                 for key in expected if key[1] == "mlp")
     assert worst > 1e-9, worst

@@ -425,10 +425,41 @@ def test_a_hand_damaged_manifest_is_reported_the_views_answer_and_a_rerun_repair
         assert "Traceback" not in captured.err + captured.out and str(_manifest_path(root)) in captured.err
     shown = Warehouse(root).query("SELECT DISTINCT model FROM jacobians").to_pylist()
     assert shown in ([], [{"model": "m"}]) and {"model": "other"} not in shown
-    assert main(["run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root)]) == 0
-    capsys.readouterr()
-    assert main(["check", "--warehouse", str(root)]) == 0, capsys.readouterr().out
-    assert partition_state(root)["status"] == "complete"
+    if kind in ("invalid json", "another partition's file"):  # a rerun publishes over what is sound (two cases:
+        # an unusable manifest and a bad entry; a rerun costs a partition's run)
+        assert main(["run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root)]) == 0
+        capsys.readouterr()
+        assert main(["check", "--warehouse", str(root)]) == 0, capsys.readouterr().out
+        assert partition_state(root)["status"] == "complete"
+
+
+def test_figures_are_published_with_their_generation_and_a_killed_rerun_changes_none(warehouse_copy):
+    model, root = warehouse_copy
+    store = Warehouse(root)
+    published = store.published_figures("m", "local")
+    assert len(published) >= 8 and all(path.is_file() for path in published.values())
+    first_run = store.manifest("m", "local")["tables"]["jacobians"]["run_id"]
+    assert {path.parent.name for path in published.values()} == {first_run}
+    before = {name: path.read_bytes() for name, path in published.items()}
+    process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--seed", "1",
+                                "--warehouse", str(root)], cwd=REPOSITORY, env=environment(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180  # killed after its spectral and transient steps have drawn their figures
+    while not list(root.glob("_staging/*/model=m/checkpoint=local/transient_dynamics.json")) and time.time() < deadline:
+        time.sleep(0.02)
+    process.kill()
+    process.wait()
+    killed = [path for path in (root / "_artefacts" / "figures" / "m" / "local").glob("*/*.png")
+              if path.parent.name != first_run]
+    assert killed, "the killed run drew figures of its own"
+    assert store.published_figures("m", "local") == published
+    assert {name: path.read_bytes() for name, path in published.items()} == before
+    # a rerun that completes publishes its own figures, and its generation's tables with them
+    assert main(["run", "--model", str(model), "--samples", "6", *QUICK, "--seed", "1", "--warehouse", str(root)]) == 0
+    now = store.published_figures("m", "local")
+    second_run = store.manifest("m", "local")["tables"]["jacobians"]["run_id"]
+    assert set(now) == set(published) and {path.parent.name for path in now.values()} == {second_run}
+    assert all(path.is_file() for path in now.values()) and not any(path.exists() for path in killed)
 
 
 # 6 ---------------------------------------------------------------------------------------------
@@ -580,6 +611,30 @@ def test_13_a_signal_stops_the_whole_command(built, tmp_path, signum, code):
     assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
 
 
+def test_a_signal_during_an_analysis_step_stops_it_within_seconds_and_publishes_nothing(built, tmp_path):
+    """SIGTERM (SIGINT takes the same path: Dagster's handler, the wakeup fd; test_13 sends both)."""
+    signum, code = signal.SIGTERM, 143
+    model, _ = built
+    root = tmp_path / "warehouse"
+    process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse",
+                                str(root)], cwd=REPOSITORY, env=environment(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 180  # once the spectral step has staged its tables, the analysis steps are running
+    while not list(root.glob("_staging/*/model=m/checkpoint=local/layer_metrics.json")) and time.time() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before the analysis steps"
+    sent = time.time()
+    process.send_signal(signum)
+    output = process.communicate(timeout=120)[0]
+    assert time.time() - sent < 15, f"{time.time() - sent:.1f} s after the signal"
+    assert process.returncode == code, output[-3000:]
+    assert f"m@local stopped by {signal.Signals(signum).name}" in output, output[-3000:]
+    assert not (root / "_published" / "model=m" / "checkpoint=local.json").exists(), "nothing may be published"
+    store = Warehouse(root)
+    assert store.query("SELECT count(*) AS n FROM partitions WHERE status = 'complete'").to_pylist() == [{"n": 0}]
+    assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
+
+
 # 14 --------------------------------------------------------------------------------------------
 
 def test_14_offline_the_hub_is_asked_at_most_once_and_quickly(tmp_path):
@@ -630,6 +685,44 @@ def test_forget_asks_then_removes_the_partition_its_data_and_its_registry_entry(
     assert "m" not in ModelRegistry(root / "registry.json").specs
     assert "m@local" not in dg.DagsterInstance.get().get_dynamic_partitions(model_checkpoint_partitions.name)
     assert Warehouse(root).query("SELECT count(*) AS n FROM layer_metrics").to_pylist() == [{"n": 0}]
+
+
+def published_side_files(root: Path) -> set:
+    """Files outside a run's staging and the Dagster instance (whose SQLite journal churns)."""
+    return {path for path in root.rglob("*") if path.is_file() and not {"_staging", "_dagster_home"} & set(path.parts)}
+
+
+def test_forget_refuses_a_partition_that_a_live_multiprocess_run_is_materializing(built, tmp_path):
+    """The lease names the run; forget judges it by the run's Dagster status, not by the pid of a step
+    process that has long exited."""
+    model, _ = built
+    root = tmp_path / "warehouse"
+    selection = "group:inputs or group:measurements or key:layer_metrics"  # a few steps, each a process
+    process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--executor",
+                                "multiprocess", "--select", selection, "--warehouse", str(root)], cwd=REPOSITORY,
+                               env=environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 240  # a step finished: its process (the lease's pid) has exited, the run goes on
+        while not list(root.glob("_staging/*/model=m/checkpoint=local/samples.json")) and time.time() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before the test could ask"
+        lease = json.loads((root / "_locks" / "m@local.json").read_text())
+        assert lease["dagster_home"] and not lease["single_process"]
+        before = published_side_files(root)
+        forgotten = run_cli("forget", "m@local", "--yes", "--warehouse", str(root))
+        assert forgotten.returncode == 1 and "being materialized by run" in forgotten.stderr, forgotten.stderr
+        assert forgotten.stderr.strip().count("\n") == 0
+        after = published_side_files(root)
+        assert before <= after, sorted(map(str, before - after))[:5]
+        output = process.communicate(timeout=300)[0]
+        assert process.returncode == 0, output[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert {"jacobians", "layer_metrics"} <= Warehouse(root).published_table_names("m", "local")
+    assert run_cli("forget", "m@local", "--yes", "--warehouse", str(root)).returncode == 0  # once it has ended
+    assert partition_state(root) == {}
 
 
 def test_the_sensor_keeps_partition_keys_equal_to_the_registry(built, tmp_path):

@@ -145,18 +145,27 @@ def test_every_address_form_a_user_holds_leads_to_the_job_submission_address(clu
     assert ray_address(dashboard.removeprefix("http://")) == dashboard  # HOST:8265 without its scheme
     assert ray_address(cluster["gcs"]) == dashboard  # HOST:6379, as `ray start` prints it
     assert ray_address(cluster["client"]) == dashboard  # ray://HOST:10001
+    from resdyn.dagster_project.executors import largest_node_cpus
+
+    assert largest_node_cpus(dashboard) == 1  # each node of this cluster has one CPU
     for wrong in ("grpc://127.0.0.1:6379", "ftp://x", "127.0.0.1:6379/path", "ray://"):
         with pytest.raises(ExecutorError, match="expected http://HOST:8265") as error:
             ray_address(wrong)
         assert "\n" not in str(error.value)
 
 
-def test_ray_resource_requests_follow_the_run_settings(tmp_path):
-    """--device cuda asks Ray for a GPU for the model steps; --workers 0 asks for every core for analysis."""
+def test_ray_resource_requests_follow_the_run_settings(tmp_path, monkeypatch):
+    """--device cuda asks Ray for a GPU for the model steps; --workers 0 asks for every core of the largest node
+    (never more than a node has: such a job would never be scheduled; 1 when the cluster did not say). The CLI
+    exports the run's settings before any asset module is imported, so the assets' own tags carry them."""
+    import json
+
+    from resdyn.dagster_project.executors import ray_tags
+
     script = """
-import json, os
+import json
 from resdyn.dagster_project.executors import export_step_settings
-export_step_settings({"device": os.environ["WANT_DEVICE"], "workers": int(os.environ["WANT_WORKERS"])})
+export_step_settings({"device": "cuda", "workers": 0})
 from resdyn.dagster_project.assets_index import ALL_ASSETS
 tags = {}
 for definition in ALL_ASSETS:
@@ -164,13 +173,16 @@ for definition in ALL_ASSETS:
         tags[key.to_user_string()] = json.loads(definition.op.tags["dagster-ray/config"])
 print(json.dumps(tags))
 """
-    import json
-
-    for device, workers, gpu, cpus in (("cuda", 0, 1, os.cpu_count()), ("cpu", 0, None, os.cpu_count()),
-                                       ("cuda:1", 1, 1, 1)):
-        completed = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True,
-                                   env=_environment(WANT_DEVICE=device, WANT_WORKERS=str(workers)), timeout=120)
-        assert completed.returncode == 0, completed.stderr[-2000:]
-        tags = json.loads(completed.stdout.strip().splitlines()[-1])
-        assert tags["activations"].get("num_gpus") == gpu, (device, tags["activations"])
-        assert tags["layer_metrics"] == {"num_cpus": cpus}, (workers, tags["layer_metrics"])
+    completed = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True,
+                               env=_environment(RESDYN_RAY_NODE_CPUS="6"), timeout=120)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    tags = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert tags["activations"] == {"num_gpus": 1, "num_cpus": 1} and tags["layer_metrics"] == {"num_cpus": 6}
+    # (device, workers, the largest node's CPUs as the cluster reports them, GPU asked, CPUs asked)
+    for device, workers, node, gpu, cpus in (("cpu", 0, "6", None, 6), ("cuda:1", 1, "6", 1, 1),
+                                             ("cpu", 8, "6", None, 6), ("cpu", 3, "", None, 3), ("cpu", 0, "", None, 1)):
+        monkeypatch.setenv("RESDYN_DEVICE", device)
+        monkeypatch.setenv("RESDYN_WORKERS", str(workers))
+        monkeypatch.setenv("RESDYN_RAY_NODE_CPUS", node)
+        model, analysis = (json.loads(ray_tags(kind)["dagster-ray/config"]) for kind in ("model", "analysis"))
+        assert model.get("num_gpus") == gpu and analysis == {"num_cpus": cpus}, (device, workers, node)

@@ -35,7 +35,7 @@ import torch
 
 from ..corpus import Sample
 from ..models.adapters import BOUNDARIES, SUBLAYERS, FamilyAdapter, LayerInputs
-from ..models.precision import FULL_PRECISION_ATTENTION, Float64Casts
+from ..models.precision import FULL_PRECISION_ATTENTION, float64_casts
 from .probe import PROBE_STEP, central_difference_sum, probe_directions
 from .streaming import RunningMoments
 
@@ -140,12 +140,12 @@ def analyse_layer(
             for boundary in BOUNDARIES:
                 residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
                 activations[boundary].append(residual.to(torch.float32).cpu().numpy().reshape(-1, d_model))
-        with Float64Casts():  # a model's own float32 casts of float64 data stay float64 (precision.py)
+        with float64_casts(inputs.hidden.dtype):  # a model's float32 casts of float64 data stay float64
             _measure_batch(clock, backend, adapter, layer, inputs, positions, moments, keep_one, batch, options,
                            directions, torch_directions, sums, layer_index)
         if progress is not None:
             progress(layer_index, n_layers, batch_number + 1, len(batches))
-    with clock("mean_jacobians"), Float64Casts():
+    with clock("mean_jacobians"), float64_casts(batches[0][1].hidden.dtype):
         if hasattr(backend, "finish"):  # backends that defer their weight products to the end of the layer
             backend.finish()
     for sublayer, moment in moments.items():
@@ -273,7 +273,7 @@ def measure_layer_major(
     """One :class:`LayerMeasurement` per decoder layer of a :class:`~resdyn.models.layerwise.LayerwiseModel`,
     reading one layer's weights at a time (module docstring)."""
     batches = sample_batches(samples, options.batch_size)
-    with Float64Casts():
+    with float64_casts(layerwise.dtype):
         prepared = layerwise.prepare([_token_ids(batch) for batch in batches])
     adapter = layerwise.adapter
     for layer_index in range(layerwise.n_layers):
@@ -286,7 +286,7 @@ def measure_layer_major(
                                         n_layers=layerwise.n_layers, progress=progress)
             del inputs
             clock = _Stopwatch()
-            with clock("forward"), Float64Casts():
+            with clock("forward"), float64_casts(layerwise.dtype):
                 for state in prepared:
                     layerwise.advance(layer, state, layer_index)
         measurement.seconds.update(clock.totals, read_weights=read_seconds)
@@ -311,7 +311,7 @@ def measure_whole_model(
     layers = adapter.decoder_layers(model)
     for layer in layers:  # refused before any forward: the kernel may not even be installed
         check_attention_implementation(layer)
-    with Float64Casts():
+    with float64_casts(next(model.parameters()).dtype):
         captured = [adapter.capture_layer_inputs(model, _token_ids(batch, device)) for batch in batches]
     for layer_index, layer in enumerate(layers):
         inputs = [(batch, per_layer[layer_index]) for batch, per_layer in zip(batches, captured)]

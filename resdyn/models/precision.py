@@ -169,3 +169,11 @@ class Float64Casts(TorchFunctionMode):
                 args = tuple(torch.float64 if value is torch.float32 else value for value in args)
                 kwargs = {key: torch.float64 if value is torch.float32 else value for key, value in kwargs.items()}
         return func(*args, **kwargs)
+
+
+def float64_casts(dtype: torch.dtype):
+    """:class:`Float64Casts` for a float64 computation; nothing for any other (a float32 or bfloat16 run casts
+    to its own dtype on purpose)."""
+    import contextlib
+
+    return Float64Casts() if dtype == torch.float64 else contextlib.nullcontext()

@@ -28,13 +28,30 @@ def activation_matrices(store, model, checkpoint):
         yield (data.column("layer")[0].as_py(), data.column("boundary")[0].as_py()), matrix_rows(data.column("values"))
 
 
+def _whole_graphs(row_groups):
+    """Consecutive row groups of one (layer, boundary) joined: Parquet caps a row group's length, so a graph
+    with more edges than that spans several."""
+    parts, key = [], None
+    for group in row_groups:
+        if group.num_rows == 0:
+            continue
+        group_key = (group.column("layer")[0].as_py(), group.column("boundary")[0].as_py())
+        if parts and group_key != key:
+            yield pa.concat_tables(parts)
+            parts = []
+        parts.append(group)
+        key = group_key
+    if parts:
+        yield pa.concat_tables(parts)
+
+
 def edges_by_boundary(store, model, checkpoint):
     """((layer, boundary), SignedEdges) of every graph, one graph (row group) at a time, in activation order.
 
     A graph without edges (a threshold no pair exceeds) writes no row to graph_edges, yet it is a result:
     it is yielded with no edges, its units and order taken from the activations and model_checkpoints."""
-    graphs = store.row_groups("graph_edges", model, checkpoint,
-                              columns=["layer", "boundary", "n_units", "source", "target", "weight"])
+    graphs = _whole_graphs(store.row_groups("graph_edges", model, checkpoint,
+                                            columns=["layer", "boundary", "n_units", "source", "target", "weight"]))
     pending = next(graphs, None)
     n_units = None
     for keys in store.row_groups("activations", model, checkpoint, columns=["layer", "boundary"]):

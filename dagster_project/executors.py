@@ -140,7 +140,7 @@ def ray_tags(kind: str) -> dict:
     elif workers == 0:  # one per core: every core of a node, when the cluster said how many a node has
         request = {"num_cpus": node_cpus or 1}
     else:
-        request = {"num_cpus": min(workers, node_cpus) if node_cpus else workers}
+        request = {"num_cpus": min(workers, node_cpus or os.cpu_count() or 1)}
     return {"dagster-ray/config": json.dumps(request)}
 
 

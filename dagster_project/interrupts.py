@@ -15,10 +15,6 @@ import signal
 _recorder = None
 
 
-class StopRequested(RuntimeError):
-    """Raised at a check point after SIGINT / SIGTERM (a failure Dagster records, not an interrupt it may drop)."""
-
-
 def watch(recorder) -> None:
     """Let :func:`check` see the signals ``recorder`` (with a ``poll() -> int | None``) has recorded."""
     global _recorder
@@ -35,8 +31,12 @@ def requested() -> int | None:
 
 
 def check(where: str) -> None:
-    """Raise :class:`StopRequested` if a stop was requested (a no-op outside a CLI run)."""
+    """Fail the step if a stop was requested: a Dagster failure that is not retried (an interrupt Dagster may drop,
+    a plain error its retry policy would rerun). A no-op outside a CLI run, and in step processes of the
+    multiprocess and Ray executors, which do not see the CLI's signals (their runs stop as Dagster stops them)."""
     signum = requested()
     if signum is not None:
-        raise StopRequested(f"{signal.Signals(signum).name} received during {where}: stopped; nothing of this run "
-                            "is published")
+        import dagster as dg
+
+        raise dg.Failure(description=f"{signal.Signals(signum).name} received during {where}: stopped; nothing of "
+                                     "this run is published", allow_retries=False)

@@ -37,15 +37,24 @@ def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def read_manifest(root: Path, path: Path, model: str, checkpoint: str) -> tuple[dict, list[str]]:
+def read_manifest(root: Path, path: Path, model: str, checkpoint: str, *, strict: bool = False
+                  ) -> tuple[dict, list[str]]:
     """(the usable manifest, problems). A manifest that is missing is empty; one that cannot be parsed
-    is empty with its problem; a bad entry is dropped with its problem, the good ones kept."""
+    is empty with its problem; a bad entry is dropped with its problem, the good ones kept. ``strict``
+    (the write path): a manifest that cannot be *read* (permissions, I/O) raises instead, so that a
+    publication never replaces a sound manifest it could not see with one holding only its own tables."""
     empty = {"model": model, "checkpoint": checkpoint, "generation": 0, "tables": {}}
     if not path.is_file():
         return empty, []
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        text = path.read_text()
+    except OSError as error:
+        if strict:
+            raise
+        return empty, [f"unreadable manifest: {path} ({type(error).__name__}: {error}); check its permissions"]
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
         return empty, [f"unreadable manifest: {path} ({type(error).__name__}: {str(error).splitlines()[0]}); "
                        f"{_fix(model, checkpoint)}"]
     problems = []
@@ -86,8 +95,11 @@ def read_manifest(root: Path, path: Path, model: str, checkpoint: str) -> tuple[
 def _figure_inside(root: Path, file, model: str, checkpoint: str) -> bool:
     if not isinstance(file, str) or Path(file).is_absolute():
         return False
-    folder = (root / "_artefacts" / "figures" / model / checkpoint).resolve()
-    resolved = (root / file).resolve()
+    try:
+        folder = (root / "_artefacts" / "figures" / model / checkpoint).resolve()
+        resolved = (root / file).resolve()
+    except (OSError, ValueError):  # e.g. an embedded NUL byte
+        return False
     return resolved.parent.parent == folder and resolved.suffix == ".png"
 
 
@@ -147,8 +159,9 @@ class VerifiedFiles:
 
     @staticmethod
     def _stamp(path: Path) -> list:
+        """Size, mtime, inode and ctime: ``cp -p`` / ``touch -r`` can restore an mtime, not a ctime."""
         status = path.stat()
-        return [status.st_size, status.st_mtime_ns]
+        return [status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns]
 
     def remember(self, path: Path, sha256: str) -> None:
         self.cache[str(path)] = [*self._stamp(path), sha256]
@@ -165,8 +178,8 @@ class VerifiedFiles:
         if expected is None:
             return None  # published before content hashes were recorded: size only
         cached = self.cache.get(str(path))
-        if isinstance(cached, list) and len(cached) == 3 and cached[:2] == self._stamp(path):
-            actual = cached[2]
+        if isinstance(cached, list) and len(cached) == 5 and cached[:4] == self._stamp(path):
+            actual = cached[4]
         else:
             actual = file_sha256(path)
             self.remember(path, actual)

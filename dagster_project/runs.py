@@ -220,6 +220,7 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
     try:
         if not store.partition_directory("runs", model, checkpoint).joinpath(f"{store.run_id}.parquet").is_file():
             _record(store, model, checkpoint, values, executor)
+        interrupts.check(f"the start of {getattr(getattr(context, 'op_def', None), 'name', 'a step')}")
         yield store
         interrupts.check(f"{getattr(getattr(context, 'op_def', None), 'name', 'a step')} of {context.partition_key}")
     except BaseException as error:
@@ -230,7 +231,10 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
         release_lease(store, model, checkpoint)
         raise
     staged = set(store.staged(model, checkpoint))
-    if selected_tables(context) <= staged:
+    if not staged and store.published_by(model, checkpoint, store.run_id):
+        # a step that drew its figures after a concurrent step had already published this run's tables
+        store.publish_figures(model, checkpoint)
+    elif selected_tables(context) <= staged:
         store.publish(model, checkpoint)
         _record(store, model, checkpoint, values, executor, status="success", ended_at=now())
         release_lease(store, model, checkpoint)

@@ -317,7 +317,8 @@ class Warehouse:
     def manifest(self, model: str, checkpoint: str) -> dict:
         """The usable part of the partition's manifest (dagster_project/manifests.py): a damaged manifest
         or entry is left out with a warning, so a rerun publishes over what is still sound."""
-        manifest, problems = read_manifest(self.root, self.manifest_path(model, checkpoint), model, checkpoint)
+        manifest, problems = read_manifest(self.root, self.manifest_path(model, checkpoint), model, checkpoint,
+                                           strict=True)
         for problem in problems:
             log.warning(problem)
         return manifest
@@ -441,6 +442,18 @@ class Warehouse:
                 directory.rmdir()  # only when empty
             except OSError:
                 pass
+
+    def published_by(self, model: str, checkpoint: str, run_id: str) -> bool:
+        """Has ``run_id`` published tables of the partition (its generation is the current one)?"""
+        return any(entry.get("run_id") == run_id for entry in self.manifest(model, checkpoint)["tables"].values())
+
+    def publish_figures(self, model: str, checkpoint: str) -> dict:
+        """Add this run's figures that are not published yet (drawn after its tables were published)."""
+        directory = self.root / "_artefacts" / "figures" / model / checkpoint / self.run_id
+        published = set(self.manifest(model, checkpoint).get("figures", {}).values())
+        figures = {path.stem: str(path.relative_to(self.root)) for path in sorted(directory.glob("*.png"))
+                   if str(path.relative_to(self.root)) not in published}
+        return self._publish_entries(model, checkpoint, {}, figures) if figures else self.manifest(model, checkpoint)
 
     def published_figures(self, model: str, checkpoint: str) -> dict[str, Path]:
         """The figures of the partition's published generation, by name."""

@@ -180,7 +180,8 @@ print(json.dumps(tags))
     assert tags["activations"] == {"num_gpus": 1, "num_cpus": 1} and tags["layer_metrics"] == {"num_cpus": 6}
     # (device, workers, the largest node's CPUs as the cluster reports them, GPU asked, CPUs asked)
     for device, workers, node, gpu, cpus in (("cpu", 0, "6", None, 6), ("cuda:1", 1, "6", 1, 1),
-                                             ("cpu", 8, "6", None, 6), ("cpu", 3, "", None, 3), ("cpu", 0, "", None, 1)):
+                                             ("cpu", 8, "6", None, 6), ("cpu", 64, "", None, os.cpu_count()),
+                                             ("cpu", 0, "", None, 1)):
         monkeypatch.setenv("RESDYN_DEVICE", device)
         monkeypatch.setenv("RESDYN_WORKERS", str(workers))
         monkeypatch.setenv("RESDYN_RAY_NODE_CPUS", node)

@@ -78,8 +78,14 @@ def safetensors_problem(path: Path) -> str | None:
         return f"unreadable header ({type(error).__name__})"
     if not isinstance(header, dict):
         return "its header is not a JSON object"
-    ends = [entry.get("data_offsets", [0, 0])[1] for name, entry in header.items()
-            if name != "__metadata__" and isinstance(entry, dict)]
+    ends = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(v, int) for v in offsets)):
+            return f"tensor {name!r} has no valid data_offsets"
+        ends.append(offsets[1])
     expected = 8 + header_length + max(ends, default=0)
     if expected != size:
         return f"{size} bytes where its header needs {expected}"

@@ -1,7 +1,7 @@
 """The study on a real Ray cluster (a head and a worker node on 127.0.0.1), through dagster-ray's executor.
 
 The cluster is started by this module (``resdyn.dagster_project.ray_local``) and stopped by killing the
-PIDs it started, never with ``ray stop``. Three partitions run through the Ray executor while one
+PIDs it started, never with ``ray stop``. Two partitions run through the Ray executor while one
 step's process is SIGKILLed: Dagster's retry policy reruns that step, and every table equals an
 in-process run of the same partitions.
 """
@@ -66,7 +66,8 @@ def test_every_node_is_on_loopback(cluster):
 
 
 def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(cluster, tmp_path):
-    models = [save_model(tmp_path / name, seed) for seed, name in enumerate(("alpha", "beta", "gamma"))]
+    # two partitions (each step a Ray job on a 1-CPU node): enough for runs side by side and a killed step
+    models = [save_model(tmp_path / name, seed) for seed, name in enumerate(("alpha", "beta"))]
     arguments = [argument for model in models for argument in ("--model", str(model))]
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -89,7 +90,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
     output = process.communicate(timeout=900)[0]
     assert killed, "no measurements step was seen running; nothing was killed:\n" + output[-3000:]
     assert process.returncode == 0, output[-4000:]
-    assert output.count(" ok in ") == 3, output[-3000:]
+    assert output.count(" ok in ") == 2, output[-3000:]
 
     # the killed step was retried by Dagster, and the runs (with their steps' logs) are in the instance
     import dagster as dg
@@ -98,7 +99,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
     try:
         instance = dg.DagsterInstance.get()
         runs = instance.get_runs()
-        assert {run.tags["dagster/partition"] for run in runs} == {"alpha@local", "beta@local", "gamma@local"}
+        assert {run.tags["dagster/partition"] for run in runs} == {"alpha@local", "beta@local"}
         assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
         events = [record.event_log_entry for run in runs for record in instance.get_records_for_run(run.run_id).records]
         kinds = [entry.dagster_event.event_type_value for entry in events if entry.dagster_event]
@@ -118,7 +119,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
     assert ray_store.query("SELECT DISTINCT status FROM partitions").to_pylist() == [{"status": "complete"}]
     from resdyn.assets.common import read_mean_jacobians
 
-    for name in ("alpha", "beta", "gamma"):
+    for name in ("alpha", "beta"):
         ours, theirs = read_mean_jacobians(ray_store, name, "local"), read_mean_jacobians(local_store, name, "local")
         assert set(ours) == set(theirs)
         assert max(float(np.abs(ours[key] - theirs[key]).max()) for key in ours) <= 1e-12

@@ -74,7 +74,7 @@ def ray_address(value: str | None = None, timeout: float = 20.0) -> str:
     if scheme not in ("", "ray") or not rest or "/" in rest.rstrip("/"):
         raise ExecutorError(f"--ray-address / {RAY_ADDRESS_VARIABLE}={address!r} is not a Ray address: expected "
                             f"{ADDRESS_FORMS}")
-    if scheme == "" and _answers_job_api(f"http://{address}"):
+    if scheme == "" and _job_api_error(f"http://{address}", timeout=3) is None:
         return f"http://{address}"  # HOST:8265 without its scheme
     try:
         environment = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -92,22 +92,20 @@ def ray_address(value: str | None = None, timeout: float = 20.0) -> str:
     return lines[-1].rstrip("/")
 
 
-def _answers_job_api(url: str) -> bool:
+def _job_api_error(url: str, timeout: float) -> str | None:
+    """Why the job API at ``url`` does not answer, or None when it does."""
     try:
-        with urllib.request.urlopen(f"{url}/api/version", timeout=3) as response:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/api/version", timeout=timeout) as response:
             json.loads(response.read() or b"{}")
-        return True
-    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):  # a GCS port answers gRPC
-        return False
+        return None
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as error:  # a GCS port answers gRPC
+        return str(getattr(error, "reason", error)) or type(error).__name__
 
 
 def check_ray_address(address: str, timeout: float = 10.0) -> None:
     """One request to the cluster's job API; a one-line error naming the address when it does not answer."""
-    try:
-        with urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout) as response:
-            json.loads(response.read() or b"{}")
-    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as error:
-        reason = getattr(error, "reason", error)
+    reason = _job_api_error(address, timeout)
+    if reason is not None:
         raise ExecutorError(f"no Ray cluster answers at {address} ({reason}); start one (`ray start --head`) or "
                             f"pass its job-submission address with --ray-address / {RAY_ADDRESS_VARIABLE}") from None
 

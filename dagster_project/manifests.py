@@ -92,24 +92,25 @@ def read_manifest(root: Path, path: Path, model: str, checkpoint: str, *, strict
             "previous": previous, **figures}, problems
 
 
-def _figure_inside(root: Path, file, model: str, checkpoint: str) -> bool:
+def _resolves_into(root: Path, file, folder: Path, suffix: str, *, depth: int = 1) -> bool:
+    """Does the relative path ``file`` name a ``suffix`` file ``depth`` levels below ``folder`` (never elsewhere,
+    never outside the warehouse, whatever ``..`` or links it holds)?"""
     if not isinstance(file, str) or Path(file).is_absolute():
         return False
     try:
-        folder = (root / "_artefacts" / "figures" / model / checkpoint).resolve()
         resolved = (root / file).resolve()
-    except (OSError, ValueError):  # e.g. an embedded NUL byte
+        return resolved.parents[depth - 1] == folder.resolve() and resolved.suffix == suffix
+    except (OSError, ValueError, IndexError):  # e.g. an embedded NUL byte
         return False
-    return resolved.parent.parent == folder and resolved.suffix == ".png"
+
+
+def _figure_inside(root: Path, file, model: str, checkpoint: str) -> bool:
+    """A figure lies in one run's folder of the partition's figures: ``_artefacts/figures/<m>/<c>/<run_id>/``."""
+    return _resolves_into(root, file, root / "_artefacts" / "figures" / model / checkpoint, ".png", depth=2)
 
 
 def _inside_partition(root: Path, table: str, file: str, model: str, checkpoint: str) -> bool:
-    folder = (root / table / f"model={model}" / f"checkpoint={checkpoint}").resolve()
-    try:
-        resolved = (root / file).resolve()
-    except (OSError, ValueError):
-        return False
-    return resolved.parent == folder and resolved.suffix == ".parquet" and not Path(file).is_absolute()
+    return _resolves_into(root, file, root / table / f"model={model}" / f"checkpoint={checkpoint}", ".parquet")
 
 
 def entry_problem(root: Path, table: str, entry, model: str, checkpoint: str) -> str | None:

@@ -386,9 +386,7 @@ class Warehouse:
     def publish(self, model: str, checkpoint: str) -> dict:
         """Publish everything this run staged for the partition (tables and figures), in one manifest swap."""
         entries = self.staged(model, checkpoint)
-        figures_directory = self.root / "_artefacts" / "figures" / model / checkpoint / self.run_id
-        figures = {path.stem: str(path.relative_to(self.root)) for path in sorted(figures_directory.glob("*.png"))}
-        manifest = self._publish_entries(model, checkpoint, entries, figures)
+        manifest = self._publish_entries(model, checkpoint, entries, self._run_figures(model, checkpoint))
         for path in self.staging_directory(self.run_id, model, checkpoint).glob("*.json"):
             path.unlink(missing_ok=True)
         return manifest
@@ -443,16 +441,19 @@ class Warehouse:
             except OSError:
                 pass
 
+    def _run_figures(self, model: str, checkpoint: str) -> dict[str, str]:
+        """This run's figures of the partition: name -> path relative to the root."""
+        directory = self.root / "_artefacts" / "figures" / model / checkpoint / self.run_id
+        return {path.stem: str(path.relative_to(self.root)) for path in sorted(directory.glob("*.png"))}
+
     def published_by(self, model: str, checkpoint: str, run_id: str) -> bool:
         """Has ``run_id`` published tables of the partition (its generation is the current one)?"""
         return any(entry.get("run_id") == run_id for entry in self.manifest(model, checkpoint)["tables"].values())
 
     def publish_figures(self, model: str, checkpoint: str) -> dict:
         """Add this run's figures that are not published yet (drawn after its tables were published)."""
-        directory = self.root / "_artefacts" / "figures" / model / checkpoint / self.run_id
         published = set(self.manifest(model, checkpoint).get("figures", {}).values())
-        figures = {path.stem: str(path.relative_to(self.root)) for path in sorted(directory.glob("*.png"))
-                   if str(path.relative_to(self.root)) not in published}
+        figures = {name: file for name, file in self._run_figures(model, checkpoint).items() if file not in published}
         return self._publish_entries(model, checkpoint, {}, figures) if figures else self.manifest(model, checkpoint)
 
     def published_figures(self, model: str, checkpoint: str) -> dict[str, Path]:

@@ -92,16 +92,21 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def require_complete(path: Path) -> None:
+    """A one-line error naming ``path`` and the fix when it is not a complete safetensors file."""
+    problem = safetensors_problem(path)
+    if problem:
+        raise CheckpointFormatError(f"{path} is truncated or damaged ({problem}): copy it again from its source or "
+                                    "re-save the model with `model.save_pretrained(DIR)`")
+
+
 def check_checkpoint_directory(directory: str | os.PathLike) -> None:
     """Refuse, in one line naming the file and the fix, a directory whose weights or tokenizer cannot load:
     a truncated or damaged safetensors file, a shard the index lists but the directory lacks, no tokenizer."""
     directory = Path(directory)
-    files = CheckpointFiles(directory)  # the index and its shards, or the single file
-    for path in sorted(set(files.weight_map.values())):
-        problem = safetensors_problem(path)
-        if problem:
-            raise CheckpointFormatError(f"{path} is truncated or damaged ({problem}): copy it again from its source "
-                                        "or re-save the model with `model.save_pretrained(DIR)`")
+    files = CheckpointFiles(directory)  # the index and its shards, or the single file (checked as it opens)
+    for path in sorted(set(files.weight_map.values()) - {directory / SINGLE_FILE}):
+        require_complete(path)
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         raise CheckpointFormatError(f"{directory} holds no tokenizer files (one of {', '.join(TOKENIZER_FILES)}): "
                                     "save the model's tokenizer beside it (`tokenizer.save_pretrained(DIR)`)")
@@ -119,10 +124,7 @@ class CheckpointFiles:
         elif (self.directory / SINGLE_FILE).is_file():
             from safetensors import safe_open
 
-            problem = safetensors_problem(self.directory / SINGLE_FILE)
-            if problem:
-                raise CheckpointFormatError(f"{self.directory / SINGLE_FILE} is truncated or damaged ({problem}): "
-                                            "copy it again or re-save the model with `model.save_pretrained(DIR)`")
+            require_complete(self.directory / SINGLE_FILE)
             with safe_open(self.directory / SINGLE_FILE, framework="pt") as handle:
                 self.weight_map = {name: self.directory / SINGLE_FILE for name in handle.keys()}
         else:

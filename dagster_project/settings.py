@@ -3,7 +3,7 @@
 The order of precedence is the same for the CLI, the UI and the tests: a CLI flag, else the
 ``RESDYN_*`` variable, else the default. Every value is checked before anything is written, and a
 bad one is a one-line error naming the flag or variable it came from. ``AnalysisSettings`` (the
-Dagster resource), the CLI's options and the README's configuration table are all derived from
+Dagster resource), the CLI's options and the settings table of docs/configuration.md are all derived from
 :data:`SETTINGS`; :func:`settings_hash` identifies a set of values in every table row.
 """
 

@@ -18,10 +18,10 @@ def test_literal_choices_equal_the_science_packages_definitions():
 
 
 def test_readme_settings_table_is_generated_from_settings():
-    text = (REPOSITORY / "README.md").read_text()
+    text = (REPOSITORY / "docs" / "configuration.md").read_text()
     begin = text.index("<!-- settings:begin")
     block = text[text.index("\n", begin) + 1 : text.index("<!-- settings:end -->")]
-    assert block == settings.readme_table(), "regenerate the README's settings table from dagster_project/settings.py"
+    assert block == settings.readme_table(), "regenerate docs/configuration.md's settings table from dagster_project/settings.py"
     for setting in settings.SETTINGS:  # and every flag is one the CLI accepts
         assert setting.flag in block and setting.variable in block
 

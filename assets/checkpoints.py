@@ -10,21 +10,24 @@ import dagster as dg
 import pyarrow as pa
 
 from resdyn.corpus import load_training_text, load_wikitext
-from resdyn.dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.runs import partition_run
+from resdyn.dagster_project.steps import MODEL_RUNNER_POOL, MODEL_STEP, STEP_RETRIES
 from resdyn.figures import training_loss_figure
 
 from .common import PARTITIONS, checkpoint_source, figure, partition, table_metadata
 
 
-def _training_text() -> tuple[str, str]:
-    corpus = load_training_text()
-    return corpus.text, corpus.label
+def _training_text_of(warehouse: WarehouseResource):
+    def training_text() -> tuple[str, str]:
+        corpus = load_training_text(directory=warehouse.wikitext_tokenized_directory or None,
+                                    raw_directory=warehouse.wikitext_directory or None)
+        return corpus.text, corpus.label
+    return training_text
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="3", group_name="inputs", pool=MODEL_RUNNER_POOL,
-          op_tags=ray_tags("model"), retry_policy=STEP_RETRIES,
+          op_tags=MODEL_STEP, retry_policy=STEP_RETRIES,
           description="One row describing the checkpoint (from its config and safetensors headers); trains the "
                       "tiny suite member, imports a GGUF file or initialises a null model on first use.")
 def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
@@ -43,7 +46,7 @@ def _describe_checkpoint(context, warehouse, settings, store) -> dg.MaterializeR
     if spec.is_tiny:
         directory = ensure_tiny_checkpoint(
             spec.family, store.models_directory / model, checkpoint, save_checkpoints=list(spec.checkpoints),
-            text_loader=_training_text,
+            text_loader=_training_text_of(warehouse),
             progress=lambda step, loss: context.log.info(f"training {model}: step {step} loss {loss:.3f}"),
         )
         record = json.loads((directory.parent / "training.json").read_text())
@@ -73,7 +76,7 @@ def _describe_checkpoint(context, warehouse, settings, store) -> dg.MaterializeR
         "d_model": pa.array([int(config.hidden_size)], pa.int32()),
         "n_params": pa.array([int(described["n_params"])], pa.int64()),
         "stored_dtype": [",".join(sorted(described["stored_dtypes"]))], "dtype": [settings.dtype],
-        "corpus": [load_wikitext("test").label], "model_type": [described["config"].model_type],
+        "corpus": [load_wikitext("test", directory=warehouse.wikitext_directory or None).label], "model_type": [described["config"].model_type],
         **{key: [origin.get(key, "")] for key in ("source_file", "source_sha256", "source_quantization",
                                                    "initialization")},
     })

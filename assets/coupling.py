@@ -6,10 +6,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from resdyn import coupling
-from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.runs import partition_run
 from resdyn.dagster_project.schema import spec
+from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.figures import coupling_by_depth
 from resdyn.naming import sublayer_depth
 
@@ -19,7 +19,7 @@ STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling", deps=["jacobians"],
-          op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
+          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Per-unit amplification from each sublayer's mean Jacobian (column, J - I column, row, diagonal).")
 def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                        settings: AnalysisSettings) -> dg.MaterializeResult:
@@ -54,7 +54,7 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
 
 
 @dg.asset(partitions_def=PARTITIONS, group_name="coupling",
-          deps=[unit_amplification, "communities", "layer_metrics"], op_tags=ray_tags("analysis"), code_version="3",
+          deps=[unit_amplification, "communities", "layer_metrics"], op_tags=ANALYSIS_STEP, code_version="3",
           retry_policy=STEP_RETRIES,
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")

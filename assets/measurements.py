@@ -14,10 +14,10 @@ import pyarrow as pa
 
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
-from resdyn.dagster_project.executors import MODEL_RUNNER_POOL, STEP_RETRIES, ray_tags
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.runs import partition_run
 from resdyn.dagster_project.schema import spec
+from resdyn.dagster_project.steps import MODEL_RUNNER_POOL, MODEL_STEP, STEP_RETRIES
 from resdyn.figures import jacobian_heatmaps
 from resdyn.naming import SUBLAYERS, sublayer_depth
 
@@ -59,7 +59,7 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
 
 @dg.multi_asset(
     partitions_def=PARTITIONS, group_name="measurements", can_subset=False, pool=MODEL_RUNNER_POOL,
-    op_tags=ray_tags("model"), retry_policy=STEP_RETRIES,
+    op_tags=MODEL_STEP, retry_policy=STEP_RETRIES,
     specs=[
         dg.AssetSpec("activations", code_version="2", deps=[samples],
                      description="Residual stream at the analysed positions, one row per (layer, boundary, sample, position)."),

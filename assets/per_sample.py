@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn import spectra
-from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.runs import partition_run
 from resdyn.dagster_project.schema import spec
+from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, partition, written_metadata
@@ -27,7 +27,7 @@ NUMERIC_METRICS = ("spectral_radius", "sigma_max", "numerical_abscissa", "log10_
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="4", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
-          op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
+          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                              settings: AnalysisSettings) -> dg.MaterializeResult:

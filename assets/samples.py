@@ -6,16 +6,16 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn.corpus import load_wikitext, sample_windows, tokenize
-from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.runs import partition_run
+from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 
 from .checkpoints import model_checkpoints
 from .common import PARTITIONS, checkpoint_source, partition, table_metadata
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs", deps=[model_checkpoints],
-          op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
+          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
 def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
             settings: AnalysisSettings) -> dg.MaterializeResult:
@@ -31,7 +31,7 @@ def _draw_samples(context, warehouse, settings, store) -> dg.MaterializeResult:
     model, checkpoint = partition(context)
     source, revision = checkpoint_source(warehouse, model, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(locate_checkpoint(source, revision))
-    corpus = load_wikitext("test")
+    corpus = load_wikitext("test", directory=warehouse.wikitext_directory or None)
     windows = sample_windows(tokenize(corpus.text, tokenizer), n_samples=settings.n_samples,
                              sequence_length=settings.sequence_length, seed=settings.seed,
                              positions=settings.positions, warmup=settings.warmup)

@@ -13,11 +13,11 @@ import pyarrow as pa
 from resdyn import spectra
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.arrow_tables import record_batch
-from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.runs import partition_run
 from resdyn.dagster_project.schema import spec
+from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.depth import (
     SCHUR_ORDERING,
     SURGERY_BLOCK_RULE,
@@ -86,7 +86,7 @@ def _rank_columns(step) -> dict:
 
 
 @dg.multi_asset(
-    partitions_def=PARTITIONS, can_subset=False, op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
+    partitions_def=PARTITIONS, can_subset=False, op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
     specs=[
         dg.AssetSpec("eigenvalues", code_version="2", deps=["jacobians"], group_name="spectra",
                      description="Every eigenvalue of every mean Jacobian (read off its real Schur form)."),

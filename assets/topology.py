@@ -9,11 +9,11 @@ import pyarrow as pa
 from resdyn import topology
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.arrow_tables import matrix_rows, record_batch
-from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.parallel import default_workers
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.runs import partition_run
 from resdyn.dagster_project.schema import spec
+from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.figures import community_distributions
 from resdyn.naming import sublayer_depth
 
@@ -72,7 +72,7 @@ def edges_by_boundary(store, model, checkpoint):
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="topology", deps=["activations"],
-          op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
+          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Signed correlation graph of residual units per layer and boundary (kNN by |r| by default).")
 def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                 settings: AnalysisSettings) -> dg.MaterializeResult:
@@ -101,7 +101,7 @@ def _graph_edges(context, settings, store) -> dg.MaterializeResult:
 
 
 @dg.multi_asset(
-    partitions_def=PARTITIONS, group_name="topology", can_subset=False, op_tags=ray_tags("analysis"),
+    partitions_def=PARTITIONS, group_name="topology", can_subset=False, op_tags=ANALYSIS_STEP,
     retry_policy=STEP_RETRIES,
     specs=[dg.AssetSpec("communities", code_version="3", deps=[graph_edges],
                         description="Signed Leiden CPM community, participation and boundary flags of every unit."),

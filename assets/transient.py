@@ -12,11 +12,11 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.executors import STEP_RETRIES, ray_tags
 from resdyn.dagster_project.parallel import ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.runs import partition_run
 from resdyn.dagster_project.schema import spec
+from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.figures import pseudospectra_contours
 from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth
@@ -29,7 +29,7 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
 
 
 @dg.multi_asset(
-    partitions_def=PARTITIONS, can_subset=False, op_tags=ray_tags("analysis"), retry_policy=STEP_RETRIES,
+    partitions_def=PARTITIONS, can_subset=False, op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
     specs=[
         dg.AssetSpec("transient_dynamics", code_version="2", deps=["jacobians", "layer_metrics"], group_name="transient",
                      description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "

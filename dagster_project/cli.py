@@ -33,6 +33,7 @@ from pathlib import Path
 from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partition_key, split_partition_key
 
 from . import interrupts
+from .config import dagster_home, use_dagster_home, warehouse_root
 from .warehouse import SQL_DIRECTORY, PartitionBusyError, QueryError, ReadOnlySqlError, Warehouse
 
 log = logging.getLogger("resdyn")
@@ -146,7 +147,7 @@ def command_forget(arguments) -> int:
             return 1
     removed = store.forget(model, checkpoint)
     dropped = registry.forget(arguments.partition)
-    if os.environ.get("DAGSTER_HOME"):
+    if dagster_home():
         import dagster as dg
 
         from .partitions import model_checkpoint_partitions
@@ -161,7 +162,7 @@ def command_forget(arguments) -> int:
 
 
 def _dagster_partition_keys() -> list[str]:
-    if not os.environ.get("DAGSTER_HOME"):
+    if not dagster_home():
         return []
     import dagster as dg
 
@@ -201,7 +202,7 @@ def command_claims(arguments) -> int:
 
 def _register_with_dagster(keys: list[str]) -> None:
     """Add the keys to the Dagster instance's partitions when there is a persistent instance (DAGSTER_HOME)."""
-    if not os.environ.get("DAGSTER_HOME"):
+    if not dagster_home():
         return
     import dagster as dg
 
@@ -211,11 +212,12 @@ def _register_with_dagster(keys: list[str]) -> None:
 
 
 def command_ui(arguments) -> int:
+    from .config import VARIABLES, set_for_this_process
     from .ui import serve
 
-    if arguments.warehouse:
-        os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
-    return serve(Warehouse().root, arguments.host, arguments.port, daemon=not arguments.no_daemon)
+    root = warehouse_root(arguments.warehouse)
+    set_for_this_process({VARIABLES["warehouse"]: str(root)})  # the code server loads the definitions by module name
+    return serve(root, arguments.host, arguments.port, daemon=not arguments.no_daemon)
 
 
 def command_check(arguments) -> int:
@@ -383,13 +385,13 @@ SHIPPED_INSTANCE = Path(__file__).resolve().parents[1] / "dagster_home" / "dagst
 def _persistent_dagster_home(store: Warehouse) -> None:
     """Executors that run steps in other processes need an instance on disk: DAGSTER_HOME, else one beside
     the warehouse."""
-    if os.environ.get("DAGSTER_HOME"):
+    if dagster_home():
         return
     home = store.root / "_dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").is_file():  # the shipped instance settings (telemetry off, run queue)
         shutil.copyfile(SHIPPED_INSTANCE, home / "dagster.yaml")
-    os.environ["DAGSTER_HOME"] = str(home)
+    use_dagster_home(home)
 
 
 def _outcome(result) -> dict:
@@ -418,34 +420,17 @@ def _report(number: int, total: int, key: str, outcome: dict, started: float, su
 
 
 def command_run(arguments) -> int:
-    from .executors import (
-        NODE_CPUS_VARIABLE,
-        check_ray_address,
-        executor_name,
-        export_step_settings,
-        largest_node_cpus,
-        model_runner_slots,
-        ray_address,
-    )
-    from .settings import SETTINGS, resolve
+    from .config import StudyConfig
+    from .launch import prepare
+    from .settings import SETTINGS
 
-    values = resolve({setting.name: getattr(arguments, setting.name) for setting in SETTINGS})  # before any write
-    model_runner_slots()  # a bad RESDYN_MODEL_RUNNERS is named before anything runs
-    export_step_settings(values)
-    from .selection import partition_asset_keys  # imports the assets: after their step tags' settings are set
-    executor = executor_name(arguments.executor)
-    if executor == "ray":
-        address = ray_address(arguments.ray_address)
-        check_ray_address(address)
-        os.environ["RESDYN_RAY_ADDRESS"] = address
-        cpus = largest_node_cpus(address)
-        if cpus:
-            os.environ[NODE_CPUS_VARIABLE] = str(cpus)
-    os.environ["RESDYN_EXECUTOR"] = executor
-    if arguments.warehouse:
-        os.environ["RESDYN_WAREHOUSE"] = str(Path(arguments.warehouse).resolve())
+    flags = {setting.name: getattr(arguments, setting.name) for setting in SETTINGS}
+    config = prepare(StudyConfig.resolve({**flags, "warehouse": arguments.warehouse, "executor": arguments.executor,
+                                          "ray_address": arguments.ray_address}))  # every value checked first
+    from .selection import partition_asset_keys
+
     arguments.selected_keys = partition_asset_keys(arguments.select)
-    store = Warehouse(arguments.warehouse)
+    store = Warehouse(config.warehouse)
     registry = ModelRegistry(store.registry_file)
     keys = _partitions_for(arguments, registry)
     if arguments.selected_keys:
@@ -459,19 +444,19 @@ def command_run(arguments) -> int:
 
     from .partitions import register_partitions
 
-    if executor != "in_process":
+    if config.executor != "in_process":
         _persistent_dagster_home(store)
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    instance = dg.DagsterInstance.get() if dagster_home() else dg.DagsterInstance.ephemeral()
     register_partitions(instance, keys)
-    print(f"resdyn: {len(keys)} partition(s) into {store.root} ({executor} executor): {', '.join(keys)}")
+    print(f"resdyn: {len(keys)} partition(s) into {store.root} ({config.executor} executor): {', '.join(keys)}")
     failed, summary = [], {}
     signals = SignalRecorder()
     interrupts.watch(signals)  # steps stop at their next check point, and nothing of the run is published
     try:
-        if executor == "in_process":
-            code = _run_in_process(keys, values, store, instance, arguments, signals, summary, failed)
+        if config.executor == "in_process":
+            code = _run_in_process(keys, config, instance, arguments, signals, summary, failed)
         else:
-            code = _run_out_of_process(keys, values, store, instance, arguments, summary, failed)
+            code = _run_out_of_process(keys, config, instance, arguments, summary, failed)
         if code:
             return code
     finally:
@@ -487,20 +472,19 @@ def command_run(arguments) -> int:
     return 0
 
 
-def _run_in_process(keys, values, store, instance, arguments, signals, summary, failed) -> int:
+def _run_in_process(keys, config, instance, arguments, signals, summary, failed) -> int:
     import dagster as dg
 
-    from .assets_index import ALL_ASSETS
     from .checks import ALL_CHECKS
-    from .resources import AnalysisSettings, WarehouseResource
+    from .launch import study_assets, study_resources
 
-    resources = {"warehouse": WarehouseResource(root=str(store.root)), "settings": AnalysisSettings(**values)}
+    store, assets, resources = Warehouse(config.warehouse), study_assets(config), study_resources(config)
     selection = dg.AssetSelection.assets(*arguments.selected_keys) if arguments.selected_keys else None
     for number, key in enumerate(keys, 1):
         started = time.perf_counter()
         print(f"[{number}/{len(keys)}] {key} ...", flush=True)
         try:
-            result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], partition_key=key, resources=resources,
+            result = dg.materialize([*assets, *ALL_CHECKS], partition_key=key, resources=resources,
                                     instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
                                     selection=selection,
                                     run_config={"loggers": {"console": {"config": {"log_level": arguments.log_level}}}})
@@ -526,22 +510,24 @@ def _run_in_process(keys, values, store, instance, arguments, signals, summary, 
     return 0
 
 
-def _execute_partition(key: str, run_config: dict, selected_keys) -> dict:
+def _execute_partition(key: str, config: str, run_config: dict, selected_keys) -> dict:
     """One partition's run of the reconstructable job, in a process of its own (``_run_out_of_process``)."""
     import dagster as dg
 
-    from .jobs import resolved_study_job
+    from .config import StudyConfig
+    from .launch import reconstructable_job
 
     _configure_logging()  # a spawned process starts with logging unconfigured: the CLI's own settings
     started = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
-        result = dg.execute_job(dg.reconstructable(resolved_study_job), instance=instance, run_config=run_config,
+        result = dg.execute_job(reconstructable_job(StudyConfig.from_json(config)), instance=instance,
+                                run_config=run_config,
                                 tags={"dagster/partition": key, "resdyn/cli": "run"},
                                 asset_selection=sorted(selected_keys) if selected_keys else None)
         return {**_outcome(result), "seconds": time.perf_counter() - started}
 
 
-def _run_out_of_process(keys, values, store, instance, arguments, summary, failed) -> int:
+def _run_out_of_process(keys, config, instance, arguments, summary, failed) -> int:
     """Each partition a run of the reconstructable job on the chosen executor, launched from a process of its
     own (``--parallel-runs`` at once), its model-running steps bounded by the model_runner pool.
 
@@ -551,17 +537,16 @@ def _run_out_of_process(keys, values, store, instance, arguments, summary, faile
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from .executors import MODEL_RUNNER_POOL, model_runner_slots
+    from .steps import MODEL_RUNNER_POOL
 
-    instance.event_log_storage.set_concurrency_slots(MODEL_RUNNER_POOL, model_runner_slots())
-    run_config = {"resources": {"settings": {"config": values}, "warehouse": {"config": {"root": str(store.root)}}},
-                  "loggers": {"console": {"config": {"log_level": arguments.log_level}}}}
+    instance.event_log_storage.set_concurrency_slots(MODEL_RUNNER_POOL, config.model_runners)
+    run_config = {"loggers": {"console": {"config": {"log_level": arguments.log_level}}}}
     parallel = max(1, min(arguments.parallel_runs or len(keys), len(keys)))
     started = {}
     with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {}
         for number, key in enumerate(keys, 1):
-            futures[pool.submit(_execute_partition, key, run_config, arguments.selected_keys)] = (number, key)
+            futures[pool.submit(_execute_partition, key, config.to_json(), run_config, arguments.selected_keys)] = (number, key)
             started[key] = time.perf_counter()
         print(f"resdyn: {len(keys)} run(s), {parallel} at a time, each in a process of its own", flush=True)
         try:

@@ -1,12 +1,6 @@
-import dagster as dg
+"""What ``dagster dev`` and ``resdyn ui`` load: the study's definitions under this environment's configuration."""
 
-from .assets_index import ALL_ASSETS, STUDY_ASSETS
-from .checks import ALL_CHECKS
-from .executors import executor_definition
-from .jobs import resdyn_job, study_report_job
-from .resources import default_resources
-from .sensors import registry_partitions
+from .config import StudyConfig
+from .launch import build_definitions
 
-defs = dg.Definitions(assets=[*ALL_ASSETS, *STUDY_ASSETS], asset_checks=ALL_CHECKS, jobs=[resdyn_job, study_report_job],
-                      sensors=[registry_partitions],
-                      resources=default_resources(), executor=executor_definition())
+defs = build_definitions(StudyConfig.resolve())

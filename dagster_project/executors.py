@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import subprocess
 import sys
 import urllib.error
@@ -25,28 +24,13 @@ import urllib.request
 
 import dagster as dg
 
-EXECUTORS = ("in_process", "multiprocess", "ray")
-EXECUTOR_VARIABLE = "RESDYN_EXECUTOR"
-RAY_ADDRESS_VARIABLE = "RESDYN_RAY_ADDRESS"
-MODEL_RUNNER_POOL = "model_runner"
-MODEL_RUNNERS_VARIABLE = "RESDYN_MODEL_RUNNERS"
-NODE_CPUS_VARIABLE = "RESDYN_RAY_NODE_CPUS"  # set by the CLI from the cluster, read by ray_tags
-STEP_RETRIES = dg.RetryPolicy(max_retries=2, delay=1)
-# what a step on a Ray worker needs from the submitting environment
-FORWARDED_VARIABLES = ("DAGSTER_HOME", "RESDYN_WAREHOUSE", "RESDYN_WIKITEXT_DIR", "RESDYN_WIKITEXT_TOKENIZED_DIR",
-                       "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_VERBOSITY", "PYTHONPATH",
-                       "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", EXECUTOR_VARIABLE, RAY_ADDRESS_VARIABLE)
+from .config import EXECUTORS, VARIABLES, ConfigError, child_environment, executable_path, forwarded_variables
+
+RAY_ADDRESS_VARIABLE = VARIABLES["ray_address"]
 
 
-class ExecutorError(ValueError):
+class ExecutorError(ConfigError):
     pass
-
-
-def executor_name(value: str | None = None) -> str:
-    name = (value or os.environ.get(EXECUTOR_VARIABLE) or "in_process").strip().replace("-", "_")
-    if name not in EXECUTORS:
-        raise ExecutorError(f"{EXECUTOR_VARIABLE} / --executor={name!r} must be one of {', '.join(EXECUTORS)}")
-    return name
 
 
 ADDRESS_FORMS = ("http://HOST:8265 (the dashboard / job-submission address), HOST:6379 (the cluster's GCS address, "
@@ -60,11 +44,11 @@ print(ray_client_address_to_api_server_url(address) if address.startswith("ray:/
 """
 
 
-def ray_address(value: str | None = None, timeout: float = 20.0) -> str:
+def ray_address(value: str, timeout: float = 20.0) -> str:
     """The job-submission (dashboard) URL that dagster-ray's executor needs, from any address a user holds:
     the URL itself, a GCS address ``HOST:PORT`` (the cluster is asked for its dashboard) or a Ray Client
     address ``ray://HOST:PORT`` (likewise, through a client connection)."""
-    address = (value or os.environ.get(RAY_ADDRESS_VARIABLE) or os.environ.get("RAY_ADDRESS") or "").strip()
+    address = (value or "").strip()
     if not address:
         raise ExecutorError(f"the ray executor needs the cluster's address: --ray-address or {RAY_ADDRESS_VARIABLE}, "
                             f"one of {ADDRESS_FORMS}")
@@ -77,9 +61,9 @@ def ray_address(value: str | None = None, timeout: float = 20.0) -> str:
     if scheme == "" and _job_api_error(f"http://{address}", timeout=3) is None:
         return f"http://{address}"  # HOST:8265 without its scheme
     try:
-        environment = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        if rest.split(":")[0] in ("127.0.0.1", "localhost"):  # else Ray swaps loopback for the routable address
-            environment["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        # on loopback, else Ray swaps 127.0.0.1 for the routable address
+        loopback = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if rest.split(":")[0] in ("127.0.0.1", "localhost") else {}
+        environment = child_environment(loopback, drop=("RAY_ADDRESS",))
         found = subprocess.run([sys.executable, "-c", _DASHBOARD_LOOKUP, address], capture_output=True, text=True,
                                timeout=timeout, env=environment)
     except subprocess.TimeoutExpired:
@@ -110,36 +94,22 @@ def check_ray_address(address: str, timeout: float = 10.0) -> None:
                             f"pass its job-submission address with --ray-address / {RAY_ADDRESS_VARIABLE}") from None
 
 
-def executor_definition(name: str | None = None, address: str | None = None) -> dg.ExecutorDefinition:
-    name = executor_name(name)
+def executor_definition(name: str, address: str = "") -> dg.ExecutorDefinition:
+    """The executor called ``name`` (one of :data:`EXECUTORS`); ``address``: the Ray job-submission URL."""
     if name == "in_process":
         return dg.in_process_executor
     if name == "multiprocess":
         return dg.multiprocess_executor.configured({"retries": {"enabled": {}}})
+    if name != "ray":
+        raise ExecutorError(f"--executor / RESDYN_EXECUTOR={name!r} must be one of {', '.join(EXECUTORS)}")
     from dagster_ray import ray_executor
 
-    forwarded = [variable for variable in FORWARDED_VARIABLES if os.environ.get(variable)]
-    # a step's entry point is `dagster api execute_step`: this environment's scripts first on the worker's PATH
-    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    return ray_executor.configured({"ray": {"address": ray_address(address), "env_vars": forwarded,
-                                            "runtime_env": {"env_vars": {"PATH": path}}},
+    if not address:
+        raise ExecutorError(f"the ray executor needs the cluster's address: --ray-address or {RAY_ADDRESS_VARIABLE}, "
+                            f"one of {ADDRESS_FORMS}")
+    return ray_executor.configured({"ray": {"address": address, "env_vars": forwarded_variables(),
+                                            "runtime_env": {"env_vars": {"PATH": executable_path()}}},
                                     "retries": {"enabled": {}}})
-
-
-def ray_tags(kind: str) -> dict:
-    """op_tags asking Ray for what a step needs: a GPU for the model when the device is cuda, else CPUs."""
-    device = os.environ.get("RESDYN_DEVICE") or "auto"
-    workers = int(os.environ.get("RESDYN_WORKERS") or 0)
-    # the largest node's cores (the CLI asks the cluster); a request above it would never be scheduled
-    node_cpus = int(os.environ.get(NODE_CPUS_VARIABLE) or 0)
-    if kind == "model":
-        wants_gpu = device.startswith("cuda") or (device == "auto" and os.environ.get("RESDYN_RAY_GPUS") == "1")
-        request = {"num_gpus": 1, "num_cpus": 1} if wants_gpu else {"num_cpus": 1}
-    elif workers == 0:  # one per core: every core of a node, when the cluster said how many a node has
-        request = {"num_cpus": node_cpus or 1}
-    else:
-        request = {"num_cpus": min(workers, node_cpus or os.cpu_count() or 1)}
-    return {"dagster-ray/config": json.dumps(request)}
 
 
 def largest_node_cpus(address: str, timeout: float = 10.0) -> int | None:
@@ -151,22 +121,3 @@ def largest_node_cpus(address: str, timeout: float = 10.0) -> int | None:
         return max(counts) if counts and max(counts) > 0 else None
     except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def export_step_settings(values: dict) -> None:
-    """Put the run's device and worker count where step tags are derived from, before any asset module
-    is imported (their op tags are fixed at import): a CLI flag must reach Ray's resource request."""
-    os.environ["RESDYN_DEVICE"] = str(values["device"])
-    os.environ["RESDYN_WORKERS"] = str(values["workers"])
-
-
-def model_runner_slots() -> int:
-    raw = os.environ.get(MODEL_RUNNERS_VARIABLE) or "1"
-    try:
-        slots = int(raw)
-    except ValueError:
-        slots = 0
-    if slots < 1:
-        raise ExecutorError(f"{MODEL_RUNNERS_VARIABLE}={raw!r} must be a whole number >= 1 (how many steps may "
-                            "run a model at once; default 1)")
-    return slots

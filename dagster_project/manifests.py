@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
+from .config import cache_directory
 from .schema import TABLES
 
 HASH_CHUNK = 1 << 22
@@ -148,7 +148,7 @@ class VerifiedFiles:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "resdyn" / "verified"
+        base = cache_directory() / "verified"
         self.path = base / (hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:24] + ".json")
         try:
             self.cache = json.loads(self.path.read_text())

@@ -22,7 +22,10 @@ import subprocess
 import sys
 import time
 
+from .config import child_environment, set_for_this_process
+
 LOOPBACK = "127.0.0.1"
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 as a node's address
 
 
 def head(arguments) -> int:
@@ -38,7 +41,7 @@ def head(arguments) -> int:
         command += ["--num-gpus", str(arguments.num_gpus)]
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
     command[0] = ray if os.path.exists(ray) else "ray"
-    process = subprocess.Popen(command, env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    process = subprocess.Popen(command, env=child_environment(LOOPBACK_ONLY))
 
     def stop(*_):
         process.send_signal(signal.SIGTERM)
@@ -49,7 +52,7 @@ def head(arguments) -> int:
 
 
 def worker(arguments) -> int:
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep 127.0.0.1 as this node's address
+    set_for_this_process(LOOPBACK_ONLY)  # keep 127.0.0.1 as this node's address
     import ray._private.node
     import ray._private.parameter
 
@@ -93,8 +96,8 @@ class LocalCluster:
         from pathlib import Path
 
         self.logs, self.workers, self.num_cpus, self.timeout = Path(logs), workers, num_cpus, timeout
-        self.environment = {**(environment if environment is not None else os.environ),
-                            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+        self.environment = {**environment, **LOOPBACK_ONLY} if environment is not None else \
+            child_environment(LOOPBACK_ONLY)
         self.processes: list[subprocess.Popen] = []
         self.address = self.gcs = self.client = ""
 

@@ -1,4 +1,4 @@
-"""Resources: where the warehouse lives and how the analysis is sized, configured through EnvVar.
+"""Resources: where the data lives and how the analysis is sized, made from a StudyConfig (dagster_project/launch.py).
 
 ``AnalysisSettings`` is generated from :data:`resdyn.dagster_project.settings.SETTINGS` (one field per
 setting, same default), so the CLI, the UI and the tests share one definition of every setting.
@@ -6,20 +6,20 @@ setting, same default), so the CLI, the UI and the tests share one definition of
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
 from resdyn.models.registry import ModelRegistry
 
-from .settings import SETTINGS, WAREHOUSE_VARIABLE, SettingError, resolve, settings_hash, validate
+from .settings import SETTINGS, settings_hash, validate
 from .warehouse import Warehouse
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """The Parquet root (``RESDYN_WAREHOUSE``, default ``warehouse/`` in the repository)."""
+    """Where the data lives: the Parquet root, and the corpus directories (StudyConfig: flag > variable > default)."""
 
     root: str = ""
+    wikitext_directory: str = ""  # holds wiki.test.raw (else: datasets, else the fallback corpus)
+    wikitext_tokenized_directory: str = ""  # holds valid.txt, the tiny suite's training text
 
     def open(self, run_id: str | None = None) -> Warehouse:
         """The warehouse; with ``run_id``, reads see that run's own staged tables before published ones."""
@@ -48,25 +48,3 @@ def _settings_class():
 
 
 AnalysisSettings = _settings_class()
-
-
-def _environment(variable: str, kind: type):
-    """EnvVar (resolved by Dagster, shown in the UI) for a variable that is set; None otherwise."""
-    if os.environ.get(variable, "") == "":
-        return None
-    return dg.EnvVar.int(variable) if kind is int else (dg.EnvVar.float(variable) if kind is float else dg.EnvVar(variable))
-
-
-def default_resources() -> dict:
-    """Resources for ``dagster dev``: every RESDYN_* variable checked now, so a bad one is named at load time."""
-    try:
-        resolve()
-    except SettingError as error:
-        raise SettingError(f"resdyn settings: {error}") from None
-    settings = {setting.name: value for setting in SETTINGS
-                if (value := _environment(setting.variable, setting.kind)) is not None}
-    root = _environment(WAREHOUSE_VARIABLE, str)
-    return {
-        "warehouse": WarehouseResource(root=root) if root is not None else WarehouseResource(),
-        "settings": AnalysisSettings(**settings),
-    }

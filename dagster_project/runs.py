@@ -69,10 +69,9 @@ def code_environment() -> dict:
 @functools.lru_cache(maxsize=4)
 def corpus_record(directory: str | None) -> dict:
     """The analysis corpus, resolved once per process (and setting), by label and content hash."""
-    del directory  # part of the cache key only
     from resdyn.corpus import load_wikitext
 
-    corpus = load_wikitext("test")
+    corpus = load_wikitext("test", directory=directory)
     return {"corpus": corpus.label, "corpus_sha256": hashlib.sha256(corpus.text.encode()).hexdigest()[:16]}
 
 
@@ -177,12 +176,13 @@ def map_conventions(store: Warehouse, model: str, checkpoint: str) -> str | None
         return None
 
 
-def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict, executor: str, **fields) -> None:
+def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict, executor: str,
+            corpus_directory: str | None, **fields) -> None:
     existing = {r["run_id"]: r for r in store.run_records(model, checkpoint)}.get(store.run_id)
     row = existing or {
         "run_id": store.run_id, "settings_hash": store.settings_hash, "settings": json.dumps(settings_values,
                                                                                              sort_keys=True),
-        **corpus_record(os.environ.get("RESDYN_WIKITEXT_DIR")), "dtype": settings_values["dtype"],
+        **corpus_record(corpus_directory), "dtype": settings_values["dtype"],
         "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
         "model_source": model_source(store, model, checkpoint),
         "map_conventions": map_conventions(store, model, checkpoint), **code_environment(), "pid": os.getpid(),
@@ -215,18 +215,19 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
     values = settings.values()
     store = Warehouse(warehouse.open().root, run_id=context.run_id, settings_hash=settings_hash(values))
     executor = context.job_def.executor_def.name
+    corpus = warehouse.wikitext_directory or None
     single_process = "in_process" in executor or "in-process" in executor
     acquire_lease(store, model, checkpoint, single_process=single_process, instance=context.instance)
     try:
         if not store.partition_directory("runs", model, checkpoint).joinpath(f"{store.run_id}.parquet").is_file():
-            _record(store, model, checkpoint, values, executor)
+            _record(store, model, checkpoint, values, executor, corpus)
         interrupts.check(f"the start of {getattr(getattr(context, 'op_def', None), 'name', 'a step')}")
         yield store
         interrupts.check(f"{getattr(getattr(context, 'op_def', None), 'name', 'a step')} of {context.partition_key}")
     except BaseException as error:
         message = (str(error).strip().splitlines() or [type(error).__name__])[0]
         step = getattr(getattr(context, "op_def", None), "name", "")
-        _record(store, model, checkpoint, values, executor, status="failed", ended_at=now(),
+        _record(store, model, checkpoint, values, executor, corpus, status="failed", ended_at=now(),
                 error=f"{step}: {type(error).__name__}: {message}"[:2000])
         release_lease(store, model, checkpoint)
         raise
@@ -236,5 +237,5 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
         store.publish_figures(model, checkpoint)
     elif selected_tables(context) <= staged:
         store.publish(model, checkpoint)
-        _record(store, model, checkpoint, values, executor, status="success", ended_at=now())
+        _record(store, model, checkpoint, values, executor, corpus, status="success", ended_at=now())
         release_lease(store, model, checkpoint)

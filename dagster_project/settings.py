@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,7 +97,6 @@ SETTINGS: tuple[Setting, ...] = (
             "per coupling test", minimum=0),
 )
 BY_NAME = {setting.name: setting for setting in SETTINGS}
-WAREHOUSE_VARIABLE = "RESDYN_WAREHOUSE"
 
 
 def check_together(values: dict, sources: dict | None = None) -> None:
@@ -109,10 +107,9 @@ def check_together(values: dict, sources: dict | None = None) -> None:
                            f"{sources.get('sequence_length', 'seq_len')}={values['sequence_length']} with positions=all")
 
 
-def resolve(given: dict | None = None, environment: dict | None = None) -> dict:
-    """Every setting's value: ``given`` (CLI flags, None = not given) > environment > default, checked."""
+def resolve(given: dict | None, environment) -> dict:
+    """Every setting's value: ``given`` (CLI flags, None = not given) > ``environment`` > default, checked."""
     given = given or {}
-    environment = os.environ if environment is None else environment
     values, sources = {}, {}
     for setting in SETTINGS:
         if given.get(setting.name) is not None:

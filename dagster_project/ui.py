@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .config import dagster_home
+
 ARTEFACT_ROUTE = "/resdyn/artefacts"
 DEFINITIONS_MODULE = "resdyn.dagster_project.definitions"
 
@@ -149,7 +151,7 @@ def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, modul
     """Run the UI until Ctrl-C; the daemon (schedules, sensors, the run queue) is a child stopped by its PID."""
     import uvicorn
 
-    if not os.environ.get("DAGSTER_HOME"):
+    if not dagster_home():
         raise ValueError("DAGSTER_HOME is not set: `make ui` sets it to dagster_home/ (or export it yourself)")
     _create_instance_storage()
     daemon_process = None

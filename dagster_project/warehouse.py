@@ -44,6 +44,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .config import warehouse_root
 from .manifests import VerifiedFiles, hashing_stream, read_manifest
 from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, spec
 
@@ -53,9 +54,6 @@ log = logging.getLogger(__name__)
 # it is <site-packages>/resdyn/dagster_project/warehouse.py. Either way sql/ sits beside the parent.
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIRECTORY = REPOSITORY_ROOT / "sql"
-IS_SOURCE_CHECKOUT = (REPOSITORY_ROOT / "pyproject.toml").is_file()
-# The default warehouse: the repository's warehouse/ in a checkout, else ./warehouse (never site-packages).
-DEFAULT_ROOT = REPOSITORY_ROOT / "warehouse" if IS_SOURCE_CHECKOUT else Path("warehouse")
 IN_PROGRESS_SUFFIX = ".inprogress"
 PAGE_BYTES = 1 << 16  # Parquet data pages (and read buffers): memory per column while streaming
 READ_STATEMENTS = ("SELECT", "EXPLAIN")
@@ -239,7 +237,7 @@ class Warehouse:
 
     def __init__(self, root: str | os.PathLike | None = None, *, run_id: str | None = None,
                  settings_hash: str = "") -> None:
-        self.root = Path(root or os.environ.get("RESDYN_WAREHOUSE") or DEFAULT_ROOT).resolve()
+        self.root = warehouse_root(root)
         self.run_id = run_id
         self.settings_hash = settings_hash
 

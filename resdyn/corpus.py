@@ -84,15 +84,16 @@ def fallback_corpus() -> Corpus:
     return Corpus("\n\n".join(topics[key] for key in sorted(topics)), FALLBACK_LABEL)
 
 
-def load_wikitext(split: str = "test", *, use_hub: bool = True) -> Corpus:
-    """WikiText-2 raw ``split`` through the local -> datasets -> fallback chain (cached per process)."""
-    return _load_wikitext(split, use_hub, os.environ.get(WIKITEXT_DIR_VARIABLE))
+def load_wikitext(split: str = "test", *, use_hub: bool = True, directory: str | None = None) -> Corpus:
+    """WikiText-2 raw ``split`` through the local -> datasets -> fallback chain (cached per process).
+
+    ``directory`` holds ``wiki.<split>.raw``; None: the one RESDYN_WIKITEXT_DIR names (the platform
+    passes its configured directory; the variable is for using this package on its own)."""
+    return _load_wikitext(split, use_hub, directory or os.environ.get(WIKITEXT_DIR_VARIABLE) or None)
 
 
 @functools.lru_cache(maxsize=8)
 def _load_wikitext(split: str, use_hub: bool, directory: str | None) -> Corpus:
-    del directory  # part of the cache key only: a changed setting reloads
-    directory = os.environ.get(WIKITEXT_DIR_VARIABLE)
     if directory:
         corpus = _read_local(Path(directory), split)
         if corpus is not None:
@@ -108,12 +109,14 @@ def _load_wikitext(split: str, use_hub: bool, directory: str | None) -> Corpus:
     return fallback_corpus()
 
 
-def load_training_text(*, use_hub: bool = True) -> Corpus:
-    """Training text for the tiny suite: the tokenized WikiText-2 validation split if configured."""
-    directory = os.environ.get(TOKENIZED_DIR_VARIABLE)
+def load_training_text(*, use_hub: bool = True, directory: str | None = None,
+                       raw_directory: str | None = None) -> Corpus:
+    """Training text for the tiny suite: the tokenized WikiText-2 validation split in ``directory`` (None:
+    RESDYN_WIKITEXT_TOKENIZED_DIR) if there, else the raw one (:func:`load_wikitext` in ``raw_directory``)."""
+    directory = directory or os.environ.get(TOKENIZED_DIR_VARIABLE)
     if directory and (Path(directory) / "valid.txt").is_file():
         return Corpus((Path(directory) / "valid.txt").read_text(encoding="utf-8"), "wikitext-2-v1:valid:local")
-    return load_wikitext("valid", use_hub=use_hub)
+    return load_wikitext("valid", use_hub=use_hub, directory=raw_directory)
 
 
 def sample_windows(

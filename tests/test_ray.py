@@ -155,36 +155,29 @@ def test_every_address_form_a_user_holds_leads_to_the_job_submission_address(clu
         assert "\n" not in str(error.value)
 
 
-def test_ray_resource_requests_follow_the_run_settings(tmp_path, monkeypatch):
+def test_ray_resource_requests_follow_the_run_settings():
     """--device cuda asks Ray for a GPU for the model steps; --workers 0 asks for every core of the largest node
-    (never more than a node has: such a job would never be scheduled; 1 when the cluster did not say). The CLI
-    exports the run's settings before any asset module is imported, so the assets' own tags carry them."""
+    (never more than a node has: such a job would never be scheduled; 1 when the cluster did not say). The
+    definitions are built from the run's configuration, so the steps' own tags carry them."""
     import json
 
-    from resdyn.dagster_project.executors import ray_tags
+    from resdyn.dagster_project.config import StudyConfig
+    from resdyn.dagster_project.launch import build_definitions, step_tags
 
-    script = """
-import json
-from resdyn.dagster_project.executors import export_step_settings
-export_step_settings({"device": "cuda", "workers": 0})
-from resdyn.dagster_project.assets_index import ALL_ASSETS
-tags = {}
-for definition in ALL_ASSETS:
-    for key in definition.keys:
-        tags[key.to_user_string()] = json.loads(definition.op.tags["dagster-ray/config"])
-print(json.dumps(tags))
-"""
-    completed = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True,
-                               env=_environment(RESDYN_RAY_NODE_CPUS="6"), timeout=120)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    tags = json.loads(completed.stdout.strip().splitlines()[-1])
+    flags = StudyConfig.resolve({"workers": 0}, {})  # cuda is not here to pass the device check: set it below
+    config = StudyConfig(settings={**flags.settings, "device": "cuda"}, ray_node_cpus=6)
+    tags = {key.to_user_string(): json.loads(definition.op.tags["dagster-ray/config"])
+            for definition in build_definitions(config).assets if "resdyn/step" in definition.op.tags
+            for key in definition.keys}
     assert tags["activations"] == {"num_gpus": 1, "num_cpus": 1} and tags["layer_metrics"] == {"num_cpus": 6}
     # (device, workers, the largest node's CPUs as the cluster reports them, GPU asked, CPUs asked)
-    for device, workers, node, gpu, cpus in (("cpu", 0, "6", None, 6), ("cuda:1", 1, "6", 1, 1),
-                                             ("cpu", 8, "6", None, 6), ("cpu", 64, "", None, os.cpu_count()),
-                                             ("cpu", 0, "", None, 1)):
-        monkeypatch.setenv("RESDYN_DEVICE", device)
-        monkeypatch.setenv("RESDYN_WORKERS", str(workers))
-        monkeypatch.setenv("RESDYN_RAY_NODE_CPUS", node)
-        model, analysis = (json.loads(ray_tags(kind)["dagster-ray/config"]) for kind in ("model", "analysis"))
+    for device, workers, node, gpu, cpus in (("cpu", 0, 6, None, 6), ("cuda:1", 1, 6, 1, 1),
+                                             ("cpu", 8, 6, None, 6), ("cpu", 64, 0, None, os.cpu_count()),
+                                             ("cpu", 0, 0, None, 1)):
+        config = StudyConfig(settings={**flags.settings, "device": device, "workers": workers}, ray_node_cpus=node)
+        model, analysis = (json.loads(step_tags(config, kind)["dagster-ray/config"]) for kind in ("model", "analysis"))
         assert model.get("num_gpus") == gpu and analysis == {"num_cpus": cpus}, (device, workers, node)
+    # device auto asks for a GPU where the cluster has them (RESDYN_RAY_GPUS=1), and the config survives JSON
+    config = StudyConfig.resolve({}, {"RESDYN_RAY_GPUS": "1", "RESDYN_RAY_NODE_CPUS": "6"})
+    assert json.loads(step_tags(StudyConfig.from_json(config.to_json()), "model")["dagster-ray/config"]) == {
+        "num_gpus": 1, "num_cpus": 1}

@@ -82,9 +82,10 @@ def test_materialize_from_the_graph_runs_on_resdyns_executor():
     multiprocess executor (a subprocess per step: 10.6 min for 281 s of steps); it takes resdyn's."""
     import dagster as dg
 
+    from resdyn.dagster_project.config import StudyConfig
     from resdyn.dagster_project.definitions import defs
     from resdyn.dagster_project.executors import executor_definition
 
     implicit = defs.resolve_implicit_global_asset_job_def()
-    assert implicit.executor_def.name == executor_definition().name  # RESDYN_EXECUTOR, in_process by default
+    assert implicit.executor_def.name == executor_definition(StudyConfig.resolve().executor).name  # in_process default
     assert implicit.executor_def is not dg.multi_or_in_process_executor  # Dagster's default for the graph

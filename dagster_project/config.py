@@ -1,0 +1,195 @@
+"""The study's configuration, made once: a CLI flag, else its environment variable, else the default.
+
+:class:`StudyConfig` is everything a run needs besides the model: the analysis settings
+(dagster_project/settings.py), where the warehouse and the corpus are, which executor runs the steps
+and what cluster it talks to. It is made in one place (:meth:`StudyConfig.resolve`) and, frozen,
+handed to everything else: :func:`resdyn.dagster_project.launch.build_definitions` builds the
+Dagster definitions from it, and it travels as JSON to every process that runs a step (the
+reconstructable job's arguments), so a flag given to the CLI reaches a Ray worker without passing
+through anybody's environment.
+
+This is the only module of dagster_project/ and assets/ that reads ``os.environ``: Dagster itself
+and the processes it starts by module name (code server, daemon) are pointed at their instance and
+configuration through the environment, and that also happens here (:func:`use_dagster_home`,
+:func:`child_environment`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+
+from .settings import SETTINGS, SettingError, resolve, validate
+
+EXECUTORS = ("in_process", "multiprocess", "ray")
+REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
+IS_SOURCE_CHECKOUT = (REPOSITORY_ROOT / "pyproject.toml").is_file()
+# the repository's warehouse/ in a checkout, else ./warehouse (never inside site-packages)
+DEFAULT_WAREHOUSE = REPOSITORY_ROOT / "warehouse" if IS_SOURCE_CHECKOUT else Path("warehouse")
+
+# field of StudyConfig -> its environment variable
+VARIABLES = {
+    "warehouse": "RESDYN_WAREHOUSE",
+    "executor": "RESDYN_EXECUTOR",
+    "ray_address": "RESDYN_RAY_ADDRESS",
+    "ray_node_cpus": "RESDYN_RAY_NODE_CPUS",
+    "ray_gpus": "RESDYN_RAY_GPUS",
+    "model_runners": "RESDYN_MODEL_RUNNERS",
+    "wikitext_directory": "RESDYN_WIKITEXT_DIR",
+    "wikitext_tokenized_directory": "RESDYN_WIKITEXT_TOKENIZED_DIR",
+}
+# what a step on a Ray worker needs from the submitting environment when it loads the definitions
+# module itself (a run launched from the UI), besides the variables above
+FORWARDED_VARIABLES = ("DAGSTER_HOME", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_VERBOSITY",
+                       "PYTHONPATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", *VARIABLES.values())
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names its flag or variable and the fix."""
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Every setting of a run, checked. Make it with :meth:`resolve`; change it with :meth:`replace`."""
+
+    settings: Mapping[str, object] = field(default_factory=lambda: MappingProxyType(
+        {setting.name: setting.default for setting in SETTINGS}))
+    warehouse: str = str(DEFAULT_WAREHOUSE.resolve())
+    executor: str = "in_process"
+    ray_address: str = ""  # as given; launch.prepare turns it into the job-submission URL
+    ray_node_cpus: int = 0  # cores of the cluster's largest node (0: not known)
+    ray_gpus: bool = False  # with device auto: does the cluster have GPUs for the model steps
+    model_runners: int = 1  # steps that may run a model at once (the model_runner pool)
+    wikitext_directory: str = ""
+    wikitext_tokenized_directory: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+
+    @classmethod
+    def resolve(cls, flags: Mapping | None = None, environment: Mapping | None = None) -> StudyConfig:
+        """The configuration from ``flags`` (None: not given) > ``environment`` (default: this process's)
+        > defaults, every value checked; a bad one is a :class:`ConfigError` naming where it came from."""
+        flags = {name: value for name, value in (flags or {}).items() if value is not None}
+        environment = os.environ if environment is None else environment
+        settings = resolve({setting.name: flags.get(setting.name) for setting in SETTINGS}, environment)
+
+        def given(name: str) -> tuple[str, str] | None:
+            if flags.get(name) not in (None, ""):
+                return str(flags[name]), "--" + name.replace("_", "-")
+            if str(environment.get(VARIABLES[name], "")).strip():
+                return str(environment[VARIABLES[name]]).strip(), VARIABLES[name]
+            return None
+
+        values: dict = {"settings": settings}
+        for name in ("warehouse", "wikitext_directory", "wikitext_tokenized_directory"):
+            if (found := given(name)) is not None:
+                values[name] = str(Path(found[0]).expanduser().resolve())
+        if (found := given("executor")) is not None:
+            values["executor"] = _executor_name(*found)
+        address = given("ray_address") or ((environment["RAY_ADDRESS"].strip(), "RAY_ADDRESS")
+                                           if environment.get("RAY_ADDRESS", "").strip() else None)
+        if address is not None:
+            values["ray_address"] = address[0]
+        for name, minimum, meaning in (("model_runners", 1, "how many steps may run a model at once; default 1"),
+                                       ("ray_node_cpus", 0, "cores of the cluster's largest node; 0: unknown")):
+            if (found := given(name)) is not None:
+                values[name] = _whole_number(*found, minimum, meaning)
+        if (found := given("ray_gpus")) is not None:
+            values["ray_gpus"] = found[0].lower() in ("1", "true", "yes")
+        return cls(**values)
+
+    def replace(self, **changes) -> StudyConfig:
+        """A copy with ``changes``; analysis settings by name (``samples=...`` is ``n_samples``) are checked."""
+        settings = {name: changes.pop(name) for name in list(changes) if name in self.settings}
+        config = replace(self, **changes)
+        if settings:
+            config = replace(config, settings=validate({**self.settings, **settings}))
+        return config
+
+    def to_json(self) -> str:
+        """The configuration as JSON (it crosses process boundaries as the reconstructable job's argument)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return json.dumps({**values, "settings": dict(self.settings)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> StudyConfig:
+        values = json.loads(text)
+        return cls(**{**values, "settings": validate(values["settings"])})
+
+    def environment(self) -> dict[str, str]:
+        """This configuration as the variables :meth:`resolve` reads: for processes that Dagster starts by
+        module name (the UI's code server and daemon), which can be given nothing else."""
+        variables = {setting.variable: str(self.settings[setting.name]) for setting in SETTINGS}
+        for name, variable in VARIABLES.items():
+            value = getattr(self, name)
+            if value not in ("", 0, False) or name == "model_runners":
+                variables[variable] = str(int(value)) if isinstance(value, bool) else str(value)
+        return variables
+
+
+def _executor_name(value: str, source: str) -> str:
+    name = value.strip().replace("-", "_")
+    if name not in EXECUTORS:
+        raise ConfigError(f"{source}={value!r} must be one of {', '.join(EXECUTORS)}")
+    return name
+
+
+def _whole_number(raw: str, source: str, minimum: int, meaning: str) -> int:
+    try:
+        number = int(raw)
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise ConfigError(f"{source}={raw!r} must be a whole number >= {minimum} ({meaning})")
+    return number
+
+
+def warehouse_root(given: str | os.PathLike | None = None) -> Path:
+    """The warehouse root: ``given`` (a --warehouse flag), else RESDYN_WAREHOUSE, else the default."""
+    return Path(given or os.environ.get(VARIABLES["warehouse"]) or DEFAULT_WAREHOUSE).expanduser().resolve()
+
+
+def dagster_home() -> str | None:
+    """The persistent Dagster instance's directory (DAGSTER_HOME), or None: runs use an ephemeral one."""
+    return os.environ.get("DAGSTER_HOME") or None
+
+
+def use_dagster_home(path: str | os.PathLike) -> None:
+    """Point Dagster (this process and every process it starts) at the instance in ``path``: Dagster reads
+    its instance from DAGSTER_HOME only."""
+    set_for_this_process({"DAGSTER_HOME": str(path)})
+
+
+def cache_directory() -> Path:
+    """resdyn's per-user cache (``$XDG_CACHE_HOME/resdyn``, default ``~/.cache/resdyn``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "resdyn"
+
+
+def child_environment(changes: Mapping[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment with ``changes`` and without ``drop``, for a child process."""
+    return {**{key: value for key, value in os.environ.items() if key not in drop}, **(changes or {})}
+
+
+def set_for_this_process(variables: Mapping[str, str]) -> None:
+    """Set ``variables`` in this process's environment, for libraries that read nothing else (Ray's node
+    address rule, Dagster's instance)."""
+    os.environ.update(variables)
+
+
+def forwarded_variables() -> list[str]:
+    """The variables of :data:`FORWARDED_VARIABLES` that are set here (a Ray step copies them)."""
+    return [variable for variable in FORWARDED_VARIABLES if os.environ.get(variable)]
+
+
+def executable_path() -> str:
+    """PATH with this interpreter's scripts first: a Ray step's entry point is ``dagster api execute_step``."""
+    return os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
+
+__all__ = ["ConfigError", "SettingError", "StudyConfig", "warehouse_root"]

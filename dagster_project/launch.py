@@ -1,0 +1,111 @@
+"""How the study is launched, from one :class:`~resdyn.dagster_project.config.StudyConfig`.
+
+The CLI, the UI (``definitions.py``) and the benchmarks all come here: :func:`build_definitions`
+makes the Dagster definitions of a configuration (assets with their step tags, checks, jobs on its
+executor, resources holding its settings), :func:`reconstructable_job` hands the same job to
+processes that run steps (multiprocess, Ray), the configuration travelling as the job's JSON
+argument, and :func:`step_tags` says what each kind of step asks a Ray cluster for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import dagster as dg
+
+from .config import StudyConfig
+from .executors import check_ray_address, executor_definition, largest_node_cpus, ray_address
+from .steps import STEP_KIND_TAG
+
+RAY_CONFIG_TAG = "dagster-ray/config"  # the op tag dagster-ray reads a step's resource request from
+STUDY_JOB = "resdyn_job"
+
+
+def step_tags(config: StudyConfig, kind: str) -> dict[str, str]:
+    """What a step of ``kind`` asks Ray for: a GPU for the model when the device is cuda (or auto on a cluster
+    with GPUs), else one CPU; analysis steps as many CPUs as ``workers`` (0: every core of the largest node;
+    never more than a node has, which would never be scheduled; 1 when the cluster did not say)."""
+    device, workers = str(config.settings["device"]), int(config.settings["workers"])
+    node_cpus = config.ray_node_cpus
+    if kind == "model":
+        wants_gpu = device.startswith("cuda") or (device == "auto" and config.ray_gpus)
+        request = {"num_gpus": 1, "num_cpus": 1} if wants_gpu else {"num_cpus": 1}
+    elif workers == 0:
+        request = {"num_cpus": node_cpus or 1}
+    else:
+        request = {"num_cpus": min(workers, node_cpus or os.cpu_count() or 1)}
+    return {RAY_CONFIG_TAG: json.dumps(request)}
+
+
+def _with_op_tags(asset: dg.AssetsDefinition, tags: dict[str, str]) -> dg.AssetsDefinition:
+    """``asset`` with ``tags`` added to its op's tags. Dagster has no public way to change the op tags of a
+    built asset (``with_attributes`` changes asset tags, not op tags: checked on 1.13), so the op is rebuilt
+    the way ``OpDefinition.with_replaced_properties`` does it, with the tags merged."""
+    from dagster._core.definitions.op_definition import OpDefinition
+
+    op = asset.op
+    retagged = OpDefinition.dagster_internal_init(
+        name=op.name, ins={d.name: dg.In.from_definition(d) for d in op.input_defs},
+        outs={d.name: dg.Out.from_definition(d) for d in op.output_defs}, compute_fn=op.compute_fn,
+        config_schema=op.config_schema, description=op.description, tags={**op.tags, **tags},
+        required_resource_keys=op.required_resource_keys, code_version=op.version, retry_policy=op.retry_policy,
+        version=None, pool=op.pool)
+    return dg.AssetsDefinition.dagster_internal_init(**{**asset.get_attributes_dict(), "node_def": retagged})
+
+
+def study_assets(config: StudyConfig) -> list[dg.AssetsDefinition]:
+    """Every partitioned asset, each step tagged with what its kind asks of the cluster under ``config``."""
+    from .assets_index import ALL_ASSETS
+
+    return [_with_op_tags(asset, step_tags(config, asset.op.tags[STEP_KIND_TAG]))
+            if STEP_KIND_TAG in asset.op.tags else asset for asset in ALL_ASSETS]
+
+
+def study_resources(config: StudyConfig) -> dict:
+    """The resources of a run under ``config`` (the UI's launchpad may still override the settings)."""
+    from .resources import AnalysisSettings, WarehouseResource
+
+    return {"warehouse": WarehouseResource(root=config.warehouse, wikitext_directory=config.wikitext_directory,
+                                           wikitext_tokenized_directory=config.wikitext_tokenized_directory),
+            "settings": AnalysisSettings(**config.settings)}
+
+
+def build_definitions(config: StudyConfig) -> dg.Definitions:
+    """The study's Dagster definitions under ``config``."""
+    from .assets_index import STUDY_ASSET_KEYS, STUDY_ASSETS
+    from .checks import ALL_CHECKS
+    from .partitions import model_checkpoint_partitions
+    from .sensors import registry_partitions
+
+    # a step process gets the URL prepare() found; `dagster dev` may have been given any address form
+    address = ray_address(config.ray_address) if config.executor == "ray" else ""
+    executor = executor_definition(config.executor, address)
+    study_job = dg.define_asset_job(STUDY_JOB, selection=dg.AssetSelection.all() - dg.AssetSelection.assets(
+        *STUDY_ASSET_KEYS), partitions_def=model_checkpoint_partitions, executor_def=executor)
+    report_job = dg.define_asset_job("study_report_job", selection=dg.AssetSelection.groups("study"),
+                                     description="The study across every complete partition, and report.html.")
+    return dg.Definitions(assets=[*study_assets(config), *STUDY_ASSETS], asset_checks=ALL_CHECKS,
+                          jobs=[study_job, report_job], sensors=[registry_partitions],
+                          resources=study_resources(config), executor=executor)
+
+
+def job_from_json(config: str) -> dg.JobDefinition:
+    """The study job of a configuration given as JSON: what a step process rebuilds (the reconstructor)."""
+    return build_definitions(StudyConfig.from_json(config)).resolve_job_def(STUDY_JOB)
+
+
+def reconstructable_job(config: StudyConfig):
+    """The study job under ``config`` as processes that run its steps rebuild it."""
+    return dg.build_reconstructable_job(__name__, job_from_json.__name__, reconstructable_kwargs={
+        "config": config.to_json()})
+
+
+def prepare(config: StudyConfig) -> StudyConfig:
+    """``config`` ready to launch: for Ray, the address a user gave turned into the cluster's job-submission URL
+    (checked: one request) and the cores of its largest node (what ``--workers 0`` asks for)."""
+    if config.executor != "ray":
+        return config
+    address = ray_address(config.ray_address)
+    check_ray_address(address)
+    return config.replace(ray_address=address, ray_node_cpus=largest_node_cpus(address) or config.ray_node_cpus)

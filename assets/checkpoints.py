@@ -11,11 +11,12 @@ import pyarrow as pa
 
 from resdyn.corpus import load_training_text, load_wikitext
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.runs import partition_run
 from resdyn.dagster_project.steps import MODEL_RUNNER_POOL, MODEL_STEP, STEP_RETRIES
+from resdyn.dagster_project.store.io_manager import table_output
+from resdyn.dagster_project.store.runs import partition_run
 from resdyn.figures import training_loss_figure
 
-from .common import PARTITIONS, checkpoint_source, figure, partition, table_metadata
+from .common import PARTITIONS, checkpoint_source, figure, partition
 
 
 def _training_text_of(warehouse: WarehouseResource):
@@ -31,12 +32,12 @@ def _training_text_of(warehouse: WarehouseResource):
           description="One row describing the checkpoint (from its config and safetensors headers); trains the "
                       "tiny suite member, imports a GGUF file or initialises a null model on first use.")
 def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-                      settings: AnalysisSettings) -> dg.MaterializeResult:
+                      settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
-        return _describe_checkpoint(context, warehouse, settings, store)
+        yield _describe_checkpoint(context, warehouse, settings, store)
 
 
-def _describe_checkpoint(context, warehouse, settings, store) -> dg.MaterializeResult:
+def _describe_checkpoint(context, warehouse, settings, store) -> dg.Output:
     from resdyn.models.layerwise import describe_checkpoint  # torch and transformers: only where a step needs them
     from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
 
@@ -80,7 +81,4 @@ def _describe_checkpoint(context, warehouse, settings, store) -> dg.MaterializeR
         **{key: [origin.get(key, "")] for key in ("source_file", "source_sha256", "source_quantization",
                                                    "initialization")},
     })
-    written = store.write("model_checkpoints", model, checkpoint, row)
-    return dg.MaterializeResult(metadata={**table_metadata(row, written), **metadata,
-                                          "n_params": int(described["n_params"])},
-                                data_version=dg.DataVersion(written.content_hash))
+    return table_output(row, metadata={**metadata, "n_params": int(described["n_params"])})

@@ -7,13 +7,14 @@ import pyarrow.compute as pc
 
 from resdyn import coupling
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.runs import partition_run
-from resdyn.dagster_project.schema import spec
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.store.io_manager import table_output
+from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import coupling_by_depth
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, figure, iter_matrices, partition, written_metadata
+from .common import PARTITIONS, figure, iter_matrices, partition
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
@@ -21,26 +22,19 @@ STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling", deps=["jacobians"],
           op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Per-unit amplification from each sublayer's mean Jacobian (column, J - I column, row, diagonal).")
-def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-                       settings: AnalysisSettings) -> dg.MaterializeResult:
+def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
-        return _unit_amplification(context, store)
+        yield dg.Output(_unit_amplification(store, *partition(context)))
 
 
-def _unit_amplification(context, store) -> dg.MaterializeResult:
-    model, checkpoint = partition(context)
-    head = None
-    with store.open_writer("unit_amplification", model, checkpoint) as writer:
-        for (layer, sublayer), jacobian in iter_matrices(store, "jacobians", model, checkpoint):
-            measures = coupling.unit_amplification(jacobian)
-            d = len(jacobian)
-            batch = pa.table({"layer": np.full(d, layer, np.int32), "sublayer": pa.repeat(pa.scalar(sublayer), d),
-                              "depth": np.full(d, sublayer_depth(layer, sublayer), np.int32),
-                              "unit": np.arange(d, dtype=np.int32), **measures})
-            writer.write(batch)
-            head = head or batch.slice(0, 5)
-    return dg.MaterializeResult(metadata=written_metadata(writer.result, head),
-                                data_version=dg.DataVersion(writer.result.content_hash))
+def _unit_amplification(store, model: str, checkpoint: str):
+    """One record batch per sublayer, one mean Jacobian in memory at a time."""
+    for (layer, sublayer), jacobian in iter_matrices(store, "jacobians", model, checkpoint):
+        measures = coupling.unit_amplification(jacobian)
+        d = len(jacobian)
+        yield pa.record_batch({"layer": np.full(d, layer, np.int32), "sublayer": pa.repeat(pa.scalar(sublayer), d),
+                               "depth": np.full(d, sublayer_depth(layer, sublayer), np.int32),
+                               "unit": np.arange(d, dtype=np.int32), **measures})
 
 
 def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
@@ -58,13 +52,12 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
           retry_policy=STEP_RETRIES,
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
-def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-                   settings: AnalysisSettings) -> dg.MaterializeResult:
+def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
-        return _coupling_tests(context, settings, store)
+        yield _coupling_tests(context, settings, store)
 
 
-def _coupling_tests(context, settings, store) -> dg.MaterializeResult:
+def _coupling_tests(context, settings, store) -> dg.Output:
     model, checkpoint = partition(context)
     amplification = _grouped(store.read("unit_amplification", model, checkpoint,
                                         columns=["layer", "sublayer", "unit", "log_column_norm"]), ("layer", "sublayer"))
@@ -100,15 +93,14 @@ def _coupling_tests(context, settings, store) -> dg.MaterializeResult:
                    q_value_permutation=float(value_permutation) if defined else None,
                    significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
     table = pa.Table.from_pylist(rows, schema=spec("coupling_tests").schema())
-    written = store.write("coupling_tests", model, checkpoint, table)
     series = {}
     for other in sorted(set(store.checkpoints_of("coupling_tests", model)) | {checkpoint}):
-        other_rows = sorted(store.read("coupling_tests", model, other).to_pylist(), key=lambda r: r["depth"])
+        other_table = table if other == checkpoint else store.read("coupling_tests", model, other)
+        other_rows = sorted(other_table.to_pylist(), key=lambda r: r["depth"])
         series[other] = ([r["depth"] for r in other_rows], [r["effect"] for r in other_rows],
                          [r["significant"] for r in other_rows])
     png = coupling_by_depth(series, store.artefact_directory("figures", model, checkpoint),
                             title=f"{model}: boundary-unit coupling")
-    return dg.MaterializeResult(metadata={**written_metadata(written, table), **figure(png),
-                                          "significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
-                                          "undefined_tests": int(sum(r["reason"] is not None for r in rows))},
-                                data_version=dg.DataVersion(written.content_hash))
+    return table_output(table, metadata={**figure(png),
+                                         "significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
+                                         "undefined_tests": int(sum(r["reason"] is not None for r in rows))})

@@ -13,15 +13,16 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.runs import partition_run
-from resdyn.dagster_project.schema import spec
 from resdyn.dagster_project.steps import MODEL_RUNNER_POOL, MODEL_STEP, STEP_RETRIES
+from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, nullable_lists, record_batch
+from resdyn.dagster_project.store.io_manager import table_outs, written_output
+from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import jacobian_heatmaps
 from resdyn.naming import SUBLAYERS, sublayer_depth
 
-from .common import PARTITIONS, figure, open_layerwise, partition, read_samples, written_metadata
+from .common import PARTITIONS, figure, open_layerwise, partition, preview, read_samples
 from .samples import samples
 
 TABLES = ("activations", "jacobians", "sample_jacobians", "finite_difference_probe")
@@ -60,7 +61,7 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
 @dg.multi_asset(
     partitions_def=PARTITIONS, group_name="measurements", can_subset=False, pool=MODEL_RUNNER_POOL,
     op_tags=MODEL_STEP, retry_policy=STEP_RETRIES,
-    specs=[
+    **table_outs([
         dg.AssetSpec("activations", code_version="2", deps=[samples],
                      description="Residual stream at the analysed positions, one row per (layer, boundary, sample, position)."),
         dg.AssetSpec("jacobians", code_version="2", deps=[samples],
@@ -71,7 +72,7 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
         dg.AssetSpec("finite_difference_probe", code_version="1", deps=[samples],
                      description="Mean central differences (f(x + h v) - f(x - h v)) / 2h along random directions: "
                                  "the independent reference the jacobians check compares E[J] v with."),
-    ],
+    ]),
 )
 def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
@@ -139,8 +140,7 @@ def _measure(context, warehouse, settings, store):
     png = jacobian_heatmaps(thumbnails, figures_directory, title=context.partition_key)
     ledger = layerwise.ledger
     for table in TABLES:
-        written = results[table]
-        metadata = written_metadata(written, heads.get(table))
+        metadata = {"preview": preview(heads[table])} if table in heads else {}
         if table == "jacobians":
             metadata.update(figure(png))
             metadata.update({
@@ -151,5 +151,4 @@ def _measure(context, warehouse, settings, store):
                 "seconds_by_part": dg.MetadataValue.json({part: round(value, 3) for part, value in seconds.items()}),
                 "mean_jacobians_vs_forward": round(seconds.get("mean_jacobians", 0.0) / max(seconds.get("forward", 0.0), 1e-9), 3),
             })
-        yield dg.MaterializeResult(asset_key=table, metadata=metadata, data_version=dg.DataVersion(written.content_hash))
-
+        yield written_output(results[table], table, metadata)

@@ -12,12 +12,13 @@ import pyarrow as pa
 from resdyn import spectra
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.runs import partition_run
-from resdyn.dagster_project.schema import spec
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.store.io_manager import table_output
+from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.schema import spec
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, partition, written_metadata
+from .common import PARTITIONS, partition
 from .spectra import PARALLEL_MIN_WIDTH
 from .spectral_worker import metrics_of_row_group
 
@@ -30,12 +31,12 @@ NUMERIC_METRICS = ("spectral_radius", "sigma_max", "numerical_abscissa", "log10_
           op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-                             settings: AnalysisSettings) -> dg.MaterializeResult:
+                             settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
-        return _per_sample(context, settings, store)
+        yield table_output(_per_sample(context, settings, store))
 
 
-def _per_sample(context, settings, store) -> dg.MaterializeResult:
+def _per_sample(context, settings, store) -> pa.Table:
     model, checkpoint = partition(context)
     path = str(store.table_path("sample_jacobians", model, checkpoint))
     keys = [(group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py(), len(group))
@@ -60,7 +61,4 @@ def _per_sample(context, settings, store) -> dg.MaterializeResult:
                          "n_samples": len(values), "mean": float(np.mean(finite)) if len(finite) else float("nan"),
                          "std": float(np.std(finite)) if len(finite) else float("nan"), "ci_low": low, "ci_high": high,
                          "value_of_mean_jacobian": float(of_mean[(layer, sublayer)][metric])})
-    table = pa.Table.from_pylist(rows, schema=spec("layer_metrics_per_sample").schema())
-    written = store.write("layer_metrics_per_sample", model, checkpoint, table)
-    return dg.MaterializeResult(metadata=written_metadata(written, table),
-                                data_version=dg.DataVersion(written.content_hash))
+    return pa.Table.from_pylist(rows, schema=spec("layer_metrics_per_sample").schema())

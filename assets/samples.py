@@ -7,23 +7,24 @@ import pyarrow as pa
 
 from resdyn.corpus import load_wikitext, sample_windows, tokenize
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.runs import partition_run
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.store.io_manager import table_output
+from resdyn.dagster_project.store.runs import partition_run
 
 from .checkpoints import model_checkpoints
-from .common import PARTITIONS, checkpoint_source, partition, table_metadata
+from .common import PARTITIONS, checkpoint_source, partition
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs", deps=[model_checkpoints],
           op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
 def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-            settings: AnalysisSettings) -> dg.MaterializeResult:
+            settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
-        return _draw_samples(context, warehouse, settings, store)
+        yield _draw_samples(context, warehouse, settings, store)
 
 
-def _draw_samples(context, warehouse, settings, store) -> dg.MaterializeResult:
+def _draw_samples(context, warehouse, settings, store) -> dg.Output:
     from transformers import AutoTokenizer
 
     from resdyn.models.checkpoint import locate_checkpoint
@@ -46,7 +47,4 @@ def _draw_samples(context, warehouse, settings, store) -> dg.MaterializeResult:
         "corpus": pa.repeat(pa.scalar(corpus.label), len(windows) * repeat),
         "seed": pa.repeat(pa.scalar(settings.seed, pa.int32()), len(windows) * repeat),
     })
-    written = store.write("samples", model, checkpoint, table)
-    return dg.MaterializeResult(metadata={**table_metadata(table, written),
-                                          "corpus": corpus.label, "n_samples": len(windows)},
-                                data_version=dg.DataVersion(written.content_hash))
+    return table_output(table, metadata={"corpus": corpus.label, "n_samples": len(windows)})

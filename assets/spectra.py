@@ -6,29 +6,25 @@ then, in depth order, the cumulative products of the Jacobians and of their Schu
 versions J(alpha) = Z T(alpha) Z^T, reusing each Schur form (resdyn.depth).
 """
 
+import time
+
 import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from resdyn import spectra
 from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.arrow_tables import record_batch
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.runs import partition_run
-from resdyn.dagster_project.schema import spec
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
-from resdyn.depth import (
-    SCHUR_ORDERING,
-    SURGERY_BLOCK_RULE,
-    CumulativeProduct,
-    block_eigenvalue_drift,
-    operated_schur_form,
-)
+from resdyn.dagster_project.store.arrow_tables import record_batch
+from resdyn.dagster_project.store.io_manager import table_output, table_outs, written_output
+from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.schema import spec
+from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
 from resdyn.figures import eigenvalue_clouds, metrics_by_depth
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, figure, partition, written_metadata
+from .common import PARTITIONS, figure, partition, preview
 from .spectral_worker import analyse_row_group, read_matrix
 
 DEPTH_CURVES = ("henrici_rel_j_minus_i", "frac_complex", "self_alignment", "effective_rank",
@@ -38,26 +34,20 @@ PARALLEL_MIN_WIDTH = 256  # below this a process pool costs more than it saves
 TABLES = ("eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery")
 
 
-def depth_curves(store, table: str, model: str, metrics, x_column: str = "depth", filter_=None) -> dict:
-    """curves[metric][checkpoint] = (x, y) over the published checkpoints of ``model`` and this run's own."""
+def depth_curves(store, table: str, model: str, metrics, current: tuple[str, pa.Table], x_column: str = "depth",
+                 filter_=None) -> dict:
+    """curves[metric][checkpoint] = (x, y) over the published checkpoints of ``model`` and ``current``
+    (the checkpoint being made and its table, not yet published)."""
     curves: dict[str, dict[str, tuple[list, list]]] = {metric: {} for metric in metrics}
-    checkpoints = set(store.checkpoints_of(table, model))
-    for checkpoint in sorted(checkpoints | {c for m, c in _this_partition(store) if m == model}):
-        if not store.has(table, model, checkpoint):
+    for checkpoint in sorted(set(store.checkpoints_of(table, model)) | {current[0]}):
+        if checkpoint != current[0] and not store.has(table, model, checkpoint):
             continue
-        rows = sorted(store.read(table, model, checkpoint).to_pylist(), key=lambda r: r[x_column])
+        data = current[1] if checkpoint == current[0] else store.read(table, model, checkpoint)
+        rows = sorted(data.to_pylist(), key=lambda r: r[x_column])
         rows = [r for r in rows if filter_ is None or filter_(r)]
         for metric in metrics:
             curves[metric][checkpoint] = ([r[x_column] for r in rows], [r[metric] for r in rows])
     return curves
-
-
-def _this_partition(store) -> list[tuple[str, str]]:
-    """The partitions this run has staged tables for (so a figure includes the checkpoint being made)."""
-    if store.run_id is None:
-        return []
-    return [(path.parent.name.split("=", 1)[1], path.name.split("=", 1)[1])
-            for path in (store.root / "_staging" / store.run_id).glob("model=*/checkpoint=*")]
 
 
 def sublayers_in_depth_order(store, model: str, checkpoint: str) -> list[tuple[int, int, str]]:
@@ -78,16 +68,9 @@ def jacobians_in_depth_order(store, settings, model: str, checkpoint: str) -> tu
     return path, order, width, workers
 
 
-def _rank_columns(step) -> dict:
-    s = step.singular_values_normalised
-    return {"depth": step.depth, "effective_rank": spectra.effective_rank(s),
-            "participation_ratio": spectra.participation_ratio(s), "stable_rank": spectra.stable_rank(s),
-            "numerical_rank": spectra.numerical_rank(s), "log_sigma_max": step.log_sigma_max}
-
-
 @dg.multi_asset(
     partitions_def=PARTITIONS, can_subset=False, op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
-    specs=[
+    **table_outs([
         dg.AssetSpec("eigenvalues", code_version="2", deps=["jacobians"], group_name="spectra",
                      description="Every eigenvalue of every mean Jacobian (read off its real Schur form)."),
         dg.AssetSpec("singular_values", code_version="2", deps=["jacobians"], group_name="spectra",
@@ -100,7 +83,7 @@ def _rank_columns(step) -> dict:
         dg.AssetSpec("schur_surgery", code_version="2", deps=["jacobians"], group_name="depth",
                      description="Ranks of the cumulative product of Schur-operated Jacobians J(alpha): spectrum kept, "
                                  "non-normal part scaled by alpha (alpha = 1 reproduces cumulative_rank)."),
-    ],
+    ]),
 )
 def spectral_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
@@ -110,17 +93,17 @@ def spectral_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseRes
 def _analyse(context, settings, store):
     model, checkpoint = partition(context)
     path, order, width, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
-    measured = CumulativeProduct()
-    chains = {alpha: CumulativeProduct() for alpha in SURGERY_ALPHAS}
-    drift = {alpha: 0.0 for alpha in SURGERY_ALPHAS}
+    measured, surgery = CumulativeProduct(), SchurSurgery(SURGERY_ALPHAS)
     metric_rows, rank_rows, surgery_rows, clouds = [], [], [], {}
     writers = {name: store.open_writer(name, model, checkpoint, width=width)
                for name in ("eigenvalues", "singular_values", "cumulative_rank")}
+    started = time.perf_counter()
     with writers["eigenvalues"], writers["singular_values"], writers["cumulative_rank"]:
         results = ordered_parallel_map(analyse_row_group, [(path, index) for index, _, _ in order], workers=workers)
-        for (index, layer, sublayer), result in zip(order, results):
+        for done, ((index, layer, sublayer), result) in enumerate(zip(order, results), 1):
             depth = sublayer_depth(layer, sublayer)
-            context.log.info(f"{context.partition_key}: spectra of depth {depth} ({layer}/{sublayer}) done")
+            context.log.info(f"{context.partition_key}: spectra of depth {depth} ({layer}/{sublayer}) done "
+                             f"({done}/{len(order)}, {time.perf_counter() - started:.0f} s)")
             interrupts.check(f"spectral_analysis of {context.partition_key}")
             key = {"layer": layer, "sublayer": sublayer, "depth": depth}
             eigenvalues = result.eigenvalues
@@ -134,44 +117,38 @@ def _analyse(context, settings, store):
             step = measured.push(read_matrix(path, index))
             singular = np.exp(step.log_singular_values)
             writers["cumulative_rank"].write(record_batch(spec("cumulative_rank"), width, {
-                **{name: np.asarray([value]) for name, value in _rank_columns(step).items()},
+                **{name: np.asarray([value]) for name, value in rank_summary(step).items()},
                 "cumulative_singular_values": pa.ListArray.from_arrays(pa.array([0, len(singular)], pa.int32()),
                                                                        pa.array(singular))}))
-            rank_rows.append(_rank_columns(step))
-            for alpha in SURGERY_ALPHAS:
-                operated = operated_schur_form(result.schur_form, alpha)
-                drift[alpha] = max(drift[alpha], block_eigenvalue_drift(result.schur_form, operated))
-                jacobian = result.schur_basis @ operated @ result.schur_basis.T
-                surgery_rows.append({"alpha": alpha, **_rank_columns(chains[alpha].push(jacobian)),
-                                     "max_eigenvalue_drift": drift[alpha], "block_rule": SURGERY_BLOCK_RULE,
-                                     "schur_ordering": SCHUR_ORDERING})
+            rank_rows.append(rank_summary(step))
+            surgery_rows += surgery.push(result.schur_form, result.schur_basis)
             del result
-    small_tables = {
+    tables = {
         "layer_metrics": pa.Table.from_pylist(metric_rows, schema=spec("layer_metrics").schema()),
         "schur_surgery": pa.Table.from_pylist(surgery_rows, schema=spec("schur_surgery").schema()),
+        **{name: writer.result for name, writer in writers.items()},
     }
-    written = {name: writer.result for name, writer in writers.items()}
-    for name, table in small_tables.items():
-        written[name] = store.write(name, model, checkpoint, table)
     figures_directory = store.artefact_directory("figures", model, checkpoint)
     extra = {name: {} for name in TABLES}
     extra["eigenvalues"] = figure(eigenvalue_clouds(clouds, figures_directory, title=context.partition_key))
-    curves = depth_curves(store, "layer_metrics", model, DEPTH_CURVES)
+    curves = depth_curves(store, "layer_metrics", model, DEPTH_CURVES, (checkpoint, tables["layer_metrics"]))
     extra["layer_metrics"] = figure(metrics_by_depth(curves, figures_directory, title=f"{model}: metrics vs depth"))
     types = [row["operator_type"] for row in metric_rows]
     extra["layer_metrics"]["operator_types"] = dg.MetadataValue.json({t: types.count(t) for t in sorted(set(types))})
-    curves = depth_curves(store, "cumulative_rank", model, ["effective_rank", "participation_ratio", "stable_rank"])
+    curves = depth_curves(store, "cumulative_rank", model, ["effective_rank", "participation_ratio", "stable_rank"],
+                          (checkpoint, pa.Table.from_pylist(rank_rows)))
     extra["cumulative_rank"] = figure(metrics_by_depth(
         curves, figures_directory, title=f"{model}: cumulative Jacobian rank", name="cumulative_rank",
         log_y=("effective_rank", "participation_ratio", "stable_rank")))
-    surgery = {"effective_rank": {f"alpha={alpha}": ([r["depth"] for r in surgery_rows if r["alpha"] == alpha],
-                                                     [r["effective_rank"] for r in surgery_rows if r["alpha"] == alpha])
-                                  for alpha in SURGERY_ALPHAS}}
-    extra["schur_surgery"] = figure(metrics_by_depth(surgery, figures_directory, title=f"{context.partition_key}: "
+    extra["cumulative_rank"]["preview"] = preview(pa.Table.from_pylist(rank_rows))
+    surgery_curves = {"effective_rank": {
+        f"alpha={alpha}": ([r["depth"] for r in surgery_rows if r["alpha"] == alpha],
+                           [r["effective_rank"] for r in surgery_rows if r["alpha"] == alpha])
+        for alpha in SURGERY_ALPHAS}}
+    extra["schur_surgery"] = figure(metrics_by_depth(surgery_curves, figures_directory, title=f"{context.partition_key}: "
                                                      "Schur surgery", name="schur_surgery", log_y=("effective_rank",)))
     extra["layer_metrics"]["workers"] = workers
-    small_tables["cumulative_rank"] = pa.Table.from_pylist(rank_rows)
     for name in TABLES:
-        head = small_tables.get(name)
-        yield dg.MaterializeResult(asset_key=name, metadata={**written_metadata(written[name], head), **extra[name]},
-                                   data_version=dg.DataVersion(written[name].content_hash))
+        table = tables[name]
+        yield (table_output(table, name, extra[name]) if isinstance(table, pa.Table) else
+               written_output(table, name, extra[name]))

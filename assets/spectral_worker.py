@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.parquet as pq
 
-from resdyn.dagster_project.arrow_tables import matrix_rows
+from resdyn.dagster_project.store.arrow_tables import matrix_rows
 from resdyn.spectra import analyse_sublayer
 
 

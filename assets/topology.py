@@ -8,16 +8,17 @@ import pyarrow as pa
 
 from resdyn import topology
 from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.arrow_tables import matrix_rows, record_batch
 from resdyn.dagster_project.parallel import default_workers
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.runs import partition_run
-from resdyn.dagster_project.schema import spec
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.store.arrow_tables import matrix_rows, record_batch
+from resdyn.dagster_project.store.io_manager import table_output, table_outs
+from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import community_distributions
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, figure, partition, written_metadata
+from .common import PARTITIONS, figure, partition
 
 PARALLEL_MIN_UNITS = 512  # smaller graphs scan faster than worker processes start
 
@@ -74,39 +75,38 @@ def edges_by_boundary(store, model, checkpoint):
 @dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="topology", deps=["activations"],
           op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Signed correlation graph of residual units per layer and boundary (kNN by |r| by default).")
-def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-                settings: AnalysisSettings) -> dg.MaterializeResult:
+def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
-        return _graph_edges(context, settings, store)
+        model, checkpoint = partition(context)
+        d = store.read("model_checkpoints", model, checkpoint).column("d_model")[0].as_py()
+        k = neighbours(settings, d)
+        yield dg.Output(_graph_edges(settings, store, model, checkpoint, k),
+                        metadata={"construction": settings.graph_construction, "k": k})
 
 
-def _graph_edges(context, settings, store) -> dg.MaterializeResult:
-    model, checkpoint = partition(context)
-    k_used, head = 0, None
-    with store.open_writer("graph_edges", model, checkpoint) as writer:
-        for (layer, boundary), matrix in activation_matrices(store, model, checkpoint):
-            d = matrix.shape[1]
-            k_used = settings.graph_k or min(30, max(5, d // 4))
-            edges = topology.signed_graph(topology.correlation_matrix(matrix), settings.graph_construction,
-                                          k=k_used, threshold=settings.graph_threshold)
-            batch = record_batch(spec("graph_edges"), None, {
-                "layer": np.full(len(edges.weight), layer, np.int32), "boundary": boundary, "source": edges.source,
-                "target": edges.target, "weight": edges.weight, "n_units": d,
-                "construction": settings.graph_construction, "k": k_used})
-            writer.write(batch)
-            head = head or pa.Table.from_batches([batch.slice(0, 5)])
-    return dg.MaterializeResult(metadata={**written_metadata(writer.result, head),
-                                          "construction": settings.graph_construction, "k": k_used},
-                                data_version=dg.DataVersion(writer.result.content_hash))
+def neighbours(settings, d: int) -> int:
+    """Neighbours per unit of the kNN graph: --graph-k, else min(30, max(5, d // 4))."""
+    return settings.graph_k or min(30, max(5, d // 4))
+
+
+def _graph_edges(settings, store, model: str, checkpoint: str, k: int):
+    """One record batch of edges per (layer, boundary), one activation matrix in memory at a time."""
+    for (layer, boundary), matrix in activation_matrices(store, model, checkpoint):
+        edges = topology.signed_graph(topology.correlation_matrix(matrix), settings.graph_construction,
+                                      k=k, threshold=settings.graph_threshold)
+        yield record_batch(spec("graph_edges"), None, {
+            "layer": np.full(len(edges.weight), layer, np.int32), "boundary": boundary, "source": edges.source,
+            "target": edges.target, "weight": edges.weight, "n_units": matrix.shape[1],
+            "construction": settings.graph_construction, "k": k})
 
 
 @dg.multi_asset(
     partitions_def=PARTITIONS, group_name="topology", can_subset=False, op_tags=ANALYSIS_STEP,
     retry_policy=STEP_RETRIES,
-    specs=[dg.AssetSpec("communities", code_version="3", deps=[graph_edges],
+    **table_outs([dg.AssetSpec("communities", code_version="3", deps=[graph_edges],
                         description="Signed Leiden CPM community, participation and boundary flags of every unit."),
            dg.AssetSpec("gamma_scan", code_version="3", deps=[graph_edges],
-                        description="The resolution scan behind each graph's chosen gamma (modularity, stability).")],
+                        description="The resolution scan behind each graph's chosen gamma (modularity, stability).")]),
 )
 def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
@@ -149,17 +149,11 @@ def _communities(context, settings, store):
                              f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
                              f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers if pool else 1} worker(s))")
     table = pa.concat_tables(rows).cast(spec("communities").schema())
-    written = store.write("communities", model, checkpoint, table)
     png = community_distributions(sizes, participations, store.artefact_directory("figures", model, checkpoint),
                                   title=context.partition_key)
     boundary_share = float(np.mean(table.column("is_boundary").to_numpy(zero_copy_only=False)))
     absolute_share = float(np.mean(table.column("is_boundary_absolute").to_numpy(zero_copy_only=False)))
-    yield dg.MaterializeResult(asset_key="communities", metadata={
-        **written_metadata(written, table), **figure(png), "boundary_share": boundary_share,
-        "absolute_boundary_share": absolute_share,
-        "leiden_seconds": round(leiden_seconds, 2), "scan_wall_seconds": round(wall_seconds, 2)},
-        data_version=dg.DataVersion(written.content_hash))
-    scan_table = pa.Table.from_pylist(scan_rows, schema=spec("gamma_scan").schema())
-    scan_written = store.write("gamma_scan", model, checkpoint, scan_table)
-    yield dg.MaterializeResult(asset_key="gamma_scan", metadata=written_metadata(scan_written, scan_table),
-                               data_version=dg.DataVersion(scan_written.content_hash))
+    yield table_output(table, "communities", {
+        **figure(png), "boundary_share": boundary_share, "absolute_boundary_share": absolute_share,
+        "leiden_seconds": round(leiden_seconds, 2), "scan_wall_seconds": round(wall_seconds, 2)})
+    yield table_output(pa.Table.from_pylist(scan_rows, schema=spec("gamma_scan").schema()), "gamma_scan")

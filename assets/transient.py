@@ -14,14 +14,15 @@ import pyarrow as pa
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.parallel import ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.runs import partition_run
-from resdyn.dagster_project.schema import spec
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.store.io_manager import table_output, table_outs
+from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import pseudospectra_contours
 from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth
 
-from .common import PARTITIONS, figure, partition, written_metadata
+from .common import PARTITIONS, figure, partition
 from .spectra import jacobians_in_depth_order
 from .spectral_worker import read_matrix, transient_of_row_group
 
@@ -30,7 +31,7 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
 
 @dg.multi_asset(
     partitions_def=PARTITIONS, can_subset=False, op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
-    specs=[
+    **table_outs([
         dg.AssetSpec("transient_dynamics", code_version="2", deps=["jacobians", "layer_metrics"], group_name="transient",
                      description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "
                                  "Kreiss lower bound, ||J|| / rho(J) (resdyn.transient)."),
@@ -39,7 +40,7 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
         dg.AssetSpec("transient_growth", code_version="2", deps=["jacobians"], group_name="transient",
                      description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
                                  "full depth."),
-    ],
+    ]),
 )
 def transient_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
@@ -83,13 +84,10 @@ def _analyse(context, settings, store):
             "growth_beyond_spectrum": pa.array([g.growth_beyond_spectrum for g in growth], pa.float64()),
         }, schema=spec("transient_growth").schema()),
     }
-    written = {name: store.write(name, model, checkpoint, table) for name, table in tables.items()}
     extra = {name: {} for name in TABLES}
     extra["transient_dynamics"] = figure(_figure(context, store, model, checkpoint, order, results, chosen, growth))
     for name in TABLES:
-        yield dg.MaterializeResult(asset_key=name, metadata={**written_metadata(written[name], tables[name]),
-                                                             **extra[name]},
-                                   data_version=dg.DataVersion(written[name].content_hash))
+        yield table_output(tables[name], name, extra[name])
 
 
 def _plotted_sublayers(store, model, checkpoint, order) -> dict[str, tuple[int, str]]:

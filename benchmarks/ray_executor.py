@@ -54,7 +54,7 @@ def timed_run(arguments: list[str], environment: dict) -> tuple[float, str]:
 
 
 def row_counts(root: Path) -> dict:
-    from resdyn.dagster_project.warehouse import Warehouse
+    from resdyn.dagster_project.store.warehouse import Warehouse
 
     store = Warehouse(root)
     return {table: store.query(f"SELECT count(*) AS n FROM {table}").to_pylist()[0]["n"]

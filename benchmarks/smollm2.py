@@ -87,7 +87,7 @@ def floors(warehouse: Path, checkpoint: str) -> dict:
     from resdyn import topology
     from resdyn.assets.common import iter_matrices
     from resdyn.assets.topology import edges_by_boundary
-    from resdyn.dagster_project.warehouse import Warehouse
+    from resdyn.dagster_project.store.warehouse import Warehouse
 
     store = Warehouse(warehouse)
     schur = 0.0

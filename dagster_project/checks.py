@@ -5,7 +5,7 @@ import dagster as dg
 import numpy as np
 
 from resdyn.assets.common import iter_matrices, partition
-from resdyn.dagster_project.arrow_tables import matrix_rows
+from resdyn.dagster_project.store.arrow_tables import matrix_rows
 
 from .resources import AnalysisSettings, WarehouseResource
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from resdyn.claims import CheckpointData, ClaimsReport, diagnostics, evaluate
 
-from .warehouse import SQL_DIRECTORY, Warehouse
+from .store.warehouse import SQL_DIRECTORY, Warehouse
 
 
 def _rows(store: Warehouse, name: str, model: str) -> list[dict]:

@@ -34,7 +34,7 @@ from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partiti
 
 from . import interrupts
 from .config import dagster_home, use_dagster_home, warehouse_root
-from .warehouse import SQL_DIRECTORY, PartitionBusyError, QueryError, ReadOnlySqlError, Warehouse
+from .store.warehouse import SQL_DIRECTORY, PartitionBusyError, QueryError, ReadOnlySqlError, Warehouse
 
 log = logging.getLogger("resdyn")
 
@@ -222,7 +222,7 @@ def command_ui(arguments) -> int:
 
 def command_check(arguments) -> int:
     """Read every published file's footer and schema, and list damaged, missing or stray files."""
-    from .integrity import scan
+    from .store.integrity import scan
 
     problems = scan(Warehouse(arguments.warehouse).require_existing())
     for problem in problems:
@@ -502,7 +502,7 @@ def _run_in_process(keys, config, instance, arguments, signals, summary, failed)
             received = received or int(signal.SIGINT)
             print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; the steps cleaned up, "
                   "nothing half-written is published. Stopping.", flush=True)
-            from .runs import record_interrupted
+            from .store.runs import record_interrupted
 
             record_interrupted(store, *split_partition_key(key), f"stopped by {signal.Signals(received).name}")
             return 128 + received

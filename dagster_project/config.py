@@ -29,6 +29,7 @@ from .settings import SETTINGS, SettingError, resolve, validate
 EXECUTORS = ("in_process", "multiprocess", "ray")
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
 IS_SOURCE_CHECKOUT = (REPOSITORY_ROOT / "pyproject.toml").is_file()
+SQL_DIRECTORY = REPOSITORY_ROOT / "sql"  # views.sql, the named questions, the claims' and the report's SQL
 # the repository's warehouse/ in a checkout, else ./warehouse (never inside site-packages)
 DEFAULT_WAREHOUSE = REPOSITORY_ROOT / "warehouse" if IS_SOURCE_CHECKOUT else Path("warehouse")
 

@@ -65,10 +65,13 @@ def study_assets(config: StudyConfig) -> list[dg.AssetsDefinition]:
 def study_resources(config: StudyConfig) -> dict:
     """The resources of a run under ``config`` (the UI's launchpad may still override the settings)."""
     from .resources import AnalysisSettings, WarehouseResource
+    from .store.io_manager import WarehouseIOManager
 
-    return {"warehouse": WarehouseResource(root=config.warehouse, wikitext_directory=config.wikitext_directory,
-                                           wikitext_tokenized_directory=config.wikitext_tokenized_directory),
-            "settings": AnalysisSettings(**config.settings)}
+    warehouse = WarehouseResource(root=config.warehouse, wikitext_directory=config.wikitext_directory,
+                                  wikitext_tokenized_directory=config.wikitext_tokenized_directory)
+    settings = AnalysisSettings(**config.settings)
+    return {"warehouse": warehouse, "settings": settings,
+            "io_manager": WarehouseIOManager(warehouse=warehouse, settings=settings)}
 
 
 def build_definitions(config: StudyConfig) -> dg.Definitions:

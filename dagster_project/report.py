@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from resdyn.figures import study_bars, study_lines
 
-from .warehouse import SQL_DIRECTORY, Warehouse, atomic_write_text
+from .store.warehouse import SQL_DIRECTORY, Warehouse, atomic_write_text
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import dagster as dg
 from resdyn.models.registry import ModelRegistry
 
 from .settings import SETTINGS, settings_hash, validate
-from .warehouse import Warehouse
+from .store.warehouse import Warehouse
 
 
 class WarehouseResource(dg.ConfigurableResource):

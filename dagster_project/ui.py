@@ -24,20 +24,11 @@ import sys
 from pathlib import Path
 
 from .config import dagster_home
+from .store.artefacts import ARTEFACT_ROUTE, artefact_url  # noqa: F401 - artefact_url: re-exported
 
-ARTEFACT_ROUTE = "/resdyn/artefacts"
 DEFINITIONS_MODULE = "resdyn.dagster_project.definitions"
 
 log = logging.getLogger("resdyn")
-
-
-def artefact_url(path: Path) -> str | None:
-    """The UI's URL of a file under a warehouse's ``_artefacts/`` directory (None when it is not under one)."""
-    parts = Path(path).resolve().parts
-    if "_artefacts" not in parts:
-        return None
-    below = parts[len(parts) - parts[::-1].index("_artefacts"):]
-    return ARTEFACT_ROUTE + "/" + "/".join(below)
 
 
 # Dagster's TagSelector wraps each chip's key in an element with an inline 120 px max-width; class

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from .spectra import eigenvalues_of_schur_form, schur_blocks
+from .spectra import (
+    effective_rank,
+    eigenvalues_of_schur_form,
+    numerical_rank,
+    participation_ratio,
+    schur_blocks,
+    stable_rank,
+)
 
 SURGERY_BLOCK_RULE = "sinh"  # s - 1/s = alpha (t - 1/t); see the module docstring
 SCHUR_ORDERING = "lapack-default"  # scipy.linalg.schur(output='real', sort=None)
@@ -124,3 +131,38 @@ def block_eigenvalue_drift(schur_form: np.ndarray, operated: np.ndarray) -> floa
     keeps its eigenvalues by construction, and Z T(alpha) Z^T is similar to T(alpha), so this is the
     spectrum's drift without another O(d^3) eigendecomposition."""
     return float(np.max(np.abs(eigenvalues_of_schur_form(operated) - eigenvalues_of_schur_form(schur_form))))
+
+
+def rank_summary(step: ProductStep) -> dict:
+    """The ranks of one cumulative product (resdyn.spectra's definitions) and its log largest singular value."""
+    s = step.singular_values_normalised
+    return {"depth": step.depth, "effective_rank": effective_rank(s), "participation_ratio": participation_ratio(s),
+            "stable_rank": stable_rank(s), "numerical_rank": numerical_rank(s), "log_sigma_max": step.log_sigma_max}
+
+
+class SchurSurgery:
+    """The cumulative products of the Schur-operated Jacobians J(alpha) = Z T(alpha) Z^T, for several alphas
+    at once, one depth at a time, from each Jacobian's real Schur form (computed once, by its caller).
+
+    Per depth and alpha: T(alpha) costs O(d^2), Z T(alpha) Z^T two d x d products (4 d^3 flops), the
+    product update one more (2 d^3) and its singular values one SVD (~ 4/3 d^3 for values only), so
+    ~ 7.3 d^3 flops per alpha against ~ 25 d^3 for the Schur form itself. The spectral drift is read off
+    the diagonal blocks (:func:`block_eigenvalue_drift`), never from another eigendecomposition.
+    """
+
+    def __init__(self, alphas: Iterable[float]) -> None:
+        self.alphas = tuple(alphas)
+        self.chains = {alpha: CumulativeProduct() for alpha in self.alphas}
+        self.drift = {alpha: 0.0 for alpha in self.alphas}
+
+    def push(self, schur_form: np.ndarray, schur_basis: np.ndarray) -> list[dict]:
+        """One row per alpha for the next depth: the ranks of the operated product so far and the largest
+        eigenvalue drift of any block up to this depth."""
+        rows = []
+        for alpha in self.alphas:
+            operated = operated_schur_form(schur_form, alpha)
+            self.drift[alpha] = max(self.drift[alpha], block_eigenvalue_drift(schur_form, operated))
+            step = self.chains[alpha].push(schur_basis @ operated @ schur_basis.T)
+            rows.append({"alpha": alpha, **rank_summary(step), "max_eigenvalue_drift": self.drift[alpha],
+                         "block_rule": SURGERY_BLOCK_RULE, "schur_ordering": SCHUR_ORDERING})
+        return rows

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import matplotlib
@@ -11,18 +10,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .files import atomic_path
+
 
 def _save(figure, directory: Path, name: str) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
     figure.tight_layout()
-    temporary = directory / f".{name}.{os.getpid()}.png.inprogress"
     try:  # a reader (the UI) sees the previous figure or this one, never half of it
-        figure.savefig(temporary, dpi=110, bbox_inches="tight", format="png")
-        os.replace(temporary, path)
+        with atomic_path(path) as temporary:
+            figure.savefig(temporary, dpi=110, bbox_inches="tight", format="png")
     finally:
-        temporary.unlink(missing_ok=True)
         plt.close(figure)
     return path
 

@@ -1,5 +1,5 @@
--- Derived views. Every table of dagster_project/schema.py is already a view over exactly the files its
--- partitions' manifests publish (dagster_project/sql_views.py), plus two registered relations:
+-- Derived views. Every table of dagster_project/store/schema.py is already a view over exactly the files its
+-- partitions' manifests publish (dagster_project/store/views.py), plus two registered relations:
 --   published_tables(model, checkpoint, table_name, run_id, settings_hash, generation, rows, intact)
 --   study_tables(table_name, required)
 --

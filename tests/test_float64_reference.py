@@ -116,7 +116,7 @@ def test_a_gemma4_mixture_of_experts_model_runs_end_to_end_exactly(tmp_path, fre
     """`resdyn run` on a saved Gemma 4 MoE model (per-layer inputs, 2 layers, 4 experts, top-2): every check
     passes (the finite-difference probe included) and its mean Jacobians equal the unpatched reference."""
     from resdyn.dagster_project.cli import main
-    from resdyn.dagster_project.warehouse import Warehouse
+    from resdyn.dagster_project.store.warehouse import Warehouse
     from resdyn.models.byte_tokenizer import build_byte_tokenizer
 
     ours = random_tiny_model("gemma4", fresh_seed, **MOE)

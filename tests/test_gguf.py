@@ -217,7 +217,7 @@ def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp
 
 
 def test_resdyn_run_on_a_gguf_file_records_its_origin_and_reimports_only_a_changed_file(tmp_path, fresh_seed):
-    from resdyn.dagster_project.warehouse import Warehouse
+    from resdyn.dagster_project.store.warehouse import Warehouse
     from resdyn.models.registry import ModelRegistry
 
     path = write_gguf(_random_model("llama", fresh_seed), tmp_path / "tiny-gguf.gguf", quantize=QUANTIZED)

@@ -20,8 +20,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from resdyn.dagster_project.cli import main
-from resdyn.dagster_project.runs import acquire_lease, release_lease
-from resdyn.dagster_project.warehouse import Warehouse, new_run_id
+from resdyn.dagster_project.store.runs import acquire_lease, release_lease
+from resdyn.dagster_project.store.warehouse import Warehouse, new_run_id
 from resdyn.models.byte_tokenizer import build_byte_tokenizer
 from resdyn.models.tiny_configs import tiny_config
 
@@ -562,7 +562,7 @@ def test_11_written_files_honour_the_umask(built, tmp_path):
         "import os, sys, numpy as np, pyarrow as pa\n"
         "os.umask(0o027)\n"
         f"sys.path.insert(0, {str(REPOSITORY)!r})\n"
-        "from resdyn.dagster_project.warehouse import Warehouse\n"
+        "from resdyn.dagster_project.store.warehouse import Warehouse\n"
         "from resdyn.models.registry import ModelRegistry, ModelSpec\n"
         f"store = Warehouse({str(tmp_path / 'w')!r})\n"
         "store.write('training_loss', 'm', 'c', pa.table({'step': pa.array([1], pa.int32()), 'loss': [0.5], "

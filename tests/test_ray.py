@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from resdyn.dagster_project.ray_local import LocalCluster, free_ports
-from resdyn.dagster_project.warehouse import Warehouse
+from resdyn.dagster_project.store.warehouse import Warehouse
 
 from .test_integrity import save_model
 

@@ -4,7 +4,7 @@ warehouse README are derived from (and kept equal to) the definitions they docum
 from pathlib import Path
 
 from resdyn.dagster_project import settings
-from resdyn.dagster_project.schema import warehouse_readme
+from resdyn.dagster_project.store.schema import warehouse_readme
 from resdyn.jacobians import BACKENDS
 from resdyn.models.precision import DTYPES
 
@@ -28,7 +28,7 @@ def test_readme_settings_table_is_generated_from_settings():
 
 def test_warehouse_readme_tables_are_generated_from_the_schema():
     readme = REPOSITORY / "warehouse" / "README.md"
-    assert readme.read_text() == warehouse_readme(readme.read_text()), "run: python -m resdyn.dagster_project.schema"
+    assert readme.read_text() == warehouse_readme(readme.read_text()), "run: python -m resdyn.dagster_project.store.schema"
 
 
 def test_every_dependency_is_pinned_in_the_lock_file():

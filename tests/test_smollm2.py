@@ -38,7 +38,7 @@ def warehouse(tmp_path_factory):
 
 
 def test_both_checkpoints_measure_with_every_check_passing(warehouse):
-    from resdyn.dagster_project.warehouse import Warehouse
+    from resdyn.dagster_project.store.warehouse import Warehouse
 
     root, output = warehouse
     assert "[1/2] smollm2-135m@init ok" in output and "[2/2] smollm2-135m@trained ok" in output

@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from resdyn.dagster_project.warehouse import CorruptPartitionError, MissingPartitionError, Warehouse
+from resdyn.dagster_project.store.warehouse import CorruptPartitionError, MissingPartitionError, Warehouse
 
-TABLE = "training_loss"  # any table of dagster_project/schema.py; this one is small
+TABLE = "training_loss"  # any table of dagster_project/store/schema.py; this one is small
 
 
 def _table(n, seed):
@@ -39,7 +39,7 @@ def test_a_writer_killed_mid_write_leaves_no_partial_file_visible(tmp_path):
     writer = textwrap.dedent(f"""
         import numpy as np, pyarrow as pa, sys
         sys.path.insert(0, {str(os.getcwd())!r})
-        from resdyn.dagster_project.warehouse import Warehouse
+        from resdyn.dagster_project.store.warehouse import Warehouse
         n = 40_000_000
         table = pa.table({{"step": pa.array(np.zeros(n, np.int32)), "loss": np.random.default_rng(0).normal(size=n),
                           "training_corpus": pa.repeat(pa.scalar("c"), n)}})
@@ -97,9 +97,9 @@ import sys, tempfile, tracemalloc
 import numpy as np, pyarrow as pa
 sys.path.insert(0, {repository!r})
 from resdyn.assets.common import iter_matrices
-from resdyn.dagster_project.arrow_tables import fixed_size_lists, nullable_lists, record_batch
-from resdyn.dagster_project.schema import spec
-from resdyn.dagster_project.warehouse import Warehouse
+from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, nullable_lists, record_batch
+from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.warehouse import Warehouse
 
 d, n_matrices = 512, 6
 rng = np.random.default_rng({seed})

@@ -114,7 +114,7 @@ def test_webserver_launches_a_partition_materialization(tmp_path):
         assert launched["launchRun"]["__typename"] == "LaunchRunSuccess", launched
         run_id = launched["launchRun"]["run"]["runId"]
         assert _wait_for(port, run_id) == "SUCCESS", (tmp_path / "webserver.log").read_text()[-4000:]
-        from resdyn.dagster_project.warehouse import Warehouse
+        from resdyn.dagster_project.store.warehouse import Warehouse
 
         store = Warehouse(tmp_path / "warehouse")
         for table in ("model_checkpoints", "samples", "activations", "jacobians"):

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from resdyn.dagster_project.schema import PROVENANCE_COLUMNS, spec
-from resdyn.dagster_project.warehouse import Warehouse
+from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, spec
+from resdyn.dagster_project.store.warehouse import Warehouse
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def test_the_wheel_installs_alone_and_answers_sql_outside_the_repository(tmp_pat
     outside.mkdir()
     expected = _tiny_warehouse(outside / "wh", rng)
     environment = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "RESDYN_WAREHOUSE": str(outside / "wh")}
-    where = _run([str(python), "-c", "import json, resdyn, resdyn.dagster_project.warehouse as w, resdyn.dagster_project.config as c, "
+    where = _run([str(python), "-c", "import json, resdyn, resdyn.dagster_project.store.warehouse as w, resdyn.dagster_project.config as c, "
                   "importlib.util as u; print(json.dumps([resdyn.__file__, str(w.SQL_DIRECTORY), str(c.DEFAULT_WAREHOUSE), "
                   "u.find_spec('assets') is None, u.find_spec('dagster_project') is None]))"],
                  cwd=outside, env=environment)

@@ -8,20 +8,19 @@ staging (or the old copy it was about to delete) behind, and the next holder of 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..files import file_lock
+
 
 @contextmanager
 def locked(destination: Path) -> Iterator[None]:
     """An exclusive lock on ``destination`` (a ``.<name>.lock`` file beside it), shared across processes."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with open(destination.parent / f".{destination.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(destination.parent / f".{destination.name}.lock"):
         yield
 
 

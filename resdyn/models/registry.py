@@ -13,14 +13,13 @@ initialised); ``sha256`` and ``quantization`` record the registered file.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
-import tempfile
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ..files import atomic_write_text, file_lock
 
 TINY_SUITE_SOURCE = "tiny-suite"
 PACKAGE_PREFIX = "package:"
@@ -156,8 +155,7 @@ class ModelRegistry:
         for checkpoint in spec.checkpoints:
             check_name(checkpoint, "checkpoint")
         self.user_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.user_file.with_name(self.user_file.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with file_lock(self.user_file.with_name(self.user_file.name + ".lock")):
             users = {entry["name"]: entry for entry in self._read_user_file()}
             existing = users.get(spec.name) or (asdict(self.specs[spec.name]) if spec.name in self.specs else None)
             if existing is not None and existing["source"] != spec.source:
@@ -169,11 +167,7 @@ class ModelRegistry:
                 self.specs[spec.name] = ModelSpec(**entry)
                 return
             users[spec.name] = entry
-            handle, temporary = tempfile.mkstemp(dir=self.user_file.parent, prefix=".registry.", suffix=".inprogress")
-            with os.fdopen(handle, "w") as stream:
-                json.dump(list(users.values()), stream, indent=2)
-            os.chmod(temporary, 0o666 & ~_umask())
-            os.replace(temporary, self.user_file)
+            atomic_write_text(self.user_file, json.dumps(list(users.values()), indent=2))
         for entry in users.values():
             self.specs[entry["name"]] = ModelSpec(**entry)
 
@@ -183,19 +177,14 @@ class ModelRegistry:
         name, checkpoint = split_partition_key(key)
         if self.user_file is None or not self.user_file.is_file():
             return False
-        with open(self.user_file.with_name(self.user_file.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with file_lock(self.user_file.with_name(self.user_file.name + ".lock")):
             users = {entry["name"]: entry for entry in self._read_user_file()}
             if name not in users or checkpoint not in users[name]["checkpoints"]:
                 return False
             del users[name]["checkpoints"][checkpoint]
             if not users[name]["checkpoints"]:
                 del users[name]
-            handle, temporary = tempfile.mkstemp(dir=self.user_file.parent, prefix=".registry.", suffix=".inprogress")
-            with os.fdopen(handle, "w") as stream:
-                json.dump(list(users.values()), stream, indent=2)
-            os.chmod(temporary, 0o666 & ~_umask())
-            os.replace(temporary, self.user_file)
+            atomic_write_text(self.user_file, json.dumps(list(users.values()), indent=2))
         self.__init__(self.user_file)
         return True
 
@@ -216,9 +205,3 @@ class ModelRegistry:
             raise RegistryFileError(f"{self.user_file} is damaged ({reason}): fix it by hand, or remove it and "
                                     "register the user-added models again (`resdyn run --model PATH`)") from None
         return entries
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -177,15 +177,14 @@ def ensure_tiny_checkpoint(
     A file lock makes concurrent requests for checkpoints of one model train it once.
     ``text_loader`` returns ``(text, corpus_label)`` and is called only when training is needed.
     """
-    import fcntl
+    from ..files import file_lock
 
     model_directory = Path(model_directory)
     target = model_directory / checkpoint
     if (target / "config.json").is_file():
         return target
     model_directory.mkdir(parents=True, exist_ok=True)
-    with open(model_directory / ".train.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(model_directory / ".train.lock"):
         if (target / "config.json").is_file():
             return target
         # the schedule spans the suite's last checkpoint; train only as far as asked, resuming

@@ -1,7 +1,7 @@
 """What every warehouse table is: its Arrow schema and the meaning of each column, in one place.
 
 Writers cast to these schemas, the DuckDB views and ``warehouse/README.md`` are derived from
-them (``python -m resdyn.dagster_project.schema`` rewrites the README's table section; a test keeps it in
+them (``python -m resdyn.dagster_project.store.schema`` rewrites the README's table section; a test keeps it in
 sync). Matrix columns are ``FixedSizeList`` of length d (the model's width), built straight from
 numpy buffers; DuckDB reads them as ``DOUBLE[]`` / ``FLOAT[]``. ``model`` and ``checkpoint`` are
 not columns of the files: they live in the hive path.
@@ -261,7 +261,7 @@ def warehouse_readme(current: str) -> str:
     return head + readme_tables()
 
 
-if __name__ == "__main__":  # python -m resdyn.dagster_project.schema: rewrite warehouse/README.md's table section
+if __name__ == "__main__":  # python -m resdyn.dagster_project.store.schema: rewrite warehouse/README.md's table section
     from pathlib import Path
 
     readme = Path(__file__).resolve().parents[1] / "warehouse" / "README.md"

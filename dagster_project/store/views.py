@@ -1,6 +1,6 @@
 """DuckDB over the warehouse: views of the published files, read-only by construction, errors in one line.
 
-Each table of dagster_project/schema.py becomes a view over exactly the files its partitions'
+Each table of dagster_project/store/schema.py becomes a view over exactly the files its partitions'
 manifests publish (an unpublished, superseded or damaged file is never read); tables with no
 published partition are empty views of the right columns. ``published_tables`` (one row per
 published table of a partition) and ``study_tables`` (the tables a complete partition holds) are
@@ -21,8 +21,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..config import SQL_DIRECTORY
+from .errors import QueryError, ReadOnlySqlError
 from .schema import PROVENANCE_COLUMNS, TABLES
-from .warehouse import READ_STATEMENTS, SQL_DIRECTORY, QueryError, ReadOnlySqlError
+
+READ_STATEMENTS = ("SELECT", "EXPLAIN")
 
 log = logging.getLogger(__name__)
 

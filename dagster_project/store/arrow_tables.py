@@ -55,7 +55,7 @@ def record_batch(spec: TableSpec, width: int | None, columns: dict) -> pa.Record
             arrays.append(constant(value, n_rows, field.type))
     extra = set(columns) - set(schema.names)
     if extra:
-        raise KeyError(f"{spec.name}: columns {sorted(extra)} are not in its schema (dagster_project/schema.py)")
+        raise KeyError(f"{spec.name}: columns {sorted(extra)} are not in its schema (dagster_project/store/schema.py)")
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

@@ -16,7 +16,7 @@ def _fix(manifest: dict) -> str:
 
 def scan(store: Warehouse) -> list[str]:
     """One line per problem: what is wrong, where, and the fix. Manifests are checked against their schema
-    (dagster_project/manifests.py: their own partition, a whole generation, entries inside the partition's
+    (dagster_project/store/manifests.py: their own partition, a whole generation, entries inside the partition's
     folders), then every published file against its entry: present, same size and sha256, a readable footer
     with the table's columns and rows."""
     manifests, problems = store.read_manifests()

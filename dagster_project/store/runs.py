@@ -24,22 +24,17 @@ import os
 import platform
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from dataclasses import dataclass
 
 from resdyn.models.registry import split_partition_key
 
-from . import interrupts
-from .settings import settings_hash
-from .warehouse import REPOSITORY_ROOT, PartitionBusyError, Warehouse, atomic_write_text, file_lock, process_alive
-
-IN_PROGRESS_STATUSES = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"}
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+from .. import interrupts
+from ..config import REPOSITORY_ROOT
+from ..settings import settings_hash
+from .leases import acquire_lease, lease_is_live, now, release_lease  # noqa: F401 - lease_is_live: re-exported
+from .warehouse import Warehouse
 
 
 @functools.lru_cache(maxsize=1)
@@ -73,81 +68,6 @@ def corpus_record(directory: str | None) -> dict:
 
     corpus = load_wikitext("test", directory=directory)
     return {"corpus": corpus.label, "corpus_sha256": hashlib.sha256(corpus.text.encode()).hexdigest()[:16]}
-
-
-def _instance_of(lease: dict):
-    """The Dagster instance the lease's run was launched on, when it lives on disk here."""
-    home = lease.get("dagster_home")
-    if not home or not (Path(home) / "dagster.yaml").is_file():
-        return None
-    try:
-        import dagster as dg
-
-        return dg.DagsterInstance.from_config(home)
-    except Exception:  # an instance that cannot be opened cannot say the run is gone
-        return None
-
-
-def lease_is_live(lease: dict, instance=None) -> bool:
-    """Is the run named by ``lease`` still running? Its Dagster run status decides (on ``instance``, else on
-    the instance the lease names); a single-process run is also gone when its process is; a lease nothing
-    can judge (another machine, no instance) is respected."""
-    return _lease_is_live(lease, instance if instance is not None else _instance_of(lease))
-
-
-def _lease_is_live(lease: dict, instance) -> bool:
-    if lease.get("host") == socket.gethostname() and lease.get("single_process"):
-        if not process_alive(int(lease.get("pid", 0))):
-            return False
-    if instance is not None:
-        run = instance.get_run_by_id(lease["run_id"])
-        if run is not None:
-            return run.status.value in IN_PROGRESS_STATUSES
-    if lease.get("host") == socket.gethostname() and lease.get("single_process"):
-        return process_alive(int(lease.get("pid", 0)))
-    # a step of a multiprocess or Ray run: its pid is one step's and says nothing of the run; the run is
-    # unknown to any instance here, so it cannot be judged and is respected
-    return True
-
-
-def acquire_lease(store: Warehouse, model: str, checkpoint: str, *, single_process: bool, instance=None) -> None:
-    path = store.lease_path(model, checkpoint)
-    with file_lock(path.with_name(path.name + ".lock")):
-        if path.is_file():
-            try:
-                lease = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                lease = {"run_id": "?"}
-            if lease.get("run_id") == store.run_id:
-                return
-            if lease.get("run_id") != "?" and _lease_is_live(lease, instance):
-                raise PartitionBusyError(
-                    f"partition {model}@{checkpoint} is being materialized by run {lease['run_id']} (pid "
-                    f"{lease.get('pid')} on {lease.get('host')} since {lease.get('started_at')}); wait for it to "
-                    f"finish, or stop it. If that run is gone, delete {path}."
-                )
-            _mark_killed(store, model, checkpoint, lease.get("run_id"))
-        home = None if instance is None or instance.is_ephemeral else instance.root_directory
-        atomic_write_text(path, json.dumps({"run_id": store.run_id, "pid": os.getpid(), "host": socket.gethostname(),
-                                            "single_process": single_process, "dagster_home": home,
-                                            "started_at": now()}))
-
-
-def release_lease(store: Warehouse, model: str, checkpoint: str) -> None:
-    path = store.lease_path(model, checkpoint)
-    with file_lock(path.with_name(path.name + ".lock")):
-        try:
-            if json.loads(path.read_text()).get("run_id") == store.run_id:
-                path.unlink()
-        except (OSError, json.JSONDecodeError):
-            pass
-
-
-def _mark_killed(store: Warehouse, model: str, checkpoint: str, run_id: str | None) -> None:
-    for record in store.run_records(model, checkpoint):
-        if record["run_id"] == run_id and record["status"] == "started":
-            store.record_run(model, checkpoint, {**record, "status": "killed", "ended_at": now(),
-                                                 "error": "found dead by a later run"})
 
 
 def model_source(store: Warehouse, model: str, checkpoint: str) -> str:
@@ -204,38 +124,76 @@ def record_interrupted(store: Warehouse, model: str, checkpoint: str, reason: st
 
 def selected_tables(context) -> set[str]:
     """The tables this run will write for the partition: its selected assets (each writes its own table)."""
-    keys = context.run.asset_selection or context.job_def.asset_layer.executable_asset_keys
+    run = context.dagster_run if hasattr(context, "dagster_run") else context.run  # a step's or an asset's context
+    keys = run.asset_selection or context.job_def.asset_layer.executable_asset_keys
     return {key.to_user_string() for key in keys}
+
+
+@dataclass(frozen=True)
+class PartitionRun:
+    """One run's hold on one partition: the bound warehouse and what its provenance record needs."""
+
+    store: Warehouse
+    model: str
+    checkpoint: str
+    values: dict
+    executor: str
+    corpus: str | None
+
+    def record(self, **fields) -> None:
+        _record(self.store, self.model, self.checkpoint, self.values, self.executor, self.corpus, **fields)
+
+    def fail(self, step: str, error: BaseException) -> None:
+        """Record the run ``failed`` with the first line of ``error``, and free the lease."""
+        message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        self.record(status="failed", ended_at=now(), error=f"{step}: {type(error).__name__}: {message}"[:2000])
+        release_lease(self.store, self.model, self.checkpoint)
+
+    def publish_if_complete(self, context) -> None:
+        """Publish the partition when this run has staged every table of its selection (one manifest swap),
+        record ``success`` and free the lease; figures drawn after a concurrent step published are added."""
+        staged = set(self.store.staged(self.model, self.checkpoint))
+        if not staged and self.store.published_by(self.model, self.checkpoint, self.store.run_id):
+            self.store.publish_figures(self.model, self.checkpoint)
+        elif selected_tables(context) <= staged:
+            interrupts.check(f"the publication of {self.model}@{self.checkpoint}")
+            self.store.publish(self.model, self.checkpoint)
+            self.record(status="success", ended_at=now())
+            release_lease(self.store, self.model, self.checkpoint)
+
+
+def bind(context, warehouse, settings) -> PartitionRun:
+    """This run's hold on the context's partition (no lease taken: :func:`partition_run` takes it)."""
+    model, checkpoint = split_partition_key(context.partition_key)
+    values = settings.values()
+    store = Warehouse(warehouse.open().root, run_id=context.run_id, settings_hash=settings_hash(values))
+    return PartitionRun(store, model, checkpoint, values, context.job_def.executor_def.name,
+                        warehouse.wikitext_directory or None)
+
+
+def step_name(context) -> str:
+    return getattr(getattr(context, "op_def", None), "name", "a step")
 
 
 @contextmanager
 def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
-    """The warehouse bound to this run and partition, for one asset step (module docstring)."""
-    model, checkpoint = split_partition_key(context.partition_key)
-    values = settings.values()
-    store = Warehouse(warehouse.open().root, run_id=context.run_id, settings_hash=settings_hash(values))
-    executor = context.job_def.executor_def.name
-    corpus = warehouse.wikitext_directory or None
-    single_process = "in_process" in executor or "in-process" in executor
+    """The warehouse bound to this run and partition, for one asset step (module docstring). What the step
+    returns is staged and published by the IO manager (store/io_manager.py) inside this block."""
+    run = bind(context, warehouse, settings)
+    store, model, checkpoint = run.store, run.model, run.checkpoint
+    single_process = "in_process" in run.executor or "in-process" in run.executor
     acquire_lease(store, model, checkpoint, single_process=single_process, instance=context.instance)
     try:
         if not store.partition_directory("runs", model, checkpoint).joinpath(f"{store.run_id}.parquet").is_file():
-            _record(store, model, checkpoint, values, executor, corpus)
-        interrupts.check(f"the start of {getattr(getattr(context, 'op_def', None), 'name', 'a step')}")
+            run.record()
+        interrupts.check(f"the start of {step_name(context)}")
         yield store
-        interrupts.check(f"{getattr(getattr(context, 'op_def', None), 'name', 'a step')} of {context.partition_key}")
-    except BaseException as error:
-        message = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        step = getattr(getattr(context, "op_def", None), "name", "")
-        _record(store, model, checkpoint, values, executor, corpus, status="failed", ended_at=now(),
-                error=f"{step}: {type(error).__name__}: {message}"[:2000])
+        interrupts.check(f"{step_name(context)} of {context.partition_key}")
+    except GeneratorExit:
+        # the step's generator closed where it yielded an output: the IO manager failed on it and recorded why
         release_lease(store, model, checkpoint)
         raise
-    staged = set(store.staged(model, checkpoint))
-    if not staged and store.published_by(model, checkpoint, store.run_id):
-        # a step that drew its figures after a concurrent step had already published this run's tables
-        store.publish_figures(model, checkpoint)
-    elif selected_tables(context) <= staged:
-        store.publish(model, checkpoint)
-        _record(store, model, checkpoint, values, executor, corpus, status="success", ended_at=now())
-        release_lease(store, model, checkpoint)
+    except BaseException as error:
+        run.fail(step_name(context), error)
+        raise
+    run.publish_if_complete(context)

@@ -24,7 +24,6 @@ and the configuration locked; only SELECT and EXPLAIN statements run.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -36,7 +35,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,49 +42,23 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .config import warehouse_root
+from resdyn.files import (  # noqa: F401 - atomic_write_text, file_lock, process_alive: part of the store's API
+    IN_PROGRESS_SUFFIX,
+    atomic_write_text,
+    file_lock,
+    process_alive,
+    replace_atomically,
+)
+
+from ..config import REPOSITORY_ROOT, SQL_DIRECTORY, warehouse_root  # noqa: F401 - re-exported
+from .errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError, QueryError, ReadOnlySqlError  # noqa: F401
 from .manifests import VerifiedFiles, hashing_stream, read_manifest
 from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, spec
 
 log = logging.getLogger(__name__)
 
-# In a source checkout this file is <repository>/dagster_project/warehouse.py; installed from the wheel
-# it is <site-packages>/resdyn/dagster_project/warehouse.py. Either way sql/ sits beside the parent.
-REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
-SQL_DIRECTORY = REPOSITORY_ROOT / "sql"
-IN_PROGRESS_SUFFIX = ".inprogress"
 PAGE_BYTES = 1 << 16  # Parquet data pages (and read buffers): memory per column while streaming
-READ_STATEMENTS = ("SELECT", "EXPLAIN")
 LOG_TABLES = ("runs",)  # tables outside the generations: every file is visible
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-FILE_MODE = 0o666 & ~_umask()  # temp files are created 0600; published files honour the umask
-
-
-class PartitionBusyError(RuntimeError):
-    """A live run holds the partition's lease."""
-
-
-class CorruptPartitionError(IOError):
-    pass
-
-
-class MissingPartitionError(FileNotFoundError):
-    pass
-
-
-class ReadOnlySqlError(ValueError):
-    pass
-
-
-class QueryError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -97,43 +69,6 @@ class WrittenTable:
     bytes: int
     content_hash: str  # of the data columns' buffers (not the file, not the provenance): equal data, equal hash
     sha256: str = ""  # of the file's bytes, as written
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=IN_PROGRESS_SUFFIX)
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, FILE_MODE)
-        os.replace(temporary, path)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
-
-
-@contextmanager
-def file_lock(path: Path):
-    """An exclusive lock (flock) on ``path``, held for the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class TableWriter:
@@ -196,8 +131,7 @@ class TableWriter:
                 footer = pq.read_metadata(self.temporary)  # what readers will see, checked before they can
                 if footer.num_rows != self.rows:
                     raise CorruptPartitionError(f"{self.temporary}: wrote {self.rows} rows, footer says {footer.num_rows}")
-                os.chmod(self.temporary, FILE_MODE)
-                os.replace(self.temporary, self.target)
+                replace_atomically(Path(self.temporary), self.target)
                 self.result = WrittenTable(self.target, self.rows, self.row_groups, self.target.stat().st_size,
                                            self._digest.hexdigest()[:16], self._stream.sha256)
                 if self.on_written is not None:
@@ -287,7 +221,7 @@ class Warehouse:
                 holder = json.loads(lease.read_text())
             except (OSError, json.JSONDecodeError):
                 holder = {}
-            from .runs import lease_is_live  # the run's own status, as a second run's lease check judges it
+            from .leases import lease_is_live  # the run's own status, as a second run's lease check judges it
 
             if holder.get("run_id") and lease_is_live(holder):
                 raise PartitionBusyError(f"partition {model}@{checkpoint} is being materialized by run "
@@ -313,7 +247,7 @@ class Warehouse:
     # -- manifests ------------------------------------------------------------------------------
 
     def manifest(self, model: str, checkpoint: str) -> dict:
-        """The usable part of the partition's manifest (dagster_project/manifests.py): a damaged manifest
+        """The usable part of the partition's manifest (dagster_project/store/manifests.py): a damaged manifest
         or entry is left out with a warning, so a rerun publishes over what is still sound."""
         manifest, problems = read_manifest(self.root, self.manifest_path(model, checkpoint), model, checkpoint,
                                            strict=True)
@@ -351,7 +285,7 @@ class Warehouse:
     # -- writes ---------------------------------------------------------------------------------
 
     def open_writer(self, table: str, model: str, checkpoint: str, *, width: int | None = None) -> TableWriter:
-        """A streaming writer for one partition of ``table`` (schema from dagster_project/schema.py)."""
+        """A streaming writer for one partition of ``table`` (schema from dagster_project/store/schema.py)."""
         run_id = self.run_id or new_run_id()
         target = self.partition_directory(table, model, checkpoint) / f"{run_id}.parquet"
         provenance = {"run_id": run_id, "settings_hash": self.settings_hash}
@@ -603,13 +537,13 @@ class Warehouse:
     def connect(self, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB over the published tables (views from the manifests, sql/views.sql on top),
         that can read only under the warehouse root and whose configuration is locked."""
-        from .sql_views import build_connection
+        from .views import build_connection
 
         return build_connection(self, complete_only=complete_only)
 
     def query(self, sql: str, *, complete_only: bool = False) -> pa.Table:
         """Run read-only SQL (SELECT / EXPLAIN; the last statement's result)."""
-        from .sql_views import run_read_only
+        from .views import run_read_only
 
         with self.connect(complete_only=complete_only) as connection:
             return run_read_only(connection, sql)

@@ -22,7 +22,9 @@ import json
 import re
 from pathlib import Path
 
-from .config import cache_directory
+from resdyn.files import atomic_write_text
+
+from ..config import cache_directory
 from .schema import TABLES
 
 HASH_CHUNK = 1 << 22
@@ -189,7 +191,6 @@ class VerifiedFiles:
     def save(self) -> None:
         if not self.changed:
             return
-        from .warehouse import atomic_write_text
 
         try:
             atomic_write_text(self.path, json.dumps(self.cache))

@@ -1,0 +1,20 @@
+"""Where figures live (``_artefacts/`` under the warehouse root), and their address in the UI.
+
+``resdyn ui`` serves the PNGs under ``_artefacts/`` at :data:`ARTEFACT_ROUTE` (dagster_project/ui.py),
+so materialization metadata can link a figure by a short same-origin URL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ARTEFACT_ROUTE = "/resdyn/artefacts"
+
+
+def artefact_url(path: Path) -> str | None:
+    """The UI's URL of a file under a warehouse's ``_artefacts/`` directory (None when it is not under one)."""
+    parts = Path(path).resolve().parts
+    if "_artefacts" not in parts:
+        return None
+    below = parts[len(parts) - parts[::-1].index("_artefacts"):]
+    return ARTEFACT_ROUTE + "/" + "/".join(below)

@@ -1,0 +1,116 @@
+"""Dagster's IO layer over the warehouse: what an asset returns is staged, and a partition is published
+when its run has staged every table of its selection.
+
+An asset step runs inside :func:`~resdyn.dagster_project.store.runs.partition_run` (lease, provenance
+record, interrupt checks) and yields one ``dg.Output`` per table. The value is one of
+
+    pyarrow.Table                 a whole table: written here (one row group per record batch)
+    iterable of RecordBatch       a stream: written here batch by batch, one batch in memory at a time
+    WrittenTable                  a table the step streamed itself through ``store.open_writer`` because
+                                  it produces several tables at once (one pass over the model writes
+                                  activations, Jacobians and probes layer by layer)
+
+Each is staged under the run (``_staging/<run>/``); after each output the partition is published if
+the selection is complete (one manifest swap: readers see the previous generation or this one). A
+failure here is recorded on the run and frees the lease, as a failure of the step's own code does.
+Inputs are not loaded through this manager: assets read their upstream tables from the warehouse by
+name (``deps``), streaming matrices row group by row group, which no in-memory value could.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections.abc import Iterable
+
+import dagster as dg
+import pyarrow as pa
+
+from ..metadata import written_metadata
+from ..resources import AnalysisSettings, WarehouseResource
+from .runs import bind, step_name
+from .warehouse import WrittenTable
+
+
+def content_version(table: pa.Table) -> dg.DataVersion:
+    """A data version from the table's content (its columns' buffers): equal data, equal version."""
+    digest = hashlib.sha256()
+    for batch in table.to_batches():
+        for column in batch.columns:
+            for buffer in column.buffers():
+                if buffer is not None:
+                    digest.update(memoryview(buffer))
+    return dg.DataVersion(digest.hexdigest()[:16])
+
+
+def _output(value, name: str, metadata: dict | None, version: dg.DataVersion) -> dg.Output:
+    with warnings.catch_warnings():  # Output's data_version is "beta"; MaterializeResult's, used before, is not
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.Output(value, output_name=name, metadata=metadata or {}, data_version=version)
+
+
+def table_output(table: pa.Table, name: str = "result", metadata: dict | None = None) -> dg.Output:
+    """The output ``name`` (an asset's own: ``result``; a multi-asset's: its table) with its content version."""
+    return _output(table, name, metadata, content_version(table))
+
+
+def written_output(written: WrittenTable, name: str = "result", metadata: dict | None = None) -> dg.Output:
+    """The output of a table the step streamed itself (:data:`WrittenTable`)."""
+    return _output(written, name, metadata, dg.DataVersion(written.content_hash))
+
+
+class WarehouseIOManager(dg.ConfigurableIOManager):
+    """Stages what partitioned assets return in the warehouse, and publishes complete partitions."""
+
+    warehouse: WarehouseResource
+    settings: AnalysisSettings
+
+    def handle_output(self, context: dg.OutputContext, obj) -> None:
+        if obj is None:  # an asset without a table of its own (the study report)
+            return
+        step = context.step_context
+        run = bind(step, self.warehouse, self.settings)
+        table = context.asset_key.to_user_string()
+        try:
+            if isinstance(obj, WrittenTable):
+                written, head = obj, None
+            elif isinstance(obj, pa.Table):
+                written, head = run.store.write(table, run.model, run.checkpoint, obj), obj.slice(0, 5)
+            elif isinstance(obj, Iterable):
+                written, head = self._stream(run, table, obj)
+            else:
+                raise TypeError(f"asset {table} returned {type(obj).__name__}: return a pyarrow.Table, record "
+                                "batches or the WrittenTable of a writer")
+            context.add_output_metadata(written_metadata(written, head))
+            run.publish_if_complete(step)
+        except BaseException as error:
+            run.fail(step_name(step), error)
+            raise
+
+    @staticmethod
+    def _stream(run, table: str, batches: Iterable[pa.RecordBatch]) -> tuple[WrittenTable, pa.Table | None]:
+        head = None
+        with run.store.open_writer(table, run.model, run.checkpoint) as writer:
+            for batch in batches:
+                writer.write(batch)
+                if head is None and batch.num_rows:
+                    head = pa.Table.from_batches([batch.slice(0, 5)])
+        return writer.result, head
+
+    def load_input(self, context: dg.InputContext):
+        raise NotImplementedError("resdyn's assets read their upstream tables from the warehouse by name (deps); "
+                                  "declare the upstream asset in deps=[...], not as an argument")
+
+
+def table_outs(specs: list[dg.AssetSpec]) -> dict:
+    """A multi-asset's ``outs``, ``deps`` and ``internal_asset_deps`` from one spec per table: outputs that carry
+    values for this IO manager (a multi-asset declared with ``specs=`` has outputs of type Nothing, which cannot
+    carry a table), each keeping its own upstream tables."""
+    outs, deps, internal = {}, set(), {}
+    for spec in specs:
+        name = spec.key.to_python_identifier()
+        upstream = {dep.asset_key for dep in spec.deps}
+        outs[name] = dg.AssetOut.from_spec(spec.replace_attributes(deps=[]), dagster_type=dg.Any)
+        deps |= upstream
+        internal[name] = upstream
+    return {"outs": outs, "deps": sorted(deps, key=lambda key: key.to_user_string()), "internal_asset_deps": internal}

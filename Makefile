@@ -13,7 +13,7 @@ export RESDYN_WIKITEXT_TOKENIZED_DIR ?= $(SHARED_DATA)/wikitext-2-tokenized
 endif
 export DAGSTER_HOME ?= $(abspath dagster_home)
 
-.PHONY: demo test ui lint bench gpu-check paper-scale install chromium
+.PHONY: demo test test-fast ui lint bench gpu-check paper-scale install chromium
 
 install: $(VENV)/.installed
 
@@ -33,16 +33,21 @@ demo: install
 	$(VENV)/bin/resdyn run --suite default
 	$(VENV)/bin/resdyn report
 
+# every tier: tests/unit, tests/pipeline (one warehouse per session) and tests/system (real components, kill drills)
 test: install chromium
 	mkdir -p $(DAGSTER_HOME)
 	$(PY) -m pytest
+
+# the unit tier only (pure functions and small models; about two minutes on two cores)
+test-fast: install
+	$(PY) -m pytest tests/unit
 
 # The browser test drives Debian's chromium through Playwright; install it when missing and we can (root + apt).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; }; }; } || \
-	  echo "!!! chromium is not installed and cannot be installed here: tests/test_browser.py will be SKIPPED"
+	  echo "!!! chromium is not installed and cannot be installed here: tests/system/test_browser.py will be SKIPPED"
 
 ui: install
 	mkdir -p $(DAGSTER_HOME)

@@ -52,7 +52,34 @@ def random_tiny_model(family: str, seed: int, hidden_size: int = 32, n_layers: i
     return model
 
 
+def pytest_addoption(parser):
+    parser.addoption("--seed", type=int, default=None,
+                     help="the seed of the fresh_seed fixture (a failing test prints the one it drew)")
+
+
 @pytest.fixture
-def fresh_seed() -> int:
-    """A different seed every run (printed on failure through the test id-free assertion messages)."""
-    return int.from_bytes(os.urandom(4), "little")
+def fresh_seed(request) -> int:
+    """A different seed every run, unless ``--seed N`` gives one; a failing test's report names it."""
+    seed = request.config.getoption("--seed")
+    seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+    request.node.user_properties.append(("fresh_seed", seed))
+    return seed
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    seeds = [value for name, value in item.user_properties if name == "fresh_seed"]
+    if report.failed and seeds:
+        report.sections.append(("fresh_seed", f"fresh_seed = {seeds[0]}: rerun with --seed {seeds[0]} {item.nodeid}"))
+    return report
+
+
+SYSTEM_TESTS = Path(__file__).resolve().parent / "system"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/system/ (webserver, browser, Ray, wheel, kill drills) carries the system marker."""
+    for item in items:
+        if SYSTEM_TESTS in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.system)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -17,39 +17,8 @@ if (SHARED_DATA / "wikitext-2-raw").is_dir():
     os.environ.setdefault("RESDYN_WIKITEXT_DIR", str(SHARED_DATA / "wikitext-2-raw"))
     os.environ.setdefault("RESDYN_WIKITEXT_TOKENIZED_DIR", str(SHARED_DATA / "wikitext-2-tokenized"))
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma3", "gemma4"]
-
-
-def random_tiny_model(family: str, seed: int, hidden_size: int = 32, n_layers: int = 2, *,
-                      attention: str = "full_precision", dtype=torch.float64, **overrides):
-    """A tiny model whose every parameter and buffer is randomised (float64, full-precision norms and
-    attention by default; ``attention="eager"`` or ``"sdpa"`` keeps HF's own implementation).
-
-    Norm weights, biases, Gemma's ``layer_scalar`` and the like start at constants; perturbing them
-    makes the tests see each term of every sublayer map.
-    """
-    from transformers import AutoModelForCausalLM
-
-    from resdyn.models.precision import use_full_precision, use_full_precision_norms
-    from resdyn.models.tiny_configs import tiny_config
-
-    torch.manual_seed(seed)
-    config = tiny_config(family, hidden_size=hidden_size, n_layers=n_layers, **overrides)
-    implementation = "eager" if attention == "full_precision" else attention
-    extra = {"experts_implementation": "eager"} if getattr(config, "enable_moe_block", False) else {}
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=implementation, **extra).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name or "scalar" in name or name.endswith("bias"):
-                parameter.add_(0.3 * torch.randn_like(parameter))
-        for name, buffer in model.named_buffers():
-            if name.endswith("layer_scalar"):
-                buffer.copy_(0.5 + torch.rand_like(buffer))
-    if attention == "full_precision":
-        use_full_precision(model)
-    elif dtype == torch.float64:
-        use_full_precision_norms(model)
-    return model
+from .cli_helpers import QUICK, run_cli, save_model  # noqa: E402
+from .tiny_models import FAMILIES, random_tiny_model  # noqa: E402,F401 - for test modules that import them from here
 
 
 def pytest_addoption(parser):
@@ -83,3 +52,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SYSTEM_TESTS in Path(item.fspath).parents:
             item.add_marker(pytest.mark.system)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """A model on disk and a warehouse holding one complete partition m@local of 6 samples, built once per
+    session through the CLI and shared (tests that change it take a :func:`warehouse_copy`)."""
+    base = tmp_path_factory.mktemp("integrity")
+    model = save_model(base / "m")
+    root = base / "warehouse"
+    completed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root))
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return model, root
+
+
+@pytest.fixture
+def warehouse_copy(built, tmp_path):
+    """A private copy of the built warehouse (for tests that damage or change it)."""
+    model, root = built
+    copy = tmp_path / "warehouse"
+    shutil.copytree(root, copy)
+    return model, copy

@@ -9,6 +9,7 @@ from resdyn.dagster_project.config import StudyConfig
 from resdyn.dagster_project.launch import study_assets, study_resources
 from resdyn.dagster_project.partitions import register_partitions
 
+TINY_PARTITION = "tiny-olmo3@step-000000"  # the pipeline tier's session warehouse holds this partition
 SMALL = dict(n_samples=12, sequence_length=24, batch_size=6, per_sample_subsample=3, leiden_seeds=3, n_permutations=200)
 
 

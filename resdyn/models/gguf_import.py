@@ -48,7 +48,7 @@ HASH_CHUNK = 8 * 1024**2
 DEQUANTIZE_CHUNK_ELEMENTS = 4 * 1024**2  # rows dequantized at a time: their float temporaries, not the tensor's
 
 # GGUF ``general.architecture`` -> resdyn family, where transformers reads the architecture from GGUF
-# (its GGUF config mapping) and resdyn has the sublayer maps. Tested: tests/test_gguf.py.
+# (its GGUF config mapping) and resdyn has the sublayer maps. Tested: tests/pipeline/test_gguf.py.
 SUPPORTED_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"}
 
 

@@ -102,7 +102,7 @@ def test_fisher_knn_correlation_matches_simulated_independent_units(fresh_seed):
 def test_noise_level_of_the_knn_graph_tells_noise_from_structure(fresh_seed):
     from resdyn import topology
 
-    from .synthetic import planted_activations
+    from ..synthetic import planted_activations
 
     rng = np.random.default_rng(fresh_seed)
     n, d, k = 150, 120, 15

@@ -13,7 +13,7 @@ from resdyn.models.devices import DeviceError, resolve_device
 from resdyn.models.layerwise import LayerwiseModel, describe_checkpoint
 from resdyn.models.loading import load_model
 
-from .conftest import FAMILIES, random_tiny_model
+from ..tiny_models import FAMILIES, random_tiny_model
 
 # (family, extra config): Gemma 4 with KV-shared layers, OLMo 3 with a window shorter than the samples
 CASES = [(family, {}) for family in FAMILIES] + [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 KEY = "tiny-llama@step-000000"
 

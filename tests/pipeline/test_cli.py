@@ -55,7 +55,7 @@ def test_gemma4_with_per_layer_inputs_and_shared_kv_runs_structured_and_equals_a
                                                                                           fresh_seed):
     from resdyn.assets.common import read_mean_jacobians
 
-    from .conftest import random_tiny_model
+    from ..tiny_models import random_tiny_model
 
     directory = tmp_path / "gemma4"
     random_tiny_model("gemma4", fresh_seed, n_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,

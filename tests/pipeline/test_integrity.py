@@ -5,10 +5,7 @@ to be killed or run concurrently) on a small random-init Llama saved to disk.
 """
 
 import json
-import os
-import random
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -16,77 +13,22 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 from resdyn.dagster_project.cli import main
-from resdyn.dagster_project.store.runs import acquire_lease, release_lease
-from resdyn.dagster_project.store.warehouse import Warehouse, new_run_id
-from resdyn.models.byte_tokenizer import build_byte_tokenizer
-from resdyn.models.tiny_configs import tiny_config
+from resdyn.dagster_project.store.warehouse import Warehouse
 
-REPOSITORY = Path(__file__).resolve().parents[1]
-RESDYN = [sys.executable, "-m", "resdyn"]
-QUICK = ["--seq-len", "12", "--per-sample", "2", "--leiden-seeds", "2", "--permutations", "50", "--log-level", "ERROR"]
-
-
-def save_model(directory: Path, seed: int = 0) -> Path:
-    torch.manual_seed(seed)
-    AutoModelForCausalLM.from_config(tiny_config("llama", hidden_size=32, n_layers=2)).save_pretrained(directory)
-    build_byte_tokenizer().save_pretrained(directory)
-    return directory
+from ..cli_helpers import (
+    QUICK,
+    REPOSITORY,
+    environment,
+    partition_state,
+    run_cli,
+    save_model,
+    snapshot,
+)
 
 
-def environment(**extra) -> dict:
-    values = {key: value for key, value in os.environ.items() if not key.startswith("RESDYN_") or
-              key in ("RESDYN_WIKITEXT_DIR", "RESDYN_WIKITEXT_TOKENIZED_DIR")}
-    values.pop("DAGSTER_HOME", None)
-    return {**values, **extra}
-
-
-def run_cli(*arguments, env=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([*RESDYN, *arguments], cwd=REPOSITORY, env=env or environment(), capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def partition_state(root: Path, model: str = "m") -> dict:
-    rows = Warehouse(root).query(f"SELECT * FROM partitions WHERE model = '{model}'").to_pylist()
-    return rows[0] if rows else {}
-
-
-def run_ids_by_table(root: Path, model: str = "m") -> dict:
-    store = Warehouse(root)
-    manifest = store.manifest(model, "local")
-    return {table: entry["run_id"] for table, entry in manifest["tables"].items()}
-
-
-def snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """A model on disk and a warehouse holding one complete partition m@local of 6 samples."""
-    base = tmp_path_factory.mktemp("integrity")
-    model = save_model(base / "m")
-    root = base / "warehouse"
-    completed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root))
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    return model, root
-
-
-@pytest.fixture
-def warehouse_copy(built, tmp_path):
-    """A private copy of the built warehouse (for tests that damage or change it)."""
-    model, root = built
-    copy = tmp_path / "warehouse"
-    shutil.copytree(root, copy)
-    return model, copy
-
-
-# 1 ---------------------------------------------------------------------------------------------
-
-def test_1_sql_cannot_write_create_or_attach(warehouse_copy, capsys):
+def test_sql_cannot_write_create_or_attach(warehouse_copy, capsys):
     _, root = warehouse_copy
     before = snapshot(root)
     target = next(root.glob("jacobians/model=m/checkpoint=local/*.parquet"))
@@ -288,7 +230,7 @@ def test_a_graph_without_edges_is_a_result(built, tmp_path):
     (["--positions", "all", "--warmup", "12"], "warmup"), (["--device", "cuda:5"], "cuda:5"),
     (["--dtype", "float16"], "--dtype"), (["--backend", "magic"], "--backend"),
 ])
-def test_2_4_bad_settings_fail_in_one_line_before_anything_is_written(warehouse_copy, arguments, named, capsys):
+def test_bad_settings_fail_in_one_line_before_anything_is_written(warehouse_copy, arguments, named, capsys):
     model, root = warehouse_copy
     before, state = snapshot(root), partition_state(root)
     assert main(["run", "--model", str(model), *QUICK, *arguments, "--warehouse", str(root)]) == 2
@@ -299,52 +241,10 @@ def test_2_4_bad_settings_fail_in_one_line_before_anything_is_written(warehouse_
 
 # 3 and the kill drill ----------------------------------------------------------------------------
 
-def test_3_kill_drill_never_leaves_a_partition_complete_with_mixed_runs(warehouse_copy):
-    """SIGKILL reruns of a partition at random moments: after each the partition is complete from one run
-    (the old one, or the new one if the kill came after publication) or not complete; a rerun completes it."""
-    model, root = warehouse_copy
-    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
-    state = partition_state(root)
-    known_runs = {state["run_id"]}
-    started = time.perf_counter()
-    duration = 0.0
-    for attempt in range(5):
-        process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", str(8 + attempt), *QUICK,
-                                    "--warehouse", str(root)], cwd=REPOSITORY, env=environment(),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if attempt == 0:  # learn how long a run takes, then kill at random moments within it
-            process.wait(timeout=300)
-            duration = time.perf_counter() - started
-        else:
-            time.sleep(rng.uniform(0.05, 1.05) * duration)
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-        state = partition_state(root)
-        tables = run_ids_by_table(root)
-        if state["status"] == "complete":
-            assert set(tables.values()) == {state["run_id"]}, (attempt, tables)
-            if state["run_id"] not in known_runs:  # only this attempt's run may be new (killed after publishing)
-                record = Warehouse(root).query(f"SELECT settings FROM runs WHERE run_id = '{state['run_id']}'")
-                assert json.loads(record.to_pylist()[0]["settings"])["n_samples"] == 8 + attempt, (attempt, state)
-            known_runs.add(state["run_id"])
-            samples = Warehouse(root).query("SELECT count(DISTINCT sample_id) AS n, count(DISTINCT run_id) AS r "
-                                            "FROM samples").to_pylist()[0]
-            observations = Warehouse(root).query("SELECT DISTINCT n_observations AS n FROM jacobians").to_pylist()
-            assert samples["r"] == 1 and observations == [{"n": samples["n"]}]
-        else:
-            assert state["status"] in ("incomplete", "inconsistent", "failed")
-            assert state["run_id"] is None or len(set(tables.values())) == 1
-    completed = run_cli("run", "--model", str(model), "--samples", "7", *QUICK, "--warehouse", str(root))
-    assert completed.returncode == 0, completed.stdout[-2000:]
-    state = partition_state(root)
-    assert state["status"] == "complete" and state["run_id"] not in known_runs
-    statuses = [r["status"] for r in Warehouse(root).query("SELECT status FROM runs ORDER BY started_at").to_pylist()]
-    assert statuses[-1] == "success" and "started" not in statuses[:-1]  # killed runs were found and marked
 
 
-# 5 ---------------------------------------------------------------------------------------------
 
-def test_5_a_damaged_file_is_named_and_every_other_table_still_answers(warehouse_copy, capsys):
+def test_a_damaged_file_is_named_and_every_other_table_still_answers(warehouse_copy, capsys):
     _, root = warehouse_copy
     damaged = Warehouse(root).table_path("jacobians", "m", "local")
     damaged.write_bytes(damaged.read_bytes()[:200])
@@ -437,37 +337,8 @@ def test_a_hand_damaged_manifest_is_reported_the_views_answer_and_a_rerun_repair
         assert partition_state(root)["status"] == "complete"
 
 
-def test_figures_are_published_with_their_generation_and_a_killed_rerun_changes_none(warehouse_copy):
-    model, root = warehouse_copy
-    store = Warehouse(root)
-    published = store.published_figures("m", "local")
-    assert len([name for name in published if not name.endswith(".inline")]) >= 6
-    assert all(path.is_file() for path in published.values())
-    first_run = store.manifest("m", "local")["tables"]["jacobians"]["run_id"]
-    assert {path.parent.name for path in published.values()} == {first_run}
-    before = {name: path.read_bytes() for name, path in published.items()}
-    process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--seed", "1",
-                                "--warehouse", str(root)], cwd=REPOSITORY, env=environment(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 180  # killed after its spectral and transient steps have drawn their figures
-    while not list(root.glob("_staging/*/model=m/checkpoint=local/transient_dynamics.json")) and time.time() < deadline:
-        time.sleep(0.02)
-    process.kill()
-    process.wait()
-    killed = [path for path in (root / "_artefacts" / "figures" / "m" / "local").glob("*/*.png")
-              if path.parent.name != first_run]
-    assert killed, "the killed run drew figures of its own"
-    assert store.published_figures("m", "local") == published
-    assert {name: path.read_bytes() for name, path in published.items()} == before
-    # a rerun that completes publishes its own figures, and its generation's tables with them
-    assert main(["run", "--model", str(model), "--samples", "6", *QUICK, "--seed", "1", "--warehouse", str(root)]) == 0
-    now = store.published_figures("m", "local")
-    second_run = store.manifest("m", "local")["tables"]["jacobians"]["run_id"]
-    assert set(now) == set(published) and {path.parent.name for path in now.values()} == {second_run}
-    assert all(path.is_file() for path in now.values()) and not any(path.exists() for path in killed)
 
 
-# 6 ---------------------------------------------------------------------------------------------
 
 def _register(arguments):
     file, name, start = arguments
@@ -478,7 +349,7 @@ def _register(arguments):
     ModelRegistry(Path(file)).add(ModelSpec(name, "llama", f"/models/{name}", {"local": "local"}))
 
 
-def test_6_concurrent_registrations_all_land(tmp_path):
+def test_concurrent_registrations_all_land(tmp_path):
     import multiprocessing
 
     from resdyn.models.registry import ModelRegistry
@@ -494,34 +365,11 @@ def test_6_concurrent_registrations_all_land(tmp_path):
     assert {f"model-3-{i}" for i in range(3)} <= set(ModelRegistry(file).specs)
 
 
-# 7 ---------------------------------------------------------------------------------------------
-
-def test_7_a_second_run_of_a_busy_partition_stops_with_a_clear_message(warehouse_copy):
-    """A live run holds the partition's lease (taken here by this test process, so the overlap does not depend on
-    timing): a second run stops with a message naming it and changes nothing; once it is released a rerun works."""
-    model, root = warehouse_copy
-    holder = Warehouse(root, run_id=new_run_id())
-    acquire_lease(holder, "m", "local", single_process=True)
-    before = snapshot(root)
-    try:
-        second = run_cli("run", "--model", str(model), "--samples", "10", *QUICK, "--warehouse", str(root))
-    finally:
-        after = snapshot(root)
-        release_lease(holder, "m", "local")
-    assert second.returncode == 1, second.stdout[-3000:]
-    assert f"is being materialized by run {holder.run_id}" in second.stdout
-    assert "wait for it to finish" in second.stdout
-    assert {k: v for k, v in after.items() if not k.startswith("_")} == \
-        {k: v for k, v in before.items() if not k.startswith("_")}
-    third = run_cli("run", "--model", str(model), "--samples", "10", *QUICK, "--warehouse", str(root))
-    assert third.returncode == 0, third.stdout[-3000:]
-    assert partition_state(root)["status"] == "complete"
-    assert Warehouse(root).query("SELECT count(DISTINCT sample_id) AS n FROM samples").to_pylist() == [{"n": 10}]
 
 
-# 8 ---------------------------------------------------------------------------------------------
 
-def test_8_environment_settings_are_honoured_and_a_bad_one_is_named(built, tmp_path):
+
+def test_environment_settings_are_honoured_and_a_bad_one_is_named(built, tmp_path):
     model, _ = built
     root = tmp_path / "warehouse"
     env = environment(RESDYN_SEED="5", RESDYN_DTYPE="float32", RESDYN_POSITIONS="all", RESDYN_WARMUP="9",
@@ -545,9 +393,8 @@ def test_8_environment_settings_are_honoured_and_a_bad_one_is_named(built, tmp_p
     assert "--samples" in flagged.stderr and "RESDYN_SAMPLES" not in flagged.stderr
 
 
-# 10 --------------------------------------------------------------------------------------------
 
-def test_10_a_revision_for_a_local_directory_is_refused(built, tmp_path, capsys):
+def test_a_revision_for_a_local_directory_is_refused(built, tmp_path, capsys):
     model, _ = built
     root = tmp_path / "warehouse"
     assert main(["run", "--model", str(model), "--revision", "nosuchrev", "--warehouse", str(root)]) == 2
@@ -555,9 +402,8 @@ def test_10_a_revision_for_a_local_directory_is_refused(built, tmp_path, capsys)
     assert not (root / "registry.json").exists()
 
 
-# 11 --------------------------------------------------------------------------------------------
 
-def test_11_written_files_honour_the_umask(built, tmp_path):
+def test_written_files_honour_the_umask(built, tmp_path):
     script = (
         "import os, sys, numpy as np, pyarrow as pa\n"
         "os.umask(0o027)\n"
@@ -576,73 +422,23 @@ def test_11_written_files_honour_the_umask(built, tmp_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o640, path
 
 
-# 12 --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sql, hint", [("SELEC 1", "syntax"), ("SELECT * FROM no_such_table", "tables:"),
                                        ("SELECT no_such_column FROM layer_metrics", "DESCRIBE")])
-def test_12_sql_errors_are_one_line_with_a_hint(built, sql, hint, capsys):
+def test_sql_errors_are_one_line_with_a_hint(built, sql, hint, capsys):
     _, root = built
     assert main(["sql", sql, "--warehouse", str(root)]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "Traceback" not in error and hint in error, error
 
 
-# 13 --------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_13_a_signal_stops_the_whole_command(built, tmp_path, signum, code):
-    model, _ = built
-    other = save_model(tmp_path / "other", seed=1)
-    root = tmp_path / "warehouse"
-    process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--model", str(other), "--samples", "6",
-                                *QUICK, "--warehouse", str(root)], cwd=REPOSITORY, env=environment(),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 120  # signal once `samples` is staged: the first partition is mid-run, unpublished
-    while not list(root.glob("_staging/*/model=m/checkpoint=local/samples.json")) and time.time() < deadline:
-        time.sleep(0.02)
-    process.send_signal(signum)
-    output = process.communicate(timeout=120)[0]
-    assert process.returncode == code, output[-3000:]
-    assert "[2/2]" not in output, output[-3000:]
-    store = Warehouse(root)
-    complete = store.query("SELECT model FROM partitions WHERE status = 'complete'").to_pylist()
-    name = signal.Signals(signum).name
-    if f"{name} arrived as m@local finished" in output:
-        # the signal landed where Dagster caught and dropped it (seen under heavy load): the run finished and
-        # published, and the CLI must say so, not claim it stopped the partition
-        assert "[1/2] m@local ok" in output and complete == [{"model": "m"}], output[-3000:]
-        return
-    assert f"[1/2] m@local stopped by {name}" in output and complete == [], output[-3000:]
-    assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
 
 
-def test_a_signal_during_an_analysis_step_stops_it_within_seconds_and_publishes_nothing(built, tmp_path):
-    """SIGTERM (SIGINT takes the same path: Dagster's handler, the wakeup fd; test_13 sends both)."""
-    signum, code = signal.SIGTERM, 143
-    model, _ = built
-    root = tmp_path / "warehouse"
-    process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse",
-                                str(root)], cwd=REPOSITORY, env=environment(), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 180  # once the spectral step has staged its tables, the analysis steps are running
-    while not list(root.glob("_staging/*/model=m/checkpoint=local/layer_metrics.json")) and time.time() < deadline:
-        time.sleep(0.02)
-    assert process.poll() is None, "the run ended before the analysis steps"
-    sent = time.time()
-    process.send_signal(signum)
-    output = process.communicate(timeout=120)[0]
-    assert time.time() - sent < 15, f"{time.time() - sent:.1f} s after the signal"
-    assert process.returncode == code, output[-3000:]
-    assert f"m@local stopped by {signal.Signals(signum).name}" in output, output[-3000:]
-    assert not (root / "_published" / "model=m" / "checkpoint=local.json").exists(), "nothing may be published"
-    store = Warehouse(root)
-    assert store.query("SELECT count(*) AS n FROM partitions WHERE status = 'complete'").to_pylist() == [{"n": 0}]
-    assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
 
 
-# 14 --------------------------------------------------------------------------------------------
 
-def test_14_offline_the_hub_is_asked_at_most_once_and_quickly(tmp_path):
+
+def test_offline_the_hub_is_asked_at_most_once_and_quickly(tmp_path):
     script = (
         "import logging, time, sys\n"
         f"sys.path.insert(0, {str(REPOSITORY)!r})\n"
@@ -690,44 +486,6 @@ def test_forget_asks_then_removes_the_partition_its_data_and_its_registry_entry(
     assert "m" not in ModelRegistry(root / "registry.json").specs
     assert "m@local" not in dg.DagsterInstance.get().get_dynamic_partitions(model_checkpoint_partitions.name)
     assert Warehouse(root).query("SELECT count(*) AS n FROM layer_metrics").to_pylist() == [{"n": 0}]
-
-
-def published_side_files(root: Path) -> set:
-    """Files outside a run's staging and the Dagster instance (whose SQLite journal churns)."""
-    return {path for path in root.rglob("*") if path.is_file() and not {"_staging", "_dagster_home"} & set(path.parts)}
-
-
-def test_forget_refuses_a_partition_that_a_live_multiprocess_run_is_materializing(built, tmp_path):
-    """The lease names the run; forget judges it by the run's Dagster status, not by the pid of a step
-    process that has long exited."""
-    model, _ = built
-    root = tmp_path / "warehouse"
-    selection = "group:inputs or group:measurements"  # three steps, each a process of its own
-    process = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--executor",
-                                "multiprocess", "--select", selection, "--warehouse", str(root)], cwd=REPOSITORY,
-                               env=environment(),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.time() + 240  # a step finished: its process (the lease's pid) has exited, the run goes on
-        while not list(root.glob("_staging/*/model=m/checkpoint=local/samples.json")) and time.time() < deadline:
-            time.sleep(0.05)
-        assert process.poll() is None, "the run ended before the test could ask"
-        lease = json.loads((root / "_locks" / "m@local.json").read_text())
-        assert lease["dagster_home"] and not lease["single_process"]
-        before = published_side_files(root)
-        forgotten = run_cli("forget", "m@local", "--yes", "--warehouse", str(root))
-        assert forgotten.returncode == 1 and "being materialized by run" in forgotten.stderr, forgotten.stderr
-        assert forgotten.stderr.strip().count("\n") == 0
-        after = published_side_files(root)
-        assert before <= after, sorted(map(str, before - after))[:5]
-        output = process.communicate(timeout=300)[0]
-        assert process.returncode == 0, output[-3000:]
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert {"jacobians", "activations"} <= Warehouse(root).published_table_names("m", "local")
-    assert run_cli("forget", "m@local", "--yes", "--warehouse", str(root)).returncode == 0  # once it has ended
-    assert partition_state(root) == {}
 
 
 def test_the_sensor_keeps_partition_keys_equal_to_the_registry(built, tmp_path):

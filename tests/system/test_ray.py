@@ -19,11 +19,11 @@ import pytest
 from resdyn.dagster_project.ray_local import LocalCluster, free_ports
 from resdyn.dagster_project.store.warehouse import Warehouse
 
-from .test_integrity import save_model
+from ..cli_helpers import save_model
 
 pytestmark = pytest.mark.cluster
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 QUICK = ["--samples", "5", "--seq-len", "12", "--per-sample", "1", "--leiden-seeds", "2", "--permutations", "30",
          "--log-level", "WARNING"]
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "finite_difference_probe",

@@ -18,7 +18,7 @@ import torch
 
 from resdyn.models.gguf_import import IMPORT_RECORD, GGUFError, describe_gguf, find_gguf, import_gguf
 
-from .gguf_files import dequantized_reference, vocabulary, write_gguf
+from ..gguf_files import dequantized_reference, vocabulary, write_gguf
 
 QUANTIZED = ("attn_q", "ffn_up", "token_embd")  # stored as Q8_0, the rest F32
 FAMILIES = ["llama", "qwen2", "qwen3", "gemma3"]

@@ -4,7 +4,7 @@ import scipy.stats
 
 from resdyn import coupling, topology
 
-from .synthetic import jacobian_with_boundary_gain, planted_activations
+from ..synthetic import jacobian_with_boundary_gain, planted_activations
 
 
 def _benjamini_hochberg(p):

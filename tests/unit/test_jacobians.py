@@ -8,7 +8,7 @@ from resdyn.jacobians.engine import analyse_samples
 from resdyn.jacobians.streaming import RunningMoments
 from resdyn.models.adapters import adapter_for
 
-from .conftest import FAMILIES, random_tiny_model
+from ..tiny_models import FAMILIES, random_tiny_model
 
 
 def _central_differences(function, x0, step=1e-5):

@@ -7,7 +7,7 @@ import pytest
 
 from resdyn import topology
 
-from .synthetic import planted_activations
+from ..synthetic import planted_activations
 
 
 def test_correlation_matches_numpy_and_handles_constant_units(fresh_seed):

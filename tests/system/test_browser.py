@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 FIGURES = REPOSITORY / "docs" / "figures"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -21,7 +21,7 @@ import pyarrow as pa
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, spec
 from resdyn.dagster_project.store.warehouse import Warehouse
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def _run(command, **kwargs):

@@ -5,21 +5,13 @@ import pytest
 
 from resdyn.dagster_project.store.warehouse import Warehouse
 
-from .pipeline_helpers import materialize_partition
+from ..pipeline_helpers import TINY_PARTITION as KEY
+from ..pipeline_helpers import materialize_partition
 
-KEY = "tiny-olmo3@step-000000"
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "eigenvalues",
           "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery", "layer_metrics_per_sample",
           "graph_edges", "communities", "gamma_scan", "unit_amplification", "coupling_tests",
           "transient_dynamics", "pseudospectra", "transient_growth"]
-
-
-@pytest.fixture(scope="module")
-def warehouse(tmp_path_factory):
-    root = tmp_path_factory.mktemp("warehouse")
-    result, checks, instance = materialize_partition(root, KEY)
-    assert result.success
-    return Warehouse(root), checks, instance
 
 
 def test_every_asset_and_check_succeeds(warehouse):

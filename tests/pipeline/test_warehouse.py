@@ -1,11 +1,7 @@
 """Atomic, idempotent partition writes and clear errors for missing or corrupt partitions."""
 
-import os
-import signal
 import subprocess
 import sys
-import textwrap
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -33,34 +29,6 @@ def test_rewrite_replaces_exactly_its_partition(tmp_path, fresh_seed):
     assert store.read(TABLE, "m", "a").column("loss").to_pylist() == _table(3, fresh_seed + 2).column("loss").to_pylist()
 
 
-def test_a_writer_killed_mid_write_leaves_no_partial_file_visible(tmp_path):
-    store = Warehouse(tmp_path)
-    store.write(TABLE, "m", "c", _table(5, 0))  # the partition as it was before the crash
-    writer = textwrap.dedent(f"""
-        import numpy as np, pyarrow as pa, sys
-        sys.path.insert(0, {str(os.getcwd())!r})
-        from resdyn.dagster_project.store.warehouse import Warehouse
-        n = 40_000_000
-        table = pa.table({{"step": pa.array(np.zeros(n, np.int32)), "loss": np.random.default_rng(0).normal(size=n),
-                          "training_corpus": pa.repeat(pa.scalar("c"), n)}})
-        print("writing", flush=True)
-        Warehouse({str(tmp_path)!r}).write({TABLE!r}, "m", "c", table)
-    """)
-    process = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "writing"
-    directory = store.partition_directory(TABLE, "m", "c")
-    deadline = time.time() + 60
-    while not list(directory.glob(".*.inprogress")) and time.time() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    assert list(directory.glob(".*.inprogress")), "the writer died before it began writing; nothing was tested"
-    visible = store.query("SELECT count(*) AS n FROM training_loss").to_pylist()
-    assert visible == [{"n": 5}]  # the old partition, whole; the half-written file is invisible
-    store.write(TABLE, "m", "c", _table(2, 1))
-    assert not list(directory.glob(".*.inprogress"))  # the next write sweeps the debris
-    assert store.read(TABLE, "m", "c").num_rows == 2
 
 
 def test_missing_and_corrupt_partitions_name_the_fix(tmp_path):
@@ -137,7 +105,7 @@ def test_matrix_table_streams_without_python_lists_within_two_matrices(fresh_see
     Arrow (its memory pool) never hold more than two matrices beyond the source arrays."""
     from pathlib import Path
 
-    script = MATRIX_MEMORY_SCRIPT.format(repository=str(Path(__file__).resolve().parents[1]), seed=fresh_seed % 2**31)
+    script = MATRIX_MEMORY_SCRIPT.format(repository=str(Path(__file__).resolve().parents[2]), seed=fresh_seed % 2**31)
     output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert output.returncode == 0, output.stderr[-3000:]
     equal, write_peak, read_peak, matrix_bytes = output.stdout.split()

@@ -8,7 +8,7 @@ from resdyn.dagster_project.store.schema import warehouse_readme
 from resdyn.jacobians import BACKENDS
 from resdyn.models.precision import DTYPES
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def test_literal_choices_equal_the_science_packages_definitions():

@@ -14,6 +14,11 @@ W_in(s) = diag(phi'(a) u) W_gate + diag(phi(a)) W_up:
              - E[c1 c2^3 (g2 y) z^T] / d                             z = diag(g1) W_in(s)^T W_down^T y
              + E[c1^3 c2^3 (y^T W_down w) (g2 y) x^T] / d^2
 
+A branch scalar m (Granite's ``residual_multiplier``), out = x + m N2(M(N1(x))), gives J_s - I = m Delta_s,
+so E[J] = I + m E[Delta]; an output scalar s, out = s (x + N2(M(N1(x)))), gives E[J] = s (I + E[Delta]).
+Where the map is, and which norms and scalars it has, is the family adapter's description
+(:class:`~resdyn.models.adapters.base.MlpParts`, ``adapter.mlp_parts(layer)``); nothing here knows a family.
+
 **Gemma 4's MLP map** adds, after h1 = x + N2(M(N1(x))), the per-layer-input branch and the layer scalar s:
 h2 = h1 + N3(W_pp (phi(W_pg h1) * p_t)) with p_t fixed per token, out = s h2. With
 q' = phi'(W_pg h1) * p_t, P = W_pp diag(q') W_pg and Q = W_down W_in(s):
@@ -33,218 +38,53 @@ product done once per layer, the rank-one terms are per-sample vectors.
 
 Cost: a few d x d_ff x d products per sublayer for the whole sample set plus O(n d d_ff) per batch,
 instead of n d^2 d_ff for per-sample Jacobians. The attention sublayer's closed form lives in
-:mod:`resdyn.jacobians.structured_attention`. Mixture-of-experts MLP blocks (routing couples the
-branches inside one norm) fall back to the autodiff backend, and the ``backend`` column says so.
+:mod:`resdyn.jacobians.structured_attention`, the factored sums both add to in
+:mod:`resdyn.jacobians.factored`. Mixture-of-experts MLP blocks (routing couples the branches inside
+one norm) fall back to the autodiff backend, and the ``backend`` column says so.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ..models.adapters.families import Gemma3Adapter, Gemma4Adapter, PostNormAdapter, PreNormAdapter
+from ..models.adapters.base import MlpParts
 from ..models.precision import rms_norm_gain
 from .autodiff import AutodiffBackend
+from .factored import FactoredAccumulator, FactoredSum, FactoredTerm, NormAt, scalar_factor
+from .structured_attention import attention_partial_sum, attention_view_of
+
+__all__ = ["FactoredAccumulator", "FactoredSum", "FactoredTerm", "NormAt", "StructuredBackend", "gated_mlp_of",
+           "mlp_partial_sum"]
 
 log = logging.getLogger(__name__)
-
-INNER_BLOCK = 1024  # rows of the inner dimension combined at a time when a term is turned into its d x d total
-
-
-# -- factored sums ------------------------------------------------------------------------------
-
-
-@dataclass
-class FactoredTerm:
-    """One factored piece of sum_s (J_s - I):
-
-        diag(row_gain) left [core + blocks right_b + sum_k diag(weights_k) right_k
-                             + sum_j ((A_j B_j) o moments_j) right'_j] diag(column_gain)
-
-    ``core``, ``blocks`` (per head: (heads, m / heads, e), applied to right_b (heads, e, d) head by
-    head), ``weights`` and ``moments`` are sums over samples (added batch by batch); ``left``, the
-    gains, the right factors and the fixed products A_j B_j are the layer's weights (shared by all
-    batches), so the weight products (d x m x d, and A B) happen once, in :meth:`total`.
-    """
-
-    left: torch.Tensor  # d x m
-    row_gain: torch.Tensor  # d
-    column_gain: torch.Tensor  # d
-    core: torch.Tensor | None = None  # m x d
-    blocked: tuple | None = None  # (blocks heads x m/heads x e, right heads x e x d)
-    weighted: list = field(default_factory=list)  # [(weights m, right m x d)]
-    hadamard: list = field(default_factory=list)  # [((A m x k, B k x f), moments m x f, right f x d)]
-
-    def absorb(self, other: FactoredTerm) -> None:
-        if other.core is not None:
-            self.core = other.core.clone() if self.core is None else self.core.add_(other.core)
-        if other.blocked is not None:
-            self.blocked[0].add_(other.blocked[0])
-        for (weights, _), (more, _) in zip(self.weighted, other.weighted):
-            weights.add_(more)
-        for (_, moments, _), (_, more, _) in zip(self.hadamard, other.hadamard):
-            moments.add_(more)
-
-    @torch.no_grad()
-    def total(self) -> torch.Tensor:
-        """The d x d sum, the inner dimension taken in blocks so that no m x d temporary is ever whole
-        (at d = 4096, d_ff = 14336 one such temporary is 470 MB). The blocked part is folded into the
-        core (in place) on the first call."""
-        m = self.left.shape[1]
-        total = torch.zeros(self.left.shape[0], self.column_gain.shape[0], dtype=self.left.dtype,
-                            device=self.left.device)
-        core = self.core
-        if self.blocked is not None:  # m x d already, like the core: added into it, head by head
-            blocks, right = self.blocked
-            core = torch.zeros(m, right.shape[-1], dtype=right.dtype, device=right.device) if core is None else \
-                core.contiguous()
-            core.view(blocks.shape[0], -1, right.shape[-1]).baddbmm_(blocks, right)
-            self.core, self.blocked = core, None  # folded: a second call gives the same total
-        products: dict[int, torch.Tensor] = {}  # once per layer (independent of the samples), once per pair
-        for pair, _, _ in self.hadamard:
-            if id(pair) not in products:
-                products[id(pair)] = pair[0] @ pair[1]
-        fixed = [products[id(pair)] for pair, _, _ in self.hadamard]
-        for start in range(0, m, INNER_BLOCK):
-            rows = slice(start, min(m, start + INNER_BLOCK))
-            block = core[rows].clone() if core is not None else None
-            for weights, right in self.weighted:
-                if block is None:
-                    block = weights[rows, None] * right[rows]
-                else:
-                    block.addcmul_(weights[rows, None], right[rows])
-            for product, (_, moments, right) in zip(fixed, self.hadamard):
-                part = (product[rows] * moments[rows]) @ right
-                block = part if block is None else block.add_(part)
-            block.mul_(self.column_gain[None, :])
-            total.addmm_(self.left[:, rows], block)
-        return total.mul_(self.row_gain[:, None])
-
-
-@dataclass
-class FactoredSum:
-    """sum_s (J_s - I) over one batch: named factored terms plus rank-one terms (d x n, n x d) pairs."""
-
-    terms: dict[str, FactoredTerm]
-    outer: list
-    scale: float | torch.Tensor = 1.0  # a constant output scale s: the mean is s (I + sum / n)
-
-
-class FactoredAccumulator:
-    """Running sum of one sublayer's FactoredSums, with one d x d buffer for all rank-one terms."""
-
-    def __init__(self) -> None:
-        self.terms: dict[str, FactoredTerm] = {}
-        self.outer: torch.Tensor | None = None
-        self.scale = 1.0
-        self.count = 0
-
-    def add(self, partial: FactoredSum, count: int) -> None:
-        self.count += count
-        self.scale = partial.scale
-        for name, term in partial.terms.items():
-            if name in self.terms:
-                self.terms[name].absorb(term)
-            else:
-                self.terms[name] = term
-        if self.outer is None:
-            reference = next(iter(partial.terms.values())).left
-            d = reference.shape[0]
-            self.outer = torch.zeros(d, d, dtype=reference.dtype, device=reference.device)
-        for left, right in partial.outer:
-            self.outer.addmm_(left, right)
-
-    def mean(self) -> torch.Tensor:
-        """s (I + sum / n)."""
-        total = self.outer
-        for term in self.terms.values():
-            total = total.add_(term.total())
-        total.div_(self.count)
-        total.diagonal().add_(1.0)
-        return total.mul_(self.scale)
-
-
-# -- norms --------------------------------------------------------------------------------------
-
-
-def _norm_terms(norm, z: torch.Tensor):
-    """(gain g, per-sample c = 1 / r(z)) of an RMSNorm; (1, 1) when the norm is absent."""
-    if norm is None:
-        return (torch.ones(z.shape[-1], dtype=z.dtype, device=z.device),
-                torch.ones(z.shape[0], dtype=z.dtype, device=z.device))
-    gain, eps = rms_norm_gain(norm)
-    gain = torch.ones(z.shape[-1], dtype=z.dtype, device=z.device) if gain is None else gain.to(z.dtype)
-    return gain, torch.rsqrt(z.pow(2).mean(-1) + eps)
-
-
-@dataclass(frozen=True)
-class NormAt:
-    """An RMSNorm's derivative at per-sample points z (rows): dN v = c g v - c^3 (g z)(z . v) / m."""
-
-    gain: torch.Tensor
-    scale: torch.Tensor  # c per sample
-    z: torch.Tensor
-    present: bool
-
-    @classmethod
-    def of(cls, norm, z: torch.Tensor) -> NormAt:
-        gain, scale = _norm_terms(norm, z)
-        return cls(gain, scale, z, norm is not None)
-
-    def apply(self, v: torch.Tensor) -> torch.Tensor:
-        if not self.present:
-            return v
-        c = self.scale[:, None]
-        return c * self.gain * v - c**3 * (self.gain * self.z) * (self.z * v).sum(-1, keepdim=True) / v.shape[-1]
-
-    def apply_transpose(self, w: torch.Tensor) -> torch.Tensor:
-        if not self.present:
-            return w
-        c = self.scale[:, None]
-        return c * self.gain * w - c**3 * self.z * (self.gain * self.z * w).sum(-1, keepdim=True) / w.shape[-1]
 
 
 # -- the MLP map --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GatedMlp:
-    """The pieces of one gated-MLP residual map (None: that norm or branch is absent)."""
-
-    mlp: torch.nn.Module
-    norm_in: torch.nn.Module | None
-    norm_out: torch.nn.Module | None
-    per_layer: torch.nn.Module | None = None  # the decoder layer, when it has Gemma 4's per-layer-input branch
-    output_scale: torch.Tensor | None = None  # Gemma 4's layer_scalar
+def _known_norms(*norms) -> bool:
+    """Is every present norm an RMSNorm of a known form (so that its derivative is the one in the docstring)?"""
+    return all(norm is None or rms_norm_gain(norm) is not None for norm in norms)
 
 
-def gated_mlp_of(adapter, layer) -> GatedMlp | None:
-    """The closed-form view of ``layer``'s MLP map, or None when the closed form does not apply."""
-    mlp = getattr(layer, "mlp", None)
-    if mlp is None or not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+def gated_mlp_of(adapter, layer) -> MlpParts | None:
+    """The adapter's description of ``layer``'s MLP map when the closed form applies to it, else None.
+
+    It applies to a gated MLP whose norms (and per-layer-input norm) are known RMSNorms. A branch scalar
+    together with a per-layer-input branch is not written out (no family has both) and is left to autodiff.
+    """
+    parts = adapter.mlp_parts(layer)
+    if parts is None or parts.kind != "gated":
         return None
-    if type(adapter) is PreNormAdapter:
-        pieces = GatedMlp(mlp, layer.post_attention_layernorm, None)
-    elif type(adapter) is PostNormAdapter:
-        pieces = GatedMlp(mlp, None, layer.post_feedforward_layernorm)
-    elif type(adapter) is Gemma3Adapter:
-        pieces = GatedMlp(mlp, layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm)
-    elif type(adapter) is Gemma4Adapter:
-        if getattr(layer, "enable_moe_block", False):
-            return None
-        per_layer = layer if getattr(layer, "hidden_size_per_layer_input", 0) else None
-        if per_layer is not None and rms_norm_gain(layer.post_per_layer_input_norm) is None:
-            return None
-        pieces = GatedMlp(mlp, layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm, per_layer,
-                          layer.layer_scalar)
-    else:
+    branch = parts.per_layer_input
+    if branch is not None and parts.branch_scale is not None:
         return None
-    for norm in (pieces.norm_in, pieces.norm_out):
-        if norm is not None and rms_norm_gain(norm) is None:
-            return None
-    return pieces
+    if not _known_norms(parts.norm_before, parts.norm_after, branch.norm if branch is not None else None):
+        return None
+    return parts
 
 
 def _activation_and_derivative(activation, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,32 +100,33 @@ def _without_bias(linear: torch.nn.Module, output: torch.Tensor) -> torch.Tensor
 
 
 @torch.no_grad()
-def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor, per_layer_input: torch.Tensor | None = None) -> FactoredSum:
-    """sum_s (J_s - I) over the rows x_s of ``x`` (n, d), by the closed forms in the module docstring.
+def mlp_partial_sum(parts: MlpParts, x: torch.Tensor, per_layer_input: torch.Tensor | None = None) -> FactoredSum:
+    """sum_s Delta_s over the rows x_s of ``x`` (n, d), J_s = s (I + m Delta_s), by the closed forms in the
+    module docstring; the returned FactoredSum carries s and m.
 
     Each product with a d x d_ff weight reads the whole weight for a handful of rows (memory-bound, not
     compute-bound), so each is made once for all the vectors that need it: Q (g1 x) = W_down w once,
     and Q^T for y and for the per-layer branch's vector in one stacked pass.
     """
     d, n = x.shape[1], x.shape[0]
-    mlp = pieces.mlp
-    norm1 = NormAt.of(pieces.norm_in, x)
-    normed = pieces.norm_in(x) if pieces.norm_in is not None else x
+    mlp = parts.mlp
+    norm1 = NormAt.of(parts.norm_before, x)
+    normed = parts.norm_before(x) if parts.norm_before is not None else x
     a, u = mlp.gate_proj(normed), mlp.up_proj(normed)
     phi, phi_prime = _activation_and_derivative(mlp.act_fn, a)
     d1, d2 = phi_prime * u, phi  # dM/dn = W_down [diag(d1) W_gate + diag(d2) W_up]
     y = mlp.down_proj(phi * u)
-    norm2 = NormAt.of(pieces.norm_out, y)
+    norm2 = NormAt.of(parts.norm_after, y)
     g1, c1, g2, c2 = norm1.gain, norm1.scale, norm2.gain, norm2.scale
     w_gate, w_up, w_down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
     # W_in (g1 x) from the projections already made: (a - b) / c1 (c1 = 1 without a norm), no d x d_ff product
     gate_x, up_x = _without_bias(mlp.gate_proj, a) / c1[:, None], _without_bias(mlp.up_proj, u) / c1[:, None]
     w = d1 * gate_x + d2 * up_x  # W_in(s) (g1 x_s), (n, d_ff)
-    branch = _PerLayerBranch.at(pieces, x, y, norm2, per_layer_input) if pieces.per_layer is not None else None
+    branch = _PerLayerBranch.at(parts, x, y, norm2, per_layer_input) if parts.per_layer_input is not None else None
     # Q (g1 x), (n, d): only the pre-norm term and the per-layer branch use it (post-norm families skip the pass)
-    q_of_gained_x = w @ w_down.T if pieces.norm_in is not None or branch is not None else None
+    q_of_gained_x = w @ w_down.T if parts.norm_before is not None or branch is not None else None
     y_down = q_transpose_y = q_transpose_branch = None
-    if pieces.norm_out is not None or branch is not None:
+    if parts.norm_after is not None or branch is not None:
         rows = y if branch is None else torch.cat([y, branch.pulled])  # (n or 2n, d)
         rows_down = (rows @ w_down).view(-1, n, w_down.shape[1])  # (1 or 2, n, d_ff): d1, d2 broadcast, not copied
         pulled = ((rows_down * d1).flatten(0, 1) @ w_gate + (rows_down * d2).flatten(0, 1) @ w_up)  # Q^T rows
@@ -294,19 +135,19 @@ def mlp_partial_sum(pieces: GatedMlp, x: torch.Tensor, per_layer_input: torch.Te
 
     weight = c1 * c2
     outer = []
-    if pieces.norm_in is not None:
+    if parts.norm_before is not None:
         outer.append((-(g2 / d)[:, None] * ((c1**3 * c2)[:, None] * q_of_gained_x).T, x))
-    if pieces.norm_out is not None:
+    if parts.norm_after is not None:
         outer.append((-((c1 * c2**3 / d)[:, None] * (g2 * y)).T, q_transpose_y * g1))
-        if pieces.norm_in is not None:
+        if parts.norm_before is not None:
             sigma = (y_down * w).sum(-1)  # y^T W_down w
             outer.append((((sigma * c1**3 * c2**3 / d**2)[:, None] * (g2 * y)).T, x))
     terms = {"mlp": FactoredTerm(w_down, g2, g1, weighted=[(weight @ d1, w_gate), (weight @ d2, w_up)])}
-    scale = pieces.output_scale.to(x.dtype) if pieces.output_scale is not None else 1.0
     if branch is not None:
-        branch.add_terms(pieces, x, y, norm1, norm2, (d1, d2), (q_transpose_y, q_transpose_branch, q_of_gained_x),
+        branch.add_terms(parts, x, y, norm1, norm2, (d1, d2), (q_transpose_y, q_transpose_branch, q_of_gained_x),
                          terms, outer)
-    return FactoredSum(terms, outer, scale)
+    return FactoredSum(terms, outer, scalar_factor(parts.output_scale, x.dtype),
+                       scalar_factor(parts.branch_scale, x.dtype))
 
 
 @dataclass
@@ -321,26 +162,25 @@ class _PerLayerBranch:
     pulled: torch.Tensor  # N2^T P^T z3, (n, d)
 
     @classmethod
-    def at(cls, pieces: GatedMlp, x, y, norm2: NormAt, p) -> _PerLayerBranch:
-        layer = pieces.per_layer
-        h1 = x + (pieces.norm_out(y) if pieces.norm_out is not None else y)
-        a3 = layer.per_layer_input_gate(h1)
-        phi3, phi3_prime = _activation_and_derivative(layer.act_fn, a3)
+    def at(cls, parts: MlpParts, x, y, norm2: NormAt, p) -> _PerLayerBranch:
+        branch = parts.per_layer_input
+        h1 = x + (parts.norm_after(y) if parts.norm_after is not None else y)
+        a3 = branch.gate(h1)
+        phi3, phi3_prime = _activation_and_derivative(branch.activation, a3)
         q_prime = phi3_prime * p
-        z3 = layer.per_layer_projection(phi3 * p)
-        p_transpose_z3 = (q_prime * (z3 @ layer.per_layer_projection.weight)) @ layer.per_layer_input_gate.weight
-        return cls(q_prime, z3, NormAt.of(layer.post_per_layer_input_norm, z3), p_transpose_z3,
-                   norm2.apply_transpose(p_transpose_z3))
+        z3 = branch.projection(phi3 * p)
+        p_transpose_z3 = (q_prime * (z3 @ branch.projection.weight)) @ branch.gate.weight
+        return cls(q_prime, z3, NormAt.of(branch.norm, z3), p_transpose_z3, norm2.apply_transpose(p_transpose_z3))
 
-    def add_terms(self, pieces, x, y, norm1, norm2, diagonals, made, terms, outer) -> None:
+    def add_terms(self, parts: MlpParts, x, y, norm1, norm2, diagonals, made, terms, outer) -> None:
         """E[G] and E[G Delta] (module docstring); ``made`` = (Q^T y, Q^T N2^T P^T z3, Q (g1 x))."""
-        layer, mlp = pieces.per_layer, pieces.mlp
+        branch, mlp = parts.per_layer_input, parts.mlp
         d = x.shape[1]
         d1, d2 = diagonals
         q_transpose_y, q_transpose_branch, q_of_gained_x = made
         q_prime, z3 = self.q_prime, self.z3
         g3, c3 = self.norm3.gain, self.norm3.scale
-        w_pg, w_pp = layer.per_layer_input_gate.weight, layer.per_layer_projection.weight
+        w_pg, w_pp = branch.gate.weight, branch.projection.weight
         g1, c1, g2, c2 = norm1.gain, norm1.scale, norm2.gain, norm2.scale
 
         def p_apply(v):  # P v = W_pp diag(q') W_pg v
@@ -379,8 +219,6 @@ class StructuredBackend:
 
     @staticmethod
     def _closed_form(adapter, layer, sublayer: str):
-        from .structured_attention import attention_view_of
-
         if sublayer == "mlp":
             return gated_mlp_of(adapter, layer)
         return attention_view_of(adapter, layer)
@@ -391,8 +229,8 @@ class StructuredBackend:
     def backend_for(self, adapter, layer, sublayer: str) -> str:
         if self.covers(adapter, layer, sublayer):
             return self.name
-        reason = "mixture of experts" if sublayer == "mlp" and getattr(layer, "enable_moe_block", False) else \
-            "no closed form"
+        parts = adapter.mlp_parts(layer) if sublayer == "mlp" else None
+        reason = "mixture of experts" if parts is not None and parts.kind == "mixture_of_experts" else "no closed form"
         return f"{self.fallback.name} (structured fallback: {reason})"
 
     def sample_jacobians(self, adapter, layer, inputs, sublayer: str, position: int) -> torch.Tensor:
@@ -401,14 +239,14 @@ class StructuredBackend:
     def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor | None:
         """Add this batch to ``moments``: at once through the fallback, or as a factored sum that
         :meth:`finish` turns into the mean (the d x d_ff x d weight products happen there, once)."""
-        pieces = self._closed_form(adapter, layer, sublayer)
-        if pieces is None:
-            kind = (type(adapter).__name__, sublayer)
+        closed_form = self._closed_form(adapter, layer, sublayer)
+        if closed_form is None:
+            kind = (adapter.family, sublayer)
             if kind not in self._reported:
                 self._reported.add(kind)
                 log.warning("structured backend: %s for the %s sublayer of %s; using autodiff",
                             self.backend_for(adapter, layer, sublayer).split(": ", 1)[-1].rstrip(")"), sublayer,
-                            type(adapter).__name__)
+                            adapter.family)
             return self.fallback.accumulate(adapter, layer, inputs, sublayer, position, moments)
         if sublayer == "mlp":
             x = inputs.pre_mlp_rows.get(position)
@@ -417,11 +255,9 @@ class StructuredBackend:
             per_layer_input = inputs.arguments.get("per_layer_input")
             if per_layer_input is not None:
                 per_layer_input = per_layer_input[:, position]
-            partial = mlp_partial_sum(pieces, x, per_layer_input)
+            partial = mlp_partial_sum(closed_form, x, per_layer_input)
         else:
-            from .structured_attention import attention_partial_sum
-
-            partial, pre_mlp_row = attention_partial_sum(pieces, inputs.hidden, inputs.arguments, position)
+            partial, pre_mlp_row = attention_partial_sum(closed_form, inputs.hidden, inputs.arguments, position)
             inputs.pre_mlp_rows[position] = pre_mlp_row  # the MLP step needs exactly this row
         if id(moments) not in self._pending:
             self._pending[id(moments)] = (moments, FactoredAccumulator())

@@ -1,13 +1,19 @@
 """Exact mean of the attention sublayer's diagonal Jacobian block, in closed form.
 
-Sublayer out_t = x + N2(y), y = W_o o(n_t) + b, n_t = N1(x) (N1 / N2: optional RMSNorms, see
-:mod:`resdyn.jacobians.structured`), with only row t of the (normalised) sequence varying. Write
-Core = dy/dn. With c = 1/r and gains g as for the MLP,
+Sublayer out_t = x + m N2(y), y = W_o o(n_t) + b, n_t = N1(x) (N1 / N2: optional RMSNorms, see
+:mod:`resdyn.jacobians.structured`; m: the branch's output scalar, Granite's ``residual_multiplier``,
+1 elsewhere), with only row t of the (normalised) sequence varying. Write Core = dy/dn. With c = 1/r
+and gains g as for the MLP,
 
-    E[J - I] = diag(g2) E[c1 c2 Core] diag(g1)
-             - diag(g2) E[c2 c1^3 (Core (g1 x)) x^T] / d
-             - E[c2^3 c1 (g2 y) (Core^T y)^T] diag(g1) / d
-             + E[c2^3 c1^3 (y . Core (g1 x)) (g2 y) x^T] / d^2.
+    E[J - I] / m = diag(g2) E[c1 c2 Core] diag(g1)
+                 - diag(g2) E[c2 c1^3 (Core (g1 x)) x^T] / d
+                 - E[c2^3 c1 (g2 y) (Core^T y)^T] diag(g1) / d
+                 + E[c2^3 c1^3 (y . Core (g1 x)) (g2 y) x^T] / d^2.
+
+Which norms and scalar the layer has is the family adapter's description
+(:class:`~resdyn.models.adapters.base.AttentionParts`, ``adapter.attention_parts(layer)``); the rest
+is read from the attention module itself, its logit scale included (the module's ``scaling``, which
+is Granite's ``attention_multiplier``).
 
 The last three need Core times one vector per sample, applied from the per-sample factors below
 (no autodiff). Per head h (KV group k), with post-RoPE query q_h, keys K_k and values V_k over the
@@ -29,10 +35,11 @@ summed in factored form, and the weights (W_q, W_o) are applied once per layer, 
 O(n T d d_head + n d^2) per batch and O(d^2 H d_head) per layer, for n samples, instead of n d
 per-sample backward passes.
 
-The mask row is taken from what the model passed, whatever its attention implementation: an
-additive float mask as it is, a boolean mask as 0 / -inf, and no mask (sdpa's causal fast path) as
-the causal mask of the module (or none, for a bidirectional one). Implementations whose masks are
-implicit in kernels (flash, flex) are refused by the engine.
+The mask row is taken from what the model passed, whatever its attention implementation
+(:func:`resdyn.models.masks.additive_mask_row`): an additive float mask as it is, a boolean mask as
+0 / -inf, and no mask (sdpa's causal fast path) as the causal mask of the module (or none, for a
+bidirectional one). Implementations whose masks are implicit in kernels (flash, flex) are refused by
+the engine.
 """
 
 from __future__ import annotations
@@ -45,16 +52,21 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models.adapters.families import Gemma3Adapter, Gemma4Adapter, PostNormAdapter, PreNormAdapter
+from ..models.masks import additive_mask_row
 from ..models.precision import rms_norm_gain
-from .structured import FactoredSum, FactoredTerm, NormAt
+from .factored import FactoredSum, FactoredTerm, NormAt, scalar_factor
 
 
 @dataclass(frozen=True)
 class AttentionView:
+    """What the closed form needs of one attention map: the adapter's
+    :class:`~resdyn.models.adapters.base.AttentionParts` (norms and branch scalar) and what it reads off
+    the attention module."""
+
     attention: torch.nn.Module
-    norm_in: torch.nn.Module | None
-    norm_out: torch.nn.Module | None
+    norm_before: torch.nn.Module | None
+    norm_after: torch.nn.Module | None
+    branch_scale: float | None  # m: out = x + m N2(y)
     qk_norm: str  # "none", "per_head" or "full"
     v_norm: torch.nn.Module | None  # per-head value norm (Gemma 4)
     kv_shared: bool  # keys and values reused from an earlier layer (Gemma 4)
@@ -78,22 +90,20 @@ def applied_softcap(attention: torch.nn.Module) -> float | None:
 
 
 def attention_view_of(adapter, layer) -> AttentionView | None:
-    """The closed-form view of ``layer``'s attention map, or None (then: autodiff)."""
-    attention = getattr(layer, "self_attn", None)
-    if attention is None or not all(hasattr(attention, name) for name in ("q_proj", "o_proj", "head_dim", "scaling")):
+    """The closed-form view of ``layer``'s attention map, from the adapter's description
+    (``adapter.attention_parts(layer)``) and the attention module; None (then: autodiff) when the adapter
+    gives none or the module is not one the closed form covers."""
+    parts = adapter.attention_parts(layer)
+    if parts is None:
+        return None
+    attention = parts.attention
+    if not all(hasattr(attention, name) for name in ("q_proj", "o_proj", "head_dim", "scaling")):
         return None
     kv_shared = bool(getattr(attention, "is_kv_shared_layer", False))
     if not kv_shared and getattr(attention, "k_proj", None) is None:
         return None
     k_eq_v = not kv_shared and getattr(attention, "v_proj", None) is None
-    if type(adapter) is PreNormAdapter:
-        norm_in, norm_out = layer.input_layernorm, None
-    elif type(adapter) is PostNormAdapter:
-        norm_in, norm_out = None, layer.post_attention_layernorm
-    elif type(adapter) in (Gemma3Adapter, Gemma4Adapter):
-        norm_in, norm_out = layer.input_layernorm, layer.post_attention_layernorm
-    else:
-        return None
+    norm_before, norm_after = parts.norm_before, parts.norm_after
     qk_norm = "none"
     if getattr(attention, "q_norm", None) is not None:
         width = attention.q_norm.weight.shape[0] if getattr(attention.q_norm, "weight", None) is not None else \
@@ -103,10 +113,11 @@ def attention_view_of(adapter, layer) -> AttentionView | None:
         if any(rms_norm_gain(norm) is None for norm in norms):
             return None
     v_norm = getattr(attention, "v_norm", None) if not kv_shared else None
-    for norm in (norm_in, norm_out, v_norm):
+    for norm in (norm_before, norm_after, v_norm):
         if norm is not None and rms_norm_gain(norm) is None:
             return None
-    return AttentionView(attention, norm_in, norm_out, qk_norm, v_norm, kv_shared, k_eq_v, applied_softcap(attention))
+    return AttentionView(attention, norm_before, norm_after, parts.branch_scale, qk_norm, v_norm, kv_shared, k_eq_v,
+                         applied_softcap(attention))
 
 
 def rotary(attention) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -124,20 +135,6 @@ def _rope_matrix(rope, cos_t: torch.Tensor, sin_t: torch.Tensor, dtype: torch.dt
     identity = torch.eye(cos_t.shape[-1], dtype=dtype, device=cos_t.device)[None, None]  # rows e_i as (1, 1, hd, hd)
     rotated = rope(identity, cos_t[None, None], sin_t[None, None])
     return rotated[0, 0].T  # column i = R e_i
-
-
-def additive_mask_row(mask, attention, position: int, length: int, batch: int, dtype, device) -> torch.Tensor:
-    """Row ``position`` of the layer's attention mask as additive floats (batch, length): 0 allowed, -inf not."""
-    if mask is None:  # sdpa's fast path: causal (or, for a bidirectional module, nothing masked)
-        allowed = torch.ones(length, dtype=torch.bool, device=device)
-        if getattr(attention, "is_causal", True):
-            allowed = torch.arange(length, device=device) <= position
-        row = torch.zeros(length, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
-        return row.expand(batch, length)
-    row = mask[:, 0, position, :length]
-    if row.dtype == torch.bool:
-        return torch.zeros(row.shape, dtype=dtype, device=device).masked_fill(~row, float("-inf")).expand(batch, length)
-    return row.to(dtype).expand(batch, length)
 
 
 def _norm_vector_jacobian(norm, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -289,7 +286,7 @@ def attention_pieces(view: AttentionView, hidden: torch.Tensor, arguments: dict,
     rope = rotary(attention)
     batch, tokens, d = hidden.shape
     head_dim = attention.head_dim
-    normed = view.norm_in(hidden) if view.norm_in is not None else hidden
+    normed = view.norm_before(hidden) if view.norm_before is not None else hidden
     q_raw = attention.q_proj(normed[:, position])  # only the analysed position's query is needed
     n_heads = q_raw.shape[-1] // head_dim
     q_pre = attention.q_norm(q_raw) if view.qk_norm == "full" else q_raw
@@ -377,25 +374,28 @@ def attention_pieces(view: AttentionView, hidden: torch.Tensor, arguments: dict,
 
 @torch.no_grad()
 def attention_partial_sum(view: AttentionView, hidden: torch.Tensor, arguments: dict, position: int):
-    """sum_s (J_s - I) of the attention map at ``position`` over the batch (module docstring), factored,
-    and the pre-MLP residual at that position (which the MLP step needs)."""
+    """sum_s (J_s - I) / m of the attention map at ``position`` over the batch (module docstring), factored
+    (the FactoredSum carries m), and the pre-MLP residual x + m N2(y) at that position (which the MLP step
+    needs)."""
     x = hidden[:, position]
     batch, d = x.shape
     pieces = attention_pieces(view, hidden, arguments, position)
     w_o = view.attention.o_proj.weight
     y = view.attention.o_proj(pieces.output.reshape(batch, -1))
-    norm1, norm2 = NormAt.of(view.norm_in, x), NormAt.of(view.norm_out, y)
+    norm1, norm2 = NormAt.of(view.norm_before, x), NormAt.of(view.norm_after, y)
     g1, c1, g2, c2 = norm1.gain, norm1.scale, norm2.gain, norm2.scale
     blocks, core = pieces.weighted_sum(c1 * c2)
     outer = []
-    if view.norm_in is not None:
+    if view.norm_before is not None:
         applied = pieces.apply(g1 * x).reshape(batch, -1)  # (d o / d n)(g1 x), before W_o
         outer.append((-(g2 / d)[:, None] * (w_o @ ((c2 * c1**3)[:, None] * applied).T), x))
-    if view.norm_out is not None:
+    if view.norm_after is not None:
         pulled = pieces.apply_transpose((y @ w_o).view_as(pieces.output))  # Core^T y
         outer.append((-((c2**3 * c1 / d)[:, None] * (g2 * y)).T, pulled * g1))
-        if view.norm_in is not None:
+        if view.norm_before is not None:
             sigma = (y * (applied @ w_o.T)).sum(-1)  # y . Core (g1 x)
             outer.append((((sigma * c2**3 * c1**3 / d**2)[:, None] * (g2 * y)).T, x))
-    partial = FactoredSum({"attention": FactoredTerm(w_o, g2, g1, core=core, blocked=(blocks, pieces.w_q))}, outer)
-    return partial, x + (view.norm_out(y) if view.norm_out is not None else y)
+    branch_scale = scalar_factor(view.branch_scale, x.dtype)
+    partial = FactoredSum({"attention": FactoredTerm(w_o, g2, g1, core=core, blocked=(blocks, pieces.w_q))}, outer,
+                          branch_scale=branch_scale)
+    return partial, x + branch_scale * (view.norm_after(y) if view.norm_after is not None else y)

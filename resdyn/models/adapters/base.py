@@ -6,9 +6,12 @@ Every decoder layer l is split at the paper's boundaries into
     mlp:  m_l (pre-MLP residual)        ->  h_{l+1} (next pre-attention residual)
 
 so that ``mlp(attn(h)) == layer(h)`` exactly. Where a family puts norms (pre-norm, post-norm,
-sandwich) or extra branches (Gemma 4's per-layer input, ``layer_scalar``) is the family adapter's
-business; everything else (capturing what the model passes to each layer, slicing positions) is
-shared here.
+sandwich), scalars (Gemma 4's ``layer_scalar``, Granite's ``residual_multiplier``) or extra branches
+(Gemma 4's per-layer input) is the family adapter's business: its maps compute them, and its
+:meth:`FamilyAdapter.attention_parts` / :meth:`FamilyAdapter.mlp_parts` describe them
+(:class:`AttentionParts`, :class:`MlpParts`) for the closed forms of :mod:`resdyn.jacobians`, which
+read those descriptions and know no family. Everything else (capturing what the model passes to each
+layer, slicing positions, the registry of families) is shared here.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from torch import nn
 
 from ...naming import BOUNDARIES, SUBLAYERS, sublayer_depth  # noqa: F401 - re-exported
+from ..masks import additive_mask_row
 
 
 @dataclass
@@ -52,8 +56,149 @@ class LayerInputs:
         return LayerInputs(pick(self.hidden), {key: pick(value) for key, value in self.arguments.items()})
 
 
+@dataclass(frozen=True)
+class AttentionParts:
+    """Where a family puts the pieces of its attention residual map
+
+        m = h + s * N_after(Attn(N_before(h))),
+
+    N_before, N_after RMSNorms (absent: the identity), s the branch's output scalar (absent: 1).
+    Pre-norm families have N_before only, post-norm ones N_after only, sandwich ones both; Granite has
+    N_before and s = ``residual_multiplier``. What happens inside the attention module (projections,
+    RoPE, q/k/v norms, its ``scaling``, keys and values shared with an earlier layer) is the module's
+    own and is read from it.
+
+    Attributes
+    ----------
+    attention : nn.Module
+        The layer's attention module.
+    norm_before : nn.Module or None
+        N_before, the norm of the branch's input.
+    norm_after : nn.Module or None
+        N_after, the norm of the branch's output, before the scalar and the add.
+    branch_scale : float or None
+        s; None when the family has no such scalar.
+    """
+
+    attention: nn.Module
+    norm_before: nn.Module | None
+    norm_after: nn.Module | None
+    branch_scale: float | None = None
+
+
+@dataclass(frozen=True)
+class PerLayerInputParts:
+    """Gemma 4's third residual branch, B(h1) = N(W_projection (phi(W_gate h1) * p_t)), with p_t the
+    per-layer input of token t (held fixed: an input of the layer, not a function of the residual).
+
+    Attributes
+    ----------
+    gate : nn.Module
+        The linear map W_gate, d -> d_pl.
+    projection : nn.Module
+        The linear map W_projection, d_pl -> d.
+    norm : nn.Module
+        The RMSNorm N of the branch's output.
+    activation : Callable
+        phi.
+    """
+
+    gate: nn.Module
+    projection: nn.Module
+    norm: nn.Module
+    activation: Callable[[torch.Tensor], torch.Tensor]
+
+
+MLP_KINDS = ("gated", "mixture_of_experts")
+
+
+@dataclass(frozen=True)
+class MlpParts:
+    """Where a family puts the pieces of its MLP residual map
+
+        h1  = x + s_b * N_after(M(N_before(x)))
+        h2  = h1 + B(h1)      (the per-layer-input branch, where the family has one)
+        out = s_out * h2,
+
+    N_before, N_after RMSNorms (absent: the identity), s_b the branch's output scalar (Granite's
+    ``residual_multiplier``), s_out the scalar of the whole map (Gemma 4's ``layer_scalar``); absent
+    scalars are 1.
+
+    Attributes
+    ----------
+    mlp : nn.Module
+        The layer's MLP module M.
+    kind : str or None
+        ``"gated"``: M(n) = W_down (phi(W_gate n + b_gate) * (W_up n + b_up)) + b_down, with the module's
+        ``gate_proj``, ``up_proj``, ``down_proj`` and ``act_fn``; ``"mixture_of_experts"``: a routed block
+        beside the dense MLP (Gemma 4), which has no closed form; None: any other shape.
+    norm_before, norm_after : nn.Module or None
+        N_before and N_after.
+    branch_scale : float or None
+        s_b.
+    per_layer_input : PerLayerInputParts or None
+        B, Gemma 4's per-layer-input branch.
+    output_scale : torch.Tensor or float or None
+        s_out.
+    """
+
+    mlp: nn.Module
+    kind: str | None
+    norm_before: nn.Module | None
+    norm_after: nn.Module | None
+    branch_scale: float | None = None
+    per_layer_input: PerLayerInputParts | None = None
+    output_scale: torch.Tensor | float | None = None
+
+
+def mlp_kind(mlp: nn.Module) -> str | None:
+    """``"gated"`` when ``mlp`` has the four pieces of a gated MLP (:class:`MlpParts`), else None."""
+    pieces = ("gate_proj", "up_proj", "down_proj", "act_fn")
+    return "gated" if all(hasattr(mlp, name) for name in pieces) else None
+
+
+_REGISTERED: list[type[FamilyAdapter]] = []
+
+
+def register_family(adapter: type[FamilyAdapter]) -> type[FamilyAdapter]:
+    """Class decorator: make ``adapter`` the one :func:`~resdyn.models.adapters.adapter_for` returns for
+    each config ``model_type`` in its ``families``, so that a family is added by one module that
+    defines and registers its adapter."""
+    taken = {family for registered in _REGISTERED for family in registered.families}
+    clashing = taken & set(adapter.families)
+    if clashing:
+        raise ValueError(f"{adapter.__name__}: model types {sorted(clashing)} already have an adapter")
+    _REGISTERED.append(adapter)
+    return adapter
+
+
+def registered_adapters() -> tuple[type[FamilyAdapter], ...]:
+    """Every registered adapter class, in the order of registration."""
+    return tuple(_REGISTERED)
+
+
+def attention_output(attention: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
+    """The attention module's output (after o_proj) for a whole sequence."""
+    arguments = dict(arguments)
+    shared = arguments.get("shared_kv_states")
+    if isinstance(shared, MutableMapping):
+        # Gemma 4 layers that own a KV cache write into this mapping (a KVSharingDict, which is a
+        # UserDict, not a dict); a private copy keeps the states of the model's own forward intact
+        # for the layers that read them, whatever this (perhaps perturbed) call computes.
+        arguments["shared_kv_states"] = type(shared)(shared)
+    output = attention(hidden_states=hidden, **arguments)
+    return output[0] if isinstance(output, tuple) else output
+
+
 class FamilyAdapter:
-    """Base class: subclasses implement :meth:`attention_map` and :meth:`mlp_map`."""
+    """Base class: subclasses implement :meth:`attention_map` and :meth:`mlp_map`, and describe them by
+    :meth:`attention_parts` and :meth:`mlp_parts` where a closed form may apply.
+
+    Parameters
+    ----------
+    model_type : str or None
+        The config's ``model_type`` the adapter serves (:attr:`family` names it in messages).
+    """
 
     families: tuple[str, ...] = ()
     # arguments that hold one entry per token and must follow a position selection in the MLP map
@@ -65,11 +210,29 @@ class FamilyAdapter:
         "mlp": "position-wise: the map of one position's residual",
     }
 
+    def __init__(self, model_type: str | None = None) -> None:
+        self.model_type = model_type
+
+    @property
+    def family(self) -> str:
+        """The family's name (``gemma3_text`` -> ``gemma3``), for messages and cache keys."""
+        return (self.model_type or (self.families[0] if self.families else type(self).__name__)).removesuffix("_text")
+
     def attention_map(self, layer: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
         raise NotImplementedError
 
     def mlp_map(self, layer: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
         raise NotImplementedError
+
+    def attention_parts(self, layer: nn.Module) -> AttentionParts | None:
+        """What :meth:`attention_map` is made of in ``layer`` (:class:`AttentionParts`); None: not described,
+        so no closed form applies."""
+        return None
+
+    def mlp_parts(self, layer: nn.Module) -> MlpParts | None:
+        """What :meth:`mlp_map` is made of in ``layer`` (:class:`MlpParts`); None: not described, so no
+        closed form applies."""
+        return None
 
     # -- shared machinery -------------------------------------------------------------------
 
@@ -223,8 +386,6 @@ def row_arguments(arguments: dict, position: int, attention: nn.Module, batch: i
     """The layer's arguments for a one-token call at ``position``: rotary tables and position ids sliced
     to that token, and the mask row made explicit and additive (B, 1, 1, T): sdpa passes no mask on its
     causal fast path, which a one-query call would read as 'attend to everything'."""
-    from ...jacobians.structured_attention import additive_mask_row
-
     sliced = dict(arguments)
     t = slice(position, position + 1)
     if sliced.get("position_embeddings") is not None:

@@ -1,4 +1,5 @@
-"""Per-family sublayer maps. Each mirrors its HF decoder layer's ``forward`` line by line.
+"""Per-family sublayer maps. Each mirrors its HF decoder layer's ``forward`` line by line, and its
+``attention_parts`` / ``mlp_parts`` say where the norms and scalars of those maps are.
 
 - Pre-norm (Llama 3.x, Mistral, Qwen 2/3): x + Attn(Norm(x)), x + MLP(Norm(x)).
 - Post-norm (OLMo 2, OLMo 3): the norm acts on the sublayer output before the add,
@@ -6,35 +7,33 @@
 - Sandwich (Gemma 3): x + Norm(Attn(Norm(x))), x + Norm(MLP(Norm(x))).
 - Gemma 4 text: Gemma 3's sandwich plus, in the MLP map, the optional mixture-of-experts branch,
   the per-layer-input third residual branch and the final ``layer_scalar``.
+- Granite (:mod:`.granite`, a family in one module): pre-norm with ``residual_multiplier`` m on
+  each branch, x + m Attn(Norm(x)), x + m MLP(Norm(x)).
+
+Every adapter is registered (:func:`~.base.register_family`); :func:`adapter_for` looks the config's
+``model_type`` up among them.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from . import granite  # noqa: F401 - imported for its registration: the Granite family registers itself
+from .base import (
+    AttentionParts,
+    FamilyAdapter,
+    MlpParts,
+    PerLayerInputParts,
+    attention_output,
+    mlp_kind,
+    register_family,
+    registered_adapters,
+)
 
-import torch
-from torch import nn
 
-from .base import FamilyAdapter
-
-
-def _attention(layer: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
+def _attention(layer, hidden, arguments):
     return attention_output(layer.self_attn, hidden, arguments)
 
 
-def attention_output(attention: nn.Module, hidden: torch.Tensor, arguments: dict) -> torch.Tensor:
-    """The attention module's output (after o_proj) for a whole sequence."""
-    arguments = dict(arguments)
-    shared = arguments.get("shared_kv_states")
-    if isinstance(shared, MutableMapping):
-        # Gemma 4 layers that own a KV cache write into this mapping (a KVSharingDict, which is a
-        # UserDict, not a dict); a private copy keeps the states of the model's own forward intact
-        # for the layers that read them, whatever this (perhaps perturbed) call computes.
-        arguments["shared_kv_states"] = type(shared)(shared)
-    output = attention(hidden_states=hidden, **arguments)
-    return output[0] if isinstance(output, tuple) else output
-
-
+@register_family
 class PreNormAdapter(FamilyAdapter):
     families = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -44,7 +43,14 @@ class PreNormAdapter(FamilyAdapter):
     def mlp_map(self, layer, hidden, arguments):
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
 
+    def attention_parts(self, layer):
+        return AttentionParts(layer.self_attn, layer.input_layernorm, None)
 
+    def mlp_parts(self, layer):
+        return MlpParts(layer.mlp, mlp_kind(layer.mlp), layer.post_attention_layernorm, None)
+
+
+@register_family
 class PostNormAdapter(FamilyAdapter):
     families = ("olmo2", "olmo3")
 
@@ -54,7 +60,14 @@ class PostNormAdapter(FamilyAdapter):
     def mlp_map(self, layer, hidden, arguments):
         return hidden + layer.post_feedforward_layernorm(layer.mlp(hidden))
 
+    def attention_parts(self, layer):
+        return AttentionParts(layer.self_attn, None, layer.post_attention_layernorm)
 
+    def mlp_parts(self, layer):
+        return MlpParts(layer.mlp, mlp_kind(layer.mlp), None, layer.post_feedforward_layernorm)
+
+
+@register_family
 class Gemma3Adapter(FamilyAdapter):
     families = ("gemma3", "gemma3_text")
 
@@ -65,7 +78,15 @@ class Gemma3Adapter(FamilyAdapter):
     def mlp_map(self, layer, hidden, arguments):
         return hidden + layer.post_feedforward_layernorm(layer.mlp(layer.pre_feedforward_layernorm(hidden)))
 
+    def attention_parts(self, layer):
+        return AttentionParts(layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm)
 
+    def mlp_parts(self, layer):
+        return MlpParts(layer.mlp, mlp_kind(layer.mlp), layer.pre_feedforward_layernorm,
+                        layer.post_feedforward_layernorm)
+
+
+@register_family
 class Gemma4Adapter(Gemma3Adapter):
     """Gemma 4. Its per-layer input (``per_layer_input``) is computed by the model from the token
     embeddings, i.e. from h_0, before layer 0, and every map holds it fixed: it is an input of the layer
@@ -99,9 +120,18 @@ class Gemma4Adapter(Gemma3Adapter):
             hidden = hidden + layer.post_per_layer_input_norm(layer.per_layer_projection(gated))
         return hidden * layer.layer_scalar
 
+    def mlp_parts(self, layer):
+        # the mixture-of-experts block sums a routed branch into the dense one inside one norm
+        kind = "mixture_of_experts" if getattr(layer, "enable_moe_block", False) else mlp_kind(layer.mlp)
+        per_layer_input = None
+        if getattr(layer, "hidden_size_per_layer_input", 0):
+            per_layer_input = PerLayerInputParts(layer.per_layer_input_gate, layer.per_layer_projection,
+                                                 layer.post_per_layer_input_norm, layer.act_fn)
+        return MlpParts(layer.mlp, kind, layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm,
+                        per_layer_input=per_layer_input, output_scale=layer.layer_scalar)
 
-ADAPTERS: tuple[type[FamilyAdapter], ...] = (PreNormAdapter, PostNormAdapter, Gemma3Adapter, Gemma4Adapter)
-SUPPORTED_FAMILIES = tuple(family for adapter in ADAPTERS for family in adapter.families)
+
+SUPPORTED_FAMILIES = tuple(family for adapter in registered_adapters() for family in adapter.families)
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -116,11 +146,11 @@ def family_of(model_type: str) -> str:
 
 def adapter_for(model_type: str) -> FamilyAdapter:
     """The adapter for a config's ``model_type``; a clear error for anything else."""
-    for adapter in ADAPTERS:
+    for adapter in registered_adapters():
         if model_type in adapter.families:
-            return adapter()
+            return adapter(model_type)
     raise UnsupportedArchitectureError(
         f"model_type {model_type!r} is not supported. Supported families (config.model_type): "
-        f"{', '.join(SUPPORTED_FAMILIES)}. Add an adapter in resdyn/models/adapters/families.py "
-        "that splits the decoder layer into its attention and MLP residual maps."
+        f"{', '.join(SUPPORTED_FAMILIES)}. Add a module in resdyn/models/adapters/ (as granite.py) whose "
+        "registered adapter splits the decoder layer into its attention and MLP residual maps."
     )

@@ -4,7 +4,7 @@ import torch
 from resdyn.models.adapters import SUPPORTED_FAMILIES, UnsupportedArchitectureError, adapter_for
 from resdyn.models.loading import ModelNotFoundError, load_model
 
-from .conftest import FAMILIES, random_tiny_model
+from ..tiny_models import FAMILIES, random_tiny_model
 
 
 @pytest.mark.parametrize("family", FAMILIES)

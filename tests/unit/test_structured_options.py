@@ -15,7 +15,7 @@ from resdyn.jacobians.engine import UnsupportedAttentionError, analyse_samples
 from resdyn.jacobians.structured import StructuredBackend
 from resdyn.models.adapters import adapter_for
 
-from .conftest import random_tiny_model
+from ..tiny_models import random_tiny_model
 
 SHARED_GEMMA4 = {"n_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2, "num_kv_shared_layers": 2,
                  "sliding_window": 4}

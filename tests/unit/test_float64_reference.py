@@ -25,7 +25,7 @@ from resdyn.jacobians.engine import analyse_samples
 from resdyn.jacobians.structured import StructuredBackend
 from resdyn.models.adapters import SUBLAYERS, adapter_for
 
-from .conftest import FAMILIES, random_tiny_model
+from ..tiny_models import FAMILIES, random_tiny_model
 
 MOE = {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}
 

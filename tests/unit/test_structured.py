@@ -11,7 +11,7 @@ from resdyn.jacobians.structured import StructuredBackend, gated_mlp_of
 from resdyn.jacobians.structured_attention import attention_view_of
 from resdyn.models.adapters import adapter_for
 
-from .conftest import FAMILIES, random_tiny_model
+from ..tiny_models import FAMILIES, random_tiny_model
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -8,8 +8,8 @@ loaded by resdyn. Two checks:
 - the structured backend, the autodiff backend and the layer-major engine give the mean Jacobians of
   an independent reference to 1e-10: each sublayer map written here from the unpatched HF modules and
   ``config.residual_multiplier`` (h' = h + m f(N(h))), a mask and rotary tables made here, differentiated
-  by ``torch.func.jacrev`` on the whole sequence with one row varying, under this file's own mode that
-  keeps HF's float32 casts in float64 (so no resdyn precision patch is shared).
+  by ``torch.func.jacrev`` on the whole sequence with one row varying, under the tests' own mode that
+  keeps HF's float32 casts in float64 (tests/references.py) (so no resdyn precision patch is shared).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 from transformers import AutoModelForCausalLM, GraniteConfig
 
 from resdyn.corpus import Sample
@@ -30,24 +29,11 @@ from resdyn.models.layerwise import LayerwiseModel
 from resdyn.models.loading import load_model
 from resdyn.models.tiny_configs import END_OF_TEXT_ID, VOCABULARY_SIZE
 
+from ..references import UpcastFloat32
+
 MULTIPLIERS = {"residual_multiplier": 0.22, "attention_multiplier": 0.03, "embedding_multiplier": 12.0,
                "logits_scaling": 4.0}
 TOLERANCE = 1e-10
-
-
-class KeepFloat64(TorchFunctionMode):
-    """This file's own rule: a call on float64 data that names float32 (``dtype=torch.float32``,
-    ``.to(torch.float32)``, ``.float()``) runs in float64 instead, so HF's norms and eager softmax stay exact."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        tensors = [value for value in list(args) + list(kwargs.values()) if isinstance(value, torch.Tensor)]
-        if any(tensor.dtype == torch.float64 for tensor in tensors):
-            if func is torch.Tensor.float:
-                func = torch.Tensor.double
-            args = [torch.float64 if value is torch.float32 else value for value in args]
-            kwargs = {key: torch.float64 if value is torch.float32 else value for key, value in kwargs.items()}
-        return func(*args, **kwargs)
 
 
 def granite_config(n_layers: int = 3) -> GraniteConfig:
@@ -137,9 +123,9 @@ def reference_means(model, samples: list[Sample]) -> dict:
     ids = torch.tensor([sample.token_ids for sample in samples])
     length = ids.shape[1]
     means = {}
-    with KeepFloat64(), torch.no_grad():
+    with UpcastFloat32(), torch.no_grad():
         hidden_states = model(ids, output_hidden_states=True).hidden_states
-    with KeepFloat64():
+    with UpcastFloat32():
         for index in range(model.config.num_hidden_layers):
             reference = ReferenceLayer(model, index, length)
             hidden = hidden_states[index]
@@ -175,7 +161,7 @@ def test_the_reference_layer_and_the_adapter_reproduce_hf_hidden_states(granite_
     ours = load_model(str(granite_directory), dtype="float64")
     adapter = ours.adapter
     ids = torch.tensor([sample.token_ids for sample in random_samples(fresh_seed, n=3, length=16)])
-    with KeepFloat64(), torch.no_grad():
+    with UpcastFloat32(), torch.no_grad():
         hidden_states = hf(ids, output_hidden_states=True).hidden_states
         captured = adapter.capture_layer_inputs(ours.model, ids)
         embedded = hf.model.embed_tokens(ids) * MULTIPLIERS["embedding_multiplier"]

@@ -1,0 +1,171 @@
+"""The notebook API (resdyn.open, resdyn.run, polars frames) against the CLI on a warehouse built here, and the
+tour notebook executed end to end."""
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import resdyn
+from resdyn.dagster_project.cli import main
+from resdyn.dagster_project.store.errors import QueryError, ReadOnlySqlError
+from resdyn.dagster_project.store.warehouse import Warehouse, new_run_id
+
+from ..cli_helpers import REPOSITORY, save_model
+
+QUICK_SETTINGS = dict(n_samples=6, sequence_length=12, per_sample_subsample=2, leiden_seeds=2, n_permutations=50)
+
+
+@pytest.fixture(scope="module")
+def study_root(built, tmp_path_factory):
+    """The session's m@local warehouse, copied, plus a second model materialized through resdyn.run."""
+    import shutil
+
+    _, root = built
+    copy = tmp_path_factory.mktemp("notebook") / "warehouse"
+    shutil.copytree(root, copy)
+    second = save_model(copy.parent / "n", seed=1)
+    study = resdyn.run(str(second), warehouse=copy, progress=True, **QUICK_SETTINGS)
+    assert isinstance(study, resdyn.dagster_project.notebook.Study)
+    return copy
+
+
+def _cli_csv(root, query, capsys) -> pl.DataFrame:
+    capsys.readouterr()
+    assert main(["sql", query, "--csv", "--warehouse", str(root)]) == 0
+    return pl.read_csv(io.StringIO(capsys.readouterr().out))
+
+
+def test_run_goes_through_the_cli_path_and_publishes(study_root):
+    study = resdyn.open(study_root)
+    partitions = study.partitions()
+    assert sorted(partitions["model"].to_list()) == ["m", "n"] and set(partitions["status"]) == {"complete"}
+    runs = study.runs("n@local")
+    assert runs["status"].to_list() == ["success"] and runs["executor"][0] == "in_process"
+    assert study.settings("n@local")["n_samples"] == QUICK_SETTINGS["n_samples"]
+    models = study.models()
+    assert {"m", "n"} <= set(models["model"]) and set(models.filter(pl.col("model") == "n")["status"]) == {"complete"}
+
+
+@pytest.mark.parametrize("question", ["fdr_significant_layers", "partition_overview", "bottleneck_depth",
+                                      "SELECT model, depth, spectral_radius, operator_type FROM layer_metrics "
+                                      "ORDER BY model, depth"])
+def test_sql_frames_equal_the_cli_answer(study_root, question, capsys):
+    study = resdyn.open(study_root)
+    frame = study.sql(question)
+    query = question if " " in question else f"{question}.sql"
+    expected = _cli_csv(study_root, query, capsys)
+    assert frame.height > 0 and frame.columns == expected.columns
+    assert_frame_equal(frame, expected, check_dtypes=False, check_exact=False, rel_tol=1e-12, abs_tol=0.0)
+
+
+def test_parameters_are_bound_by_duckdb_and_cannot_inject(study_root):
+    study = resdyn.open(study_root)
+    query = "SELECT count(*) AS n FROM layer_metrics WHERE model = $model"
+    assert study.sql(query, model="m")["n"][0] > 0
+    for hostile in ("m' OR '1'='1", "m'; COPY layer_metrics TO 'x.csv'; --", "' UNION SELECT 1 --"):
+        assert study.sql(query, model=hostile)["n"][0] == 0
+    assert not list(Path(study_root).rglob("x.csv")) and not Path("x.csv").exists()
+
+
+def test_sql_that_writes_is_refused_exactly_as_on_the_cli(study_root, capsys):
+    study = resdyn.open(study_root)
+    for statement in ("COPY layer_metrics TO 'stolen.parquet'", "CREATE TABLE t AS SELECT 1",
+                      f"ATTACH '{study_root}/x.db' AS x"):
+        with pytest.raises(ReadOnlySqlError) as error:
+            study.sql(statement)
+        capsys.readouterr()
+        assert main(["sql", statement, "--warehouse", str(study_root)]) == 2
+        assert str(error.value) in capsys.readouterr().err
+    with pytest.raises(QueryError, match="hint"):
+        study.sql("SELECT nope FROM layer_metrics")
+
+
+def test_a_lazy_frame_sees_only_the_generation_published_when_it_was_made(study_root, built):
+    study = resdyn.open(study_root)
+    before = study.table("layer_metrics", "m", "local")
+    old = before.collect()
+    # a run's staged (unpublished) table is never read
+    staged = Warehouse(study_root, run_id=new_run_id())
+    staged.write("layer_metrics", "m", "local", staged.read("layer_metrics", "m", "local").slice(0, 1))
+    assert_frame_equal(study.table("layer_metrics", "m", "local").collect(), old)
+    # a new generation published while the frame exists: the frame still reads its own, whole
+    model, _ = built
+    assert main(["run", "--model", str(model), "--warehouse", str(study_root), "--samples", "5", "--seq-len", "12",
+                 "--per-sample", "2", "--leiden-seeds", "2", "--permutations", "50", "--log-level", "ERROR"]) == 0
+    assert_frame_equal(before.collect(), old)
+    after = study.table("layer_metrics", "m", "local").collect()
+    assert after["run_id"].n_unique() == 1 and after["run_id"][0] != old["run_id"][0]
+    assert not np.allclose(after["spectral_radius"].to_numpy(), old["spectral_radius"].to_numpy(), rtol=1e-12)
+    assert_frame_equal(after.drop("model", "checkpoint"),
+                       pl.from_arrow(Warehouse(study_root).read("layer_metrics", "m", "local")), check_dtypes=False)
+
+
+def test_jacobians_equal_the_table_rows(study_root):
+    study = resdyn.open(study_root)
+    rows = study.table("jacobians", "n", "local").filter(pl.col("depth") == 2).sort("row").collect()
+    expected = np.asarray(rows["values"].to_list(), dtype=np.float64)
+    jacobian = study.jacobian("n", "local", depth=2)
+    assert jacobian.dtype == np.float64 and jacobian.shape == (len(rows), len(rows))
+    np.testing.assert_array_equal(jacobian, expected)
+    samples = study.sample_jacobians("n", "local", depth=2)
+    kept = study.table("sample_jacobians", "n", "local").filter(pl.col("depth") == 2).sort(
+        "sample_id", "position", "row").collect()
+    assert samples.shape == (QUICK_SETTINGS["per_sample_subsample"], len(rows), len(rows))
+    np.testing.assert_array_equal(samples.reshape(-1, len(rows)), np.asarray(kept["values"].to_list()))
+    with pytest.raises(KeyError, match="depth 999"):
+        study.jacobian("n", "local", depth=999)
+
+
+def test_a_notebook_figure_is_the_uis_figure(study_root, tmp_path):
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    from resdyn.dagster_project import figure_frames
+
+    study = resdyn.open(study_root)
+    for name, checkpoint in (("schur_surgery", "local"), ("eigenvalue_clouds", "local"), ("cumulative_rank", None)):
+        assert isinstance(study.figure(name, "n", checkpoint), Figure)
+    published = Warehouse(study_root).published_figures("n", "local")
+    frame = study.table("schur_surgery", "n", "local").collect()
+    redrawn = figure_frames.schur_surgery_figure("n@local", frame, tmp_path)
+    assert np.array_equal(np.asarray(Image.open(redrawn)), np.asarray(Image.open(published["schur_surgery"])))
+
+
+def test_compare_puts_every_partition_on_relative_depth(study_root):
+    study = resdyn.open(study_root)
+    frame, figure = study.compare("henrici_rel_j_minus_i")
+    assert set(zip(frame["model"], frame["checkpoint"])) == {("m", "local"), ("n", "local")}
+    assert frame["relative_depth"].min() == 0.0 and frame["relative_depth"].max() == 1.0
+    assert len(figure.axes[0].lines) == 2
+    only, _ = study.compare("spectral_radius", partitions=["n@local"])
+    assert set(only["model"]) == {"n"}
+
+
+def test_import_resdyn_stays_light():
+    script = ("import sys, resdyn; print(sorted({m.split('.')[0] for m in sys.modules} & "
+              "{'dagster', 'duckdb', 'polars', 'torch', 'transformers', 'matplotlib'}))")
+    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip() \
+        == "[]"
+
+
+def test_the_tour_notebook_runs_end_to_end(study_root, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(REPOSITORY / "docs" / "notebooks" / "tour.ipynb", as_version=4)
+    assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")  # kept without outputs
+    monkeypatch.setenv("RESDYN_WAREHOUSE", str(study_root))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(study_root.parent)}}).execute()
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    assert not [output for output in outputs if output.output_type == "error"]
+    images = [output for output in outputs if "image/png" in output.get("data", {})]
+    assert len(images) >= 3, [output.get("data", {}).keys() for output in outputs]
+    assert any("spectral radius" in output.get("text", "") for output in outputs)

@@ -6,15 +6,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from resdyn import coupling
+from resdyn.dagster_project import figure_frames
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.dagster_project.store.io_manager import table_output
 from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
-from resdyn.figures import coupling_by_depth
 from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, figure, iter_matrices, partition
+from .spectra import by_checkpoint
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
@@ -93,14 +94,8 @@ def _coupling_tests(context, settings, store) -> dg.Output:
                    q_value_permutation=float(value_permutation) if defined else None,
                    significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
     table = pa.Table.from_pylist(rows, schema=spec("coupling_tests").schema())
-    series = {}
-    for other in sorted(set(store.checkpoints_of("coupling_tests", model)) | {checkpoint}):
-        other_table = table if other == checkpoint else store.read("coupling_tests", model, other)
-        other_rows = sorted(other_table.to_pylist(), key=lambda r: r["depth"])
-        series[other] = ([r["depth"] for r in other_rows], [r["effect"] for r in other_rows],
-                         [r["significant"] for r in other_rows])
-    png = coupling_by_depth(series, store.artefact_directory("figures", model, checkpoint),
-                            title=f"{model}: boundary-unit coupling")
+    frames = by_checkpoint(store, "coupling_tests", model, (checkpoint, table))
+    png = figure_frames.coupling_figure(model, frames, store.artefact_directory("figures", model, checkpoint))
     return table_output(table, metadata={**figure(png),
                                          "significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
                                          "undefined_tests": int(sum(r["reason"] is not None for r in rows))})

@@ -10,9 +10,10 @@ import time
 
 import dagster as dg
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
-from resdyn.dagster_project import interrupts
+from resdyn.dagster_project import figure_frames, interrupts
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
@@ -21,33 +22,23 @@ from resdyn.dagster_project.store.io_manager import table_output, table_outs, wr
 from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
-from resdyn.figures import eigenvalue_clouds, metrics_by_depth
+from resdyn.figures import eigenvalue_clouds
 from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, figure, partition, preview
 from .spectral_worker import analyse_row_group, read_matrix
 
-DEPTH_CURVES = ("henrici_rel_j_minus_i", "frac_complex", "self_alignment", "effective_rank",
-                "log10_condition", "spectral_radius")
 SURGERY_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 PARALLEL_MIN_WIDTH = 256  # below this a process pool costs more than it saves
 TABLES = ("eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery")
 
 
-def depth_curves(store, table: str, model: str, metrics, current: tuple[str, pa.Table], x_column: str = "depth",
-                 filter_=None) -> dict:
-    """curves[metric][checkpoint] = (x, y) over the published checkpoints of ``model`` and ``current``
-    (the checkpoint being made and its table, not yet published)."""
-    curves: dict[str, dict[str, tuple[list, list]]] = {metric: {} for metric in metrics}
-    for checkpoint in sorted(set(store.checkpoints_of(table, model)) | {current[0]}):
-        if checkpoint != current[0] and not store.has(table, model, checkpoint):
-            continue
-        data = current[1] if checkpoint == current[0] else store.read(table, model, checkpoint)
-        rows = sorted(data.to_pylist(), key=lambda r: r[x_column])
-        rows = [r for r in rows if filter_ is None or filter_(r)]
-        for metric in metrics:
-            curves[metric][checkpoint] = ([r[x_column] for r in rows], [r[metric] for r in rows])
-    return curves
+def by_checkpoint(store, table: str, model: str, current: tuple[str, pa.Table]) -> dict[str, pl.DataFrame]:
+    """``table`` of every published checkpoint of ``model`` and of ``current`` (the checkpoint being made and
+    its table, not yet published), as polars frames by checkpoint: what a figure across checkpoints draws."""
+    frames = {checkpoint: pl.from_arrow(store.read(table, model, checkpoint))
+              for checkpoint in store.checkpoints_of(table, model) if checkpoint != current[0]}
+    return {**frames, current[0]: pl.from_arrow(current[1])}
 
 
 def sublayers_in_depth_order(store, model: str, checkpoint: str) -> list[tuple[int, int, str]]:
@@ -131,22 +122,16 @@ def _analyse(context, settings, store):
     figures_directory = store.artefact_directory("figures", model, checkpoint)
     extra = {name: {} for name in TABLES}
     extra["eigenvalues"] = figure(eigenvalue_clouds(clouds, figures_directory, title=context.partition_key))
-    curves = depth_curves(store, "layer_metrics", model, DEPTH_CURVES, (checkpoint, tables["layer_metrics"]))
-    extra["layer_metrics"] = figure(metrics_by_depth(curves, figures_directory, title=f"{model}: metrics vs depth"))
+    metrics = by_checkpoint(store, "layer_metrics", model, (checkpoint, tables["layer_metrics"]))
+    extra["layer_metrics"] = figure(figure_frames.metrics_figure(model, metrics, figures_directory))
     types = [row["operator_type"] for row in metric_rows]
     extra["layer_metrics"]["operator_types"] = dg.MetadataValue.json({t: types.count(t) for t in sorted(set(types))})
-    curves = depth_curves(store, "cumulative_rank", model, ["effective_rank", "participation_ratio", "stable_rank"],
-                          (checkpoint, pa.Table.from_pylist(rank_rows)))
-    extra["cumulative_rank"] = figure(metrics_by_depth(
-        curves, figures_directory, title=f"{model}: cumulative Jacobian rank", name="cumulative_rank",
-        log_y=("effective_rank", "participation_ratio", "stable_rank")))
-    extra["cumulative_rank"]["preview"] = preview(pa.Table.from_pylist(rank_rows))
-    surgery_curves = {"effective_rank": {
-        f"alpha={alpha}": ([r["depth"] for r in surgery_rows if r["alpha"] == alpha],
-                           [r["effective_rank"] for r in surgery_rows if r["alpha"] == alpha])
-        for alpha in SURGERY_ALPHAS}}
-    extra["schur_surgery"] = figure(metrics_by_depth(surgery_curves, figures_directory, title=f"{context.partition_key}: "
-                                                     "Schur surgery", name="schur_surgery", log_y=("effective_rank",)))
+    ranks = pa.Table.from_pylist(rank_rows)
+    extra["cumulative_rank"] = figure(figure_frames.cumulative_rank_figure(
+        model, by_checkpoint(store, "cumulative_rank", model, (checkpoint, ranks)), figures_directory))
+    extra["cumulative_rank"]["preview"] = preview(ranks)
+    extra["schur_surgery"] = figure(figure_frames.schur_surgery_figure(
+        context.partition_key, pl.from_arrow(tables["schur_surgery"]), figures_directory))
     extra["layer_metrics"]["workers"] = workers
     for name in TABLES:
         table = tables[name]

@@ -419,7 +419,8 @@ def _report(number: int, total: int, key: str, outcome: dict, started: float, su
         failed.append(key)
 
 
-def command_run(arguments) -> int:
+def command_run(arguments, progress=None) -> int:
+    """``resdyn run``; ``progress(number, total, key, done)`` is told as each partition starts and ends."""
     from .config import StudyConfig
     from .launch import prepare
     from .settings import SETTINGS
@@ -454,9 +455,9 @@ def command_run(arguments) -> int:
     interrupts.watch(signals)  # steps stop at their next check point, and nothing of the run is published
     try:
         if config.executor == "in_process":
-            code = _run_in_process(keys, config, instance, arguments, signals, summary, failed)
+            code = _run_in_process(keys, config, instance, arguments, signals, summary, failed, progress)
         else:
-            code = _run_out_of_process(keys, config, instance, arguments, summary, failed)
+            code = _run_out_of_process(keys, config, instance, arguments, summary, failed, progress)
         if code:
             return code
     finally:
@@ -472,7 +473,7 @@ def command_run(arguments) -> int:
     return 0
 
 
-def _run_in_process(keys, config, instance, arguments, signals, summary, failed) -> int:
+def _run_in_process(keys, config, instance, arguments, signals, summary, failed, progress=None) -> int:
     import dagster as dg
 
     from .checks import ALL_CHECKS
@@ -483,6 +484,8 @@ def _run_in_process(keys, config, instance, arguments, signals, summary, failed)
     for number, key in enumerate(keys, 1):
         started = time.perf_counter()
         print(f"[{number}/{len(keys)}] {key} ...", flush=True)
+        if progress is not None:
+            progress(number, len(keys), key, False)
         try:
             result = dg.materialize([*assets, *ALL_CHECKS], partition_key=key, resources=resources,
                                     instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
@@ -507,6 +510,8 @@ def _run_in_process(keys, config, instance, arguments, signals, summary, failed)
             record_interrupted(store, *split_partition_key(key), f"stopped by {signal.Signals(received).name}")
             return 128 + received
         _report(number, len(keys), key, _outcome(result), started, summary, failed)
+        if progress is not None:
+            progress(number, len(keys), key, True)
     return 0
 
 
@@ -527,7 +532,7 @@ def _execute_partition(key: str, config: str, run_config: dict, selected_keys) -
         return {**_outcome(result), "seconds": time.perf_counter() - started}
 
 
-def _run_out_of_process(keys, config, instance, arguments, summary, failed) -> int:
+def _run_out_of_process(keys, config, instance, arguments, summary, failed, progress=None) -> int:
     """Each partition a run of the reconstructable job on the chosen executor, launched from a process of its
     own (``--parallel-runs`` at once), its model-running steps bounded by the model_runner pool.
 
@@ -558,6 +563,8 @@ def _run_out_of_process(keys, config, instance, arguments, summary, failed) -> i
                     outcome = {"success": False, "run_id": None, "steps": {}, "n_checks": 0, "failing_checks": [],
                                "failure_lines": [f"    {type(error).__name__}: {error}"]}
                 _report(number, len(keys), key, outcome, started[key], summary, failed)
+                if progress is not None:
+                    progress(number, len(keys), key, True)
         except KeyboardInterrupt:
             print("resdyn: interrupted; runs already handed to the executor are stopped with it", flush=True)
             pool.shutdown(wait=False, cancel_futures=True)

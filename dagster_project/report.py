@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 
 from resdyn.figures import study_bars, study_lines
@@ -52,40 +53,44 @@ def section_table(store: Warehouse, section: StudySection) -> pa.Table:
     return store.query((SQL_DIRECTORY / section.sql_file).read_text(), complete_only=True)
 
 
-def _label(row: dict) -> str:
-    return f"{row['model']}@{row['checkpoint']}"
-
-
-def _lines(table: pa.Table, quantities: list[str]) -> dict:
+def _lines(frame: pl.DataFrame, quantities: list[str]) -> dict:
+    """series[quantity][model@checkpoint] = (relative depth, values), in the table's row order."""
     series: dict[str, dict[str, tuple[list, list]]] = {quantity: {} for quantity in quantities}
-    for row in table.to_pylist():
+    for (model, checkpoint), rows in frame.group_by("model", "checkpoint", maintain_order=True):
         for quantity in quantities:
-            x, y = series[quantity].setdefault(_label(row), ([], []))
-            x.append(row["relative_depth"])
-            y.append(row[quantity])
+            series[quantity][f"{model}@{checkpoint}"] = (rows["relative_depth"].to_list(), rows[quantity].to_list())
     return series
 
 
+def _bars(frame: pl.DataFrame, columns: dict[str, str]) -> dict[str, dict[str, float]]:
+    """groups[model@checkpoint][label] = value of each column (``columns``: column -> label)."""
+    labelled = frame.with_columns(pl.format("{}@{}", "model", "checkpoint").alias("partition"))
+    return {row["partition"]: {label: row[column] for column, label in columns.items()}
+            for row in labelled.iter_rows(named=True)}
+
+
 def section_figure(section: StudySection, table: pa.Table, directory: Path) -> Path:
-    rows = table.to_pylist()
+    frame = pl.from_arrow(table)
     if section.name == "study_fdr_layers":
-        return study_bars({_label(r): {"significant": r["n_significant"], "amplified": r["n_amplified"],
-                                       "suppressed": r["n_suppressed"]} for r in rows}, directory,
+        return study_bars(_bars(frame, {"n_significant": "significant", "n_amplified": "amplified",
+                                        "n_suppressed": "suppressed"}), directory,
                           name=section.name, title=section.title, y_label="sublayers (BH q < 0.05)")
     if section.name == "study_nonnormality_by_depth":
-        return study_lines(_lines(table, ["henrici_rel_j_minus_i", "frac_complex"]), directory, name=section.name,
+        return study_lines(_lines(frame, ["henrici_rel_j_minus_i", "frac_complex"]), directory, name=section.name,
                            title=section.title)
     if section.name == "study_cumulative_rank_by_depth":
-        return study_lines(_lines(table, ["effective_rank"]), directory, name=section.name, title=section.title,
+        return study_lines(_lines(frame, ["effective_rank"]), directory, name=section.name, title=section.title,
                            log_y=("effective_rank",))
     if section.name == "study_surgery_effect":
-        return study_bars({_label(r): {"alpha = 0": r["rank_alpha_0"], "alpha = 0.5": r["rank_alpha_half"],
-                                       "alpha = 1": r["rank_alpha_1"]} for r in rows}, directory,
+        return study_bars(_bars(frame, {"rank_alpha_0": "alpha = 0", "rank_alpha_half": "alpha = 0.5",
+                                        "rank_alpha_1": "alpha = 1"}), directory,
                           name=section.name, title=section.title, y_label="full-depth effective rank")
     if section.name == "study_coupling_by_operator":
-        groups: dict[str, dict[str, float]] = {}
-        for r in rows:
-            groups.setdefault(_label(r), {})[r["operator_type"]] = r["mean_effect"]
+        wide = frame.pivot(on="operator_type", index=["model", "checkpoint"], values="mean_effect",
+                           aggregate_function="first", maintain_order=True)
+        groups = {partition: {kind: value for kind, value in values.items() if value is not None}
+                  for partition, values in _bars(wide, {c: c for c in wide.columns
+                                                        if c not in ("model", "checkpoint")}).items()}
         return study_bars(groups, directory, name=section.name, title=section.title,
                           y_label="mean boundary effect (rank-biserial)")
     raise KeyError(section.name)

@@ -1,19 +1,27 @@
-"""Figures: data in, PNG file out (matplotlib, Agg backend). No other I/O."""
+"""Figures: data in, PNG file out (matplotlib, Agg backend), or the Figure itself for a notebook. No other I/O."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+if not os.environ.get("MPLBACKEND"):  # a Jupyter kernel names its inline backend there: keep it
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
 from .files import atomic_path
 
 
-def _save(figure, directory: Path, name: str) -> Path:
+def _save(figure, directory: Path | None, name: str):
+    """Write ``figure`` to ``directory/name.png`` (atomically) and return the path; with ``directory`` None,
+    return the figure itself (a notebook shows it), released from pyplot so that it is not shown twice."""
+    if directory is None:
+        figure.tight_layout()
+        plt.close(figure)
+        return figure
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
@@ -72,8 +80,9 @@ def eigenvalue_clouds(eigenvalues: dict[int, np.ndarray], directory: Path, *, ti
     return _save(figure, directory, "eigenvalue_clouds")
 
 
-def metrics_by_depth(curves: dict[str, dict[str, tuple[list, list]]], directory: Path, *, title: str,
-                     name: str = "metrics_by_depth", log_y: tuple[str, ...] = ()) -> Path:
+def metrics_by_depth(curves: dict[str, dict[str, tuple[list, list]]], directory: Path | None, *, title: str,
+                     name: str = "metrics_by_depth", log_y: tuple[str, ...] = (),
+                     x_label: str = "depth (2 layer + [mlp])"):
     """One panel per metric: value vs depth, one line per checkpoint. curves[metric][label] = (x, y)."""
     metrics = list(curves)
     columns = min(3, len(metrics))
@@ -85,7 +94,7 @@ def metrics_by_depth(curves: dict[str, dict[str, tuple[list, list]]], directory:
         for label, (x, y) in sorted(curves[metric].items()):
             axis.plot(x, y, marker="o", ms=3, lw=1, label=label)
         axis.set_title(metric, fontsize=9)
-        axis.set_xlabel("depth (2 layer + [mlp])", fontsize=8)
+        axis.set_xlabel(x_label, fontsize=8)
         if metric in log_y:
             axis.set_yscale("log")
         axis.legend(fontsize=6)

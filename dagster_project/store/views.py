@@ -108,8 +108,9 @@ def derived_view_statements() -> list[str]:
     return [statement.strip() for statement in text.split(";") if statement.strip()]
 
 
-def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """The result of the last statement of ``sql``, after checking every statement only reads."""
+def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str, parameters: dict | None = None) -> pa.Table:
+    """The result of the last statement of ``sql``, after checking every statement only reads. ``parameters``
+    are bound by DuckDB to the last statement's ``$name`` placeholders (values, never SQL text)."""
     try:
         statements = connection.extract_statements(sql)
     except duckdb.Error as error:
@@ -124,8 +125,9 @@ def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
                                    "`resdyn run`")
     try:
         result = None
-        for statement in statements:
-            result = connection.sql(statement.query)
+        for index, statement in enumerate(statements):
+            last = index == len(statements) - 1
+            result = connection.sql(statement.query, params=parameters if last and parameters else None)
         return result.to_arrow_table() if result is not None else pa.table({})
     except duckdb.Error as error:
         raise QueryError(_one_line(error, sql)) from None

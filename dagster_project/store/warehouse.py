@@ -541,12 +541,13 @@ class Warehouse:
 
         return build_connection(self, complete_only=complete_only)
 
-    def query(self, sql: str, *, complete_only: bool = False) -> pa.Table:
-        """Run read-only SQL (SELECT / EXPLAIN; the last statement's result)."""
+    def query(self, sql: str, *, complete_only: bool = False, parameters: dict | None = None) -> pa.Table:
+        """Run read-only SQL (SELECT / EXPLAIN; the last statement's result), ``$name`` placeholders of the
+        last statement bound to ``parameters`` by DuckDB."""
         from .views import run_read_only
 
         with self.connect(complete_only=complete_only) as connection:
-            return run_read_only(connection, sql)
+            return run_read_only(connection, sql, parameters)
 
 
 def table_names() -> list[str]:

@@ -102,3 +102,9 @@ def test_the_wheel_installs_alone_and_answers_sql_outside_the_repository(tmp_pat
     assert set(sections) == {path.stem for path in (REPOSITORY / "sql" / "questions").glob("*.sql")}
     unanswered = [name for name, section in sections.items() if "(not answerable" in section]
     assert not unanswered, questions.stdout[-3000:]  # every question's SQL ran against the shipped views
+    # the notebook API from the installed wheel: the same numbers through polars
+    notebook = _run([str(python), "-c", "import resdyn; frame = resdyn.open().sql('SELECT count(*) AS n, "
+                     "sum(spectral_radius) AS s FROM layer_metrics'); print(frame['n'][0], repr(frame['s'][0]))"],
+                    cwd=outside, env=environment)
+    n, total = notebook.stdout.split()
+    assert int(n) == expected["rows"] and abs(float(total) - expected["spectral_radius_sum"]) < 1e-9

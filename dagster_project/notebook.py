@@ -1,0 +1,263 @@
+"""The study from a notebook: ``resdyn.open()`` -> :class:`Study`, polars frames over the published warehouse.
+
+    import resdyn
+    study = resdyn.open()                                    # the configured warehouse, read-only
+    study.partitions()                                       # polars DataFrame: one row per model@checkpoint
+    study.sql("fdr_significant_layers")                      # a named question (sql/questions/), or any SELECT
+    study.sql("SELECT * FROM layer_metrics WHERE model = $model", model="tiny-llama")
+    study.table("layer_metrics", model="tiny-llama").filter(...).collect()   # LazyFrame, published files only
+    study.jacobian("tiny-llama", "step-000400", depth=3)     # float64 d x d numpy array
+    study.plot.cumulative_rank("tiny-llama")                 # the UI's figure, drawn inline
+    frame, figure = study.compare("henrici_rel_j_minus_i")   # a metric vs relative depth, every partition
+
+SQL runs through the same read-only views as ``resdyn sql`` (the same errors; parameters bound by
+DuckDB, never formatted into the text). A LazyFrame scans exactly the files the partitions' manifests
+publish when it is made: a generation published later is not mixed in, and the one it reads is kept
+on disk until the generation after next (docs/operations.md). ``resdyn.run(...)`` materializes
+through the CLI's own path (leases, provenance, publication) with a progress bar.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from resdyn.models.registry import ModelRegistry, split_partition_key
+
+from . import figure_frames
+from .config import SQL_DIRECTORY
+from .store.arrow_tables import matrix_rows
+from .store.schema import PROVENANCE_COLUMNS, TABLES
+from .store.warehouse import Warehouse, partition_key_of
+
+FIGURES = ("metrics_by_depth", "cumulative_rank", "schur_surgery", "eigenvalue_clouds", "coupling_by_depth")
+
+
+class Study:
+    """A read-only view of one warehouse (``resdyn.open``)."""
+
+    def __init__(self, warehouse: str | Path | None = None) -> None:
+        self.store = Warehouse(warehouse).require_existing()
+        self.plot = Plots(self)
+
+    def __repr__(self) -> str:
+        return f"Study({str(self.store.root)!r})"
+
+    # -- SQL ------------------------------------------------------------------------------------
+
+    def sql(self, query: str, **parameters) -> pl.DataFrame:
+        """The answer to ``query`` (SQL, a ``.sql`` file, or the name of a question in sql/questions/) as a
+        DataFrame; ``$name`` placeholders are bound to ``parameters`` by DuckDB."""
+        return pl.from_arrow(self.store.query(_sql_text(query), parameters=parameters or None))
+
+    def partitions(self) -> pl.DataFrame:
+        """One row per partition with its status (the ``partitions`` view)."""
+        return self.sql("SELECT * FROM partitions ORDER BY model, checkpoint")
+
+    def models(self) -> pl.DataFrame:
+        """Every registered checkpoint: model, family, source, checkpoint, revision, status."""
+        status = {(row["model"], row["checkpoint"]): row["status"] for row in self.partitions().iter_rows(named=True)}
+        registry = ModelRegistry(self.store.registry_file)
+        rows = [{"model": name, "family": spec.family, "source": spec.source, "checkpoint": checkpoint,
+                 "revision": revision, "status": status.get((name, checkpoint), "-")}
+                for name, spec in sorted(registry.specs.items()) for checkpoint, revision in spec.checkpoints.items()]
+        return pl.DataFrame(rows, schema={"model": pl.String, "family": pl.String, "source": pl.String,
+                                          "checkpoint": pl.String, "revision": pl.String, "status": pl.String})
+
+    def runs(self, partition: str) -> pl.DataFrame:
+        """Every run of ``partition`` (``model@checkpoint``), oldest first."""
+        model, checkpoint = split_partition_key(partition)
+        return self.sql("SELECT * FROM runs WHERE model = $model AND checkpoint = $checkpoint ORDER BY started_at",
+                        model=model, checkpoint=checkpoint)
+
+    def settings(self, partition: str) -> dict:
+        """The settings of the run that published ``partition``."""
+        model, checkpoint = split_partition_key(partition)
+        rows = self.sql("SELECT r.settings FROM partitions p JOIN runs r ON r.run_id = p.run_id AND r.model = p.model "
+                        "AND r.checkpoint = p.checkpoint WHERE p.model = $model AND p.checkpoint = $checkpoint",
+                        model=model, checkpoint=checkpoint)
+        if rows.is_empty():
+            raise KeyError(f"partition {partition} has no published run in {self.store.root}: `study.partitions()` "
+                           "lists the partitions there")
+        return json.loads(rows["settings"][0])
+
+    # -- tables ---------------------------------------------------------------------------------
+
+    def table(self, name: str, model: str | None = None, checkpoint: str | None = None) -> pl.LazyFrame:
+        """Table ``name`` (of ``model`` / ``checkpoint`` when given) as a LazyFrame over exactly its published
+        files, with ``model`` and ``checkpoint`` columns."""
+        if name not in TABLES:
+            raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
+        files, _, _ = self.store.published_files()
+        chosen = []
+        for path in files.get(name, []):
+            found = partition_key_of(Path(path))
+            if found and (model is None or found[0] == model) and (checkpoint is None or found[1] == checkpoint):
+                chosen.append(path)
+        if not chosen:
+            return pl.from_arrow(_empty(name)).lazy()
+        return pl.scan_parquet(sorted(chosen), hive_partitioning=True,
+                               hive_schema={"model": pl.String, "checkpoint": pl.String})
+
+    def _frame(self, name: str, model: str, checkpoint: str | None = None) -> dict[str, pl.DataFrame]:
+        """Table ``name`` of ``model``, collected, by checkpoint."""
+        frame = self.table(name, model, checkpoint).collect()
+        return {key: part for (key,), part in frame.partition_by("checkpoint", as_dict=True).items()}
+
+    def jacobian(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
+        """The mean Jacobian of the sublayer at ``depth`` (float64, d x d), read from its row group."""
+        for group in self._matrix_groups("jacobians", model, checkpoint, depth):
+            return group
+        raise KeyError(f"{model}@{checkpoint} has no mean Jacobian at depth {depth}")
+
+    def sample_jacobians(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
+        """The kept per-sample Jacobians of the sublayer at ``depth`` (k x d x d, by sample_id then position)."""
+        matrices = list(self._matrix_groups("sample_jacobians", model, checkpoint, depth, keyed=True))
+        if not matrices:
+            raise KeyError(f"{model}@{checkpoint} kept no per-sample Jacobian at depth {depth}")
+        return np.stack([matrix for _, matrix in sorted(matrices, key=lambda item: item[0])])
+
+    def _matrix_groups(self, table: str, model: str, checkpoint: str, depth: int, keyed: bool = False):
+        parquet = self.store._parquet_file(table, model, checkpoint)
+        keys = ["sample_id", "position"] if keyed else []
+        for index in range(parquet.num_row_groups):
+            if parquet.read_row_group(index, columns=["depth"]).column("depth")[0].as_py() != depth:
+                continue
+            data = parquet.read_row_group(index, columns=["row", "values", *keys])
+            values = np.asarray(matrix_rows(data.column("values")), dtype=np.float64)
+            rows = data.column("row").to_numpy()
+            matrix = values[np.argsort(rows)] if not np.array_equal(rows, np.arange(len(rows))) else values
+            yield ((data.column("sample_id")[0].as_py(), data.column("position")[0].as_py()), matrix) if keyed \
+                else matrix
+
+    # -- figures --------------------------------------------------------------------------------
+
+    def figure(self, name: str, model: str, checkpoint: str | None = None):
+        """The figure ``name`` (one of :data:`FIGURES`) of ``model`` (and ``checkpoint`` where the figure is
+        one partition's), drawn from the tables by the functions the assets use."""
+        if name not in FIGURES:
+            raise KeyError(f"no figure {name!r}; figures: {', '.join(FIGURES)}")
+        return getattr(self.plot, name)(model, checkpoint) if name in ("schur_surgery", "eigenvalue_clouds") \
+            else getattr(self.plot, name)(model)
+
+    def compare(self, metric: str, by: str = "depth", partitions: list[str] | None = None, table: str | None = None):
+        """(frame, figure): ``metric`` against relative depth (``by`` / its maximum) for ``partitions``
+        (``model@checkpoint``; default every published one) from the table that has the column."""
+        table = table or _table_with(metric, by)
+        frame = self.table(table).select("model", "checkpoint", by, metric).collect()
+        if partitions is not None:
+            wanted = [split_partition_key(key) for key in partitions]
+            frame = frame.filter(pl.struct("model", "checkpoint").is_in(
+                [{"model": m, "checkpoint": c} for m, c in wanted]))
+        frame = figure_frames.relative_depth(frame, by).sort("model", "checkpoint", by)
+        return frame, figure_frames.compare_figure(metric, frame, None)
+
+
+class Plots:
+    """``study.plot.<figure>(...)``: matplotlib figures, each drawn as the asset draws it."""
+
+    def __init__(self, study: Study) -> None:
+        self._study = study
+
+    def metrics_by_depth(self, model: str):
+        return figure_frames.metrics_figure(model, self._study._frame("layer_metrics", model), None)
+
+    def cumulative_rank(self, model: str):
+        return figure_frames.cumulative_rank_figure(model, self._study._frame("cumulative_rank", model), None)
+
+    def schur_surgery(self, model: str, checkpoint: str):
+        frame = self._study.table("schur_surgery", model, checkpoint).collect()
+        return figure_frames.schur_surgery_figure(f"{model}@{checkpoint}", frame, None)
+
+    def eigenvalue_clouds(self, model: str, checkpoint: str):
+        frame = self._study.table("eigenvalues", model, checkpoint).collect()
+        return figure_frames.eigenvalue_figure(f"{model}@{checkpoint}", frame, None)
+
+    def coupling_by_depth(self, model: str):
+        return figure_frames.coupling_figure(model, self._study._frame("coupling_tests", model), None)
+
+
+def _sql_text(query: str) -> str:
+    """SQL text from a string, a ``.sql`` file, or a question's name (sql/questions/<name>.sql)."""
+    named = SQL_DIRECTORY / "questions" / f"{query.removesuffix('.sql')}.sql"
+    if "\n" not in query and " " not in query.strip() and named.is_file():
+        return named.read_text()
+    if query.endswith(".sql") and Path(query).is_file():
+        return Path(query).read_text()
+    return query
+
+
+def _table_with(metric: str, by: str) -> str:
+    for name, spec in TABLES.items():
+        columns = spec.schema().names
+        if metric in columns and by in columns:
+            return name
+    raise KeyError(f"no table has both {metric!r} and {by!r}: `study.sql('DESCRIBE layer_metrics')` lists columns")
+
+
+def _empty(name: str) -> pa.Table:
+    schema = TABLES[name].schema()
+    for column in (*PROVENANCE_COLUMNS, "model", "checkpoint"):
+        schema = schema.append(pa.field(column, pa.string()))
+    return schema.empty_table()
+
+
+def open_study(warehouse: str | Path | None = None) -> Study:
+    """The warehouse at ``warehouse`` (default: the configured one, RESDYN_WAREHOUSE or ./warehouse)."""
+    return Study(warehouse)
+
+
+def run(model: str | None = None, checkpoints: list[str] | None = None, *, suite: str | None = None,
+        warehouse: str | Path | None = None, progress: bool = True, **settings) -> Study:
+    """Materialize ``model`` (a registered name, a directory, a hub id or a GGUF file; or ``suite``) through the
+    CLI's own path (``resdyn run``: leases, provenance, publication), with a progress bar (tqdm: a widget in
+    Jupyter, a line in a terminal); settings by name (``n_samples=32``, ``backend="autodiff"``). Returns the
+    Study of the warehouse it wrote."""
+    from .cli import build_parser, command_run
+    from .settings import BY_NAME
+
+    if (model is None) == (suite is None):
+        raise ValueError("give a model or a suite: resdyn.run('path/to/model') or resdyn.run(suite='tiny')")
+    argv = ["run", *(["--model", str(model)] if model is not None else ["--suite", suite])]
+    for checkpoint in checkpoints or []:
+        argv += ["--checkpoint", checkpoint]
+    for name, value in settings.items():
+        if name not in BY_NAME:
+            raise TypeError(f"resdyn.run() has no setting {name!r}; settings: {', '.join(BY_NAME)}")
+        argv += [BY_NAME[name].flag, str(value)]
+    if warehouse is not None:
+        argv += ["--warehouse", str(warehouse)]
+    arguments = build_parser().parse_args([*argv, "--log-level", "WARNING"])
+    bar = _ProgressBar() if progress else None
+    try:
+        code = command_run(arguments, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if code != 0:
+        raise RuntimeError(f"resdyn run exited {code}: {' '.join(argv)} (the lines above name what failed)")
+    return Study(warehouse)
+
+
+class _ProgressBar:
+    """Partitions done / total, with the one running, through tqdm's auto mode (notebook widget or terminal)."""
+
+    def __init__(self) -> None:
+        self.bar = None
+
+    def __call__(self, number: int, total: int, key: str, done: bool) -> None:
+        from tqdm.auto import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="partition", desc="resdyn run")
+        self.bar.set_postfix_str(f"{key} {'done' if done else 'running'}")
+        if done:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

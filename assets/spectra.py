@@ -22,7 +22,6 @@ from resdyn.dagster_project.store.io_manager import table_output, table_outs, wr
 from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
-from resdyn.figures import eigenvalue_clouds
 from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, figure, partition, preview
@@ -39,6 +38,14 @@ def by_checkpoint(store, table: str, model: str, current: tuple[str, pa.Table]) 
     frames = {checkpoint: pl.from_arrow(store.read(table, model, checkpoint))
               for checkpoint in store.checkpoints_of(table, model) if checkpoint != current[0]}
     return {**frames, current[0]: pl.from_arrow(current[1])}
+
+
+def eigenvalue_frame(clouds: dict[int, np.ndarray]) -> pl.DataFrame:
+    """The eigenvalues by depth as the ``eigenvalues`` table holds them (depth, idx, re, im)."""
+    return pl.DataFrame({"depth": np.concatenate([np.full(len(v), depth, np.int32) for depth, v in clouds.items()]),
+                         "idx": np.concatenate([np.arange(len(v), dtype=np.int32) for v in clouds.values()]),
+                         "re": np.concatenate([v.real for v in clouds.values()]),
+                         "im": np.concatenate([v.imag for v in clouds.values()])})
 
 
 def sublayers_in_depth_order(store, model: str, checkpoint: str) -> list[tuple[int, int, str]]:
@@ -121,7 +128,8 @@ def _analyse(context, settings, store):
     }
     figures_directory = store.artefact_directory("figures", model, checkpoint)
     extra = {name: {} for name in TABLES}
-    extra["eigenvalues"] = figure(eigenvalue_clouds(clouds, figures_directory, title=context.partition_key))
+    extra["eigenvalues"] = figure(figure_frames.eigenvalue_figure(
+        context.partition_key, eigenvalue_frame(clouds), figures_directory))
     metrics = by_checkpoint(store, "layer_metrics", model, (checkpoint, tables["layer_metrics"]))
     extra["layer_metrics"] = figure(figure_frames.metrics_figure(model, metrics, figures_directory))
     types = [row["operator_type"] for row in metric_rows]

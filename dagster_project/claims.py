@@ -12,46 +12,54 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 
 from resdyn.claims import CheckpointData, ClaimsReport, diagnostics, evaluate
 
 from .store.warehouse import SQL_DIRECTORY, Warehouse
 
 
-def _rows(store: Warehouse, name: str, model: str) -> list[dict]:
+def _frame(store: Warehouse, name: str, model: str) -> pl.DataFrame:
+    """The answer of sql/claims/<name>.sql over the complete partitions, for ``model``."""
     table = store.query((SQL_DIRECTORY / "claims" / f"{name}.sql").read_text(), complete_only=True)
-    return [row for row in table.to_pylist() if row["model"] == model]
+    return pl.from_arrow(table).filter(pl.col("model") == model)
+
+
+def _floats(frame: pl.DataFrame, column: str) -> np.ndarray:
+    """A column as float64 with NULL as NaN."""
+    return frame[column].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+
+def _by_checkpoint(frame: pl.DataFrame) -> dict[str, dict]:
+    return {row["checkpoint"]: row for row in frame.iter_rows(named=True)}
 
 
 def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointData], dict[str, dict[float, np.ndarray]]]:
     """Every complete checkpoint of ``model`` as CheckpointData, and its surgery ranks through depth per alpha."""
-    sublayers, cumulative = _rows(store, "sublayers", model), _rows(store, "cumulative", model)
-    surgery, sizes = _rows(store, "surgery", model), {r["checkpoint"]: r for r in _rows(store, "checkpoints", model)}
-    graphs = {r["checkpoint"]: r for r in _rows(store, "graphs", model)}
-    surgery_by_depth = store.query("SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
-                                   "ORDER BY depth", complete_only=True).to_pylist()
+    sublayers, cumulative, surgery = (_frame(store, name, model) for name in ("sublayers", "cumulative", "surgery"))
+    sizes, graphs = _by_checkpoint(_frame(store, "checkpoints", model)), _by_checkpoint(_frame(store, "graphs", model))
+    surgery_by_depth = pl.from_arrow(store.query(
+        "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery ORDER BY depth",
+        complete_only=True)).filter(pl.col("model") == model)
     data, products = {}, {}
-    for checkpoint in sorted({r["checkpoint"] for r in sublayers}):
-        rows = [r for r in sublayers if r["checkpoint"] == checkpoint]
-        column = lambda name, rows=rows: np.asarray([np.nan if r[name] is None else r[name] for r in rows])  # noqa: E731
+    for checkpoint in sorted(set(sublayers["checkpoint"].to_list())):
+        rows = sublayers.filter(pl.col("checkpoint") == checkpoint)
+        size, graph = sizes.get(checkpoint, {}), graphs.get(checkpoint, {})
+        full_depth = surgery.filter(pl.col("checkpoint") == checkpoint)
         data[checkpoint] = CheckpointData(
-            depth=column("depth").astype(int), henrici=column("henrici"), complex_fraction=column("complex_fraction"),
-            operator_type=np.asarray([r["operator_type"] for r in rows]),
-            cumulative_rank=np.asarray([r["effective_rank"] for r in cumulative if r["checkpoint"] == checkpoint]),
-            surgery_full_depth={r["alpha"]: r["full_depth_rank"] for r in surgery if r["checkpoint"] == checkpoint},
-            coupling_effect=column("coupling_effect").astype(float),
-            coupling_significant=np.asarray([bool(r["coupling_significant"]) for r in rows]),
-            d_model=int(sizes.get(checkpoint, {}).get("d_model", 0)),
-            n_samples=int(sizes.get(checkpoint, {}).get("n_samples", 0)),
-            n_observations=int(graphs.get(checkpoint, {}).get("n_observations", 0)),
-            median_edge_correlation=float(graphs.get(checkpoint, {}).get("median_edge_correlation", float("nan"))),
-            graph_k=int(graphs.get(checkpoint, {}).get("graph_k", 0))
-            if graphs.get(checkpoint, {}).get("construction") == "knn" else 0)
-        products[checkpoint] = {}
-        for row in surgery_by_depth:
-            if row["model"] == model and row["checkpoint"] == checkpoint:
-                products[checkpoint].setdefault(row["alpha"], []).append(row["effective_rank"])
-        products[checkpoint] = {alpha: np.asarray(ranks) for alpha, ranks in products[checkpoint].items()}
+            depth=rows["depth"].to_numpy().astype(int), henrici=_floats(rows, "henrici"),
+            complex_fraction=_floats(rows, "complex_fraction"), operator_type=np.asarray(rows["operator_type"].to_list()),
+            cumulative_rank=cumulative.filter(pl.col("checkpoint") == checkpoint)["effective_rank"].to_numpy(),
+            surgery_full_depth=dict(zip(full_depth["alpha"].to_list(), full_depth["full_depth_rank"].to_list())),
+            coupling_effect=_floats(rows, "coupling_effect"),
+            coupling_significant=rows["coupling_significant"].fill_null(False).to_numpy().astype(bool),
+            d_model=int(size.get("d_model") or 0), n_samples=int(size.get("n_samples") or 0),
+            n_observations=int(graph.get("n_observations") or 0),
+            median_edge_correlation=float(graph.get("median_edge_correlation", float("nan"))),
+            graph_k=int(graph.get("graph_k") or 0) if graph.get("construction") == "knn" else 0)
+        ranks = surgery_by_depth.filter(pl.col("checkpoint") == checkpoint)
+        products[checkpoint] = {alpha: rows_of_alpha["effective_rank"].to_numpy()
+                                for (alpha,), rows_of_alpha in ranks.group_by("alpha", maintain_order=True)}
     return data, products
 
 

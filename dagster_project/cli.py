@@ -34,6 +34,7 @@ from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partiti
 
 from . import interrupts
 from .config import dagster_home, use_dagster_home, warehouse_root
+from .store.views import sql_text
 from .store.warehouse import SQL_DIRECTORY, PartitionBusyError, QueryError, ReadOnlySqlError, Warehouse
 
 log = logging.getLogger("resdyn")
@@ -70,17 +71,6 @@ def _format(table, as_csv: bool) -> str:
     return "\n".join(lines)
 
 
-def _sql_text(argument: str) -> str:
-    path = Path(argument)
-    if argument.endswith(".sql"):
-        if not path.is_file():
-            path = SQL_DIRECTORY / "questions" / argument
-        if not path.is_file():
-            raise FileNotFoundError(f"no SQL file {argument} (looked here and in sql/questions/)")
-        return path.read_text()
-    return argument
-
-
 def _warn_problems(store: Warehouse) -> None:
     for problem in getattr(store, "problems", []):
         print(f"resdyn: warning: left out {problem}", file=sys.stderr)
@@ -88,7 +78,7 @@ def _warn_problems(store: Warehouse) -> None:
 
 def command_sql(arguments) -> int:
     store = Warehouse(arguments.warehouse).require_existing()
-    table = store.query(_sql_text(arguments.query))
+    table = store.query(sql_text(arguments.query))
     _warn_problems(store)
     print(_format(table, arguments.csv))
     return 0

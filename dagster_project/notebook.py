@@ -32,9 +32,11 @@ from . import figure_frames
 from .config import SQL_DIRECTORY
 from .store.arrow_tables import matrix_rows
 from .store.schema import PROVENANCE_COLUMNS, TABLES
-from .store.warehouse import Warehouse, partition_key_of
+from .store.views import _readable_run_files, sql_text
+from .store.warehouse import LOG_TABLES, Warehouse, partition_key_of
 
 FIGURES = ("metrics_by_depth", "cumulative_rank", "schur_surgery", "eigenvalue_clouds", "coupling_by_depth")
+PARTITION_FIGURES = ("schur_surgery", "eigenvalue_clouds")  # one partition's; the others: every checkpoint
 
 
 class Study:
@@ -49,9 +51,10 @@ class Study:
 
     # -- SQL ------------------------------------------------------------------------------------
 
-    def sql(self, query: str, **parameters) -> pl.DataFrame:
-        """The answer to ``query`` (SQL, a ``.sql`` file, or the name of a question in sql/questions/) as a
-        DataFrame; ``$name`` placeholders are bound to ``parameters`` by DuckDB."""
+    def sql(self, query: str, /, **parameters) -> pl.DataFrame:
+        """The answer to ``query`` as a DataFrame: SQL text, a ``.sql`` file (here or in sql/questions/, as
+        ``resdyn sql`` finds it) or the bare name of a question (``"fdr_significant_layers"``); ``$name``
+        placeholders of the last statement are bound to ``parameters`` by DuckDB."""
         return pl.from_arrow(self.store.query(_sql_text(query), parameters=parameters or None))
 
     def partitions(self) -> pl.DataFrame:
@@ -88,20 +91,24 @@ class Study:
     # -- tables ---------------------------------------------------------------------------------
 
     def table(self, name: str, model: str | None = None, checkpoint: str | None = None) -> pl.LazyFrame:
-        """Table ``name`` (of ``model`` / ``checkpoint`` when given) as a LazyFrame over exactly its published
-        files, with ``model`` and ``checkpoint`` columns."""
+        """Table ``name`` (of ``model`` / ``checkpoint`` when given) as a LazyFrame over exactly the files its
+        partitions' manifests publish now (``runs``: every readable run record), with ``model`` and
+        ``checkpoint`` columns. Partitions of different widths or schema versions are combined as DuckDB's
+        views combine them: fixed-size lists of different lengths become lists, missing columns nulls."""
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
-        files, _, _ = self.store.published_files()
-        chosen = []
-        for path in files.get(name, []):
+        if name in LOG_TABLES:
+            paths = _readable_run_files(self.store)
+        else:
+            paths = self.store.published_files()[0].get(name, [])
+        frames = []
+        for path in sorted(paths):
             found = partition_key_of(Path(path))
             if found and (model is None or found[0] == model) and (checkpoint is None or found[1] == checkpoint):
-                chosen.append(path)
-        if not chosen:
+                frames.append(pl.scan_parquet(path).with_columns(model=pl.lit(found[0]), checkpoint=pl.lit(found[1])))
+        if not frames:
             return pl.from_arrow(_empty(name)).lazy()
-        return pl.scan_parquet(sorted(chosen), hive_partitioning=True,
-                               hive_schema={"model": pl.String, "checkpoint": pl.String})
+        return frames[0] if len(frames) == 1 else pl.concat(_comparable(frames), how="diagonal_relaxed")
 
     def _frame(self, name: str, model: str, checkpoint: str | None = None) -> dict[str, pl.DataFrame]:
         """Table ``name`` of ``model``, collected, by checkpoint."""
@@ -109,9 +116,9 @@ class Study:
         return {key: part for (key,), part in frame.partition_by("checkpoint", as_dict=True).items()}
 
     def jacobian(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
-        """The mean Jacobian of the sublayer at ``depth`` (float64, d x d), read from its row group."""
+        """The mean Jacobian of the sublayer at ``depth`` (float64, d x d, a writable copy), from its row group."""
         for group in self._matrix_groups("jacobians", model, checkpoint, depth):
-            return group
+            return np.array(group, dtype=np.float64, copy=True)
         raise KeyError(f"{model}@{checkpoint} has no mean Jacobian at depth {depth}")
 
     def sample_jacobians(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
@@ -137,12 +144,19 @@ class Study:
     # -- figures --------------------------------------------------------------------------------
 
     def figure(self, name: str, model: str, checkpoint: str | None = None):
-        """The figure ``name`` (one of :data:`FIGURES`) of ``model`` (and ``checkpoint`` where the figure is
-        one partition's), drawn from the tables by the functions the assets use."""
+        """The figure ``name`` (one of :data:`FIGURES`) drawn from the tables by the functions the assets use:
+        of one partition (``schur_surgery``, ``eigenvalue_clouds``: ``checkpoint`` required) or across the
+        checkpoints of ``model`` (the others: no ``checkpoint``)."""
         if name not in FIGURES:
             raise KeyError(f"no figure {name!r}; figures: {', '.join(FIGURES)}")
-        return getattr(self.plot, name)(model, checkpoint) if name in ("schur_surgery", "eigenvalue_clouds") \
-            else getattr(self.plot, name)(model)
+        if name in PARTITION_FIGURES:
+            if checkpoint is None:
+                raise ValueError(f"{name} is one partition's figure: study.figure({name!r}, {model!r}, CHECKPOINT)")
+            return getattr(self.plot, name)(model, checkpoint)
+        if checkpoint is not None:
+            raise ValueError(f"{name} draws every checkpoint of {model}: study.figure({name!r}, {model!r}) (or "
+                             "study.compare(...) for chosen partitions)")
+        return getattr(self.plot, name)(model)
 
     def compare(self, metric: str, by: str = "depth", partitions: list[str] | None = None, table: str | None = None):
         """(frame, figure): ``metric`` against relative depth (``by`` / its maximum) for ``partitions``
@@ -182,13 +196,27 @@ class Plots:
 
 
 def _sql_text(query: str) -> str:
-    """SQL text from a string, a ``.sql`` file, or a question's name (sql/questions/<name>.sql)."""
-    named = SQL_DIRECTORY / "questions" / f"{query.removesuffix('.sql')}.sql"
-    if "\n" not in query and " " not in query.strip() and named.is_file():
-        return named.read_text()
-    if query.endswith(".sql") and Path(query).is_file():
-        return Path(query).read_text()
-    return query
+    """SQL text as ``resdyn sql`` reads its argument (a ``.sql`` file here or in sql/questions/, else SQL),
+    and a bare question name (``fdr_significant_layers``) as that question's file."""
+    if query.isidentifier() and (SQL_DIRECTORY / "questions" / f"{query}.sql").is_file():
+        return (SQL_DIRECTORY / "questions" / f"{query}.sql").read_text()
+    return sql_text(query)
+
+
+def _comparable(frames: list[pl.LazyFrame]) -> list[pl.LazyFrame]:
+    """Frames whose fixed-size list columns have different widths (models of different d), with those
+    columns as variable-length lists, so that they concatenate."""
+    schemas = [frame.collect_schema() for frame in frames]
+    widths: dict[str, set] = {}
+    for schema in schemas:
+        for column, dtype in schema.items():
+            if isinstance(dtype, pl.Array):
+                widths.setdefault(column, set()).add(dtype)
+    varying = {column for column, kinds in widths.items() if len(kinds) > 1}
+    if not varying:
+        return frames
+    return [frame.with_columns([pl.col(column).cast(pl.List(schema[column].inner)) for column in varying
+                                if column in schema]) for frame, schema in zip(frames, schemas)]
 
 
 def _table_with(metric: str, by: str) -> str:
@@ -214,12 +242,15 @@ def open_study(warehouse: str | Path | None = None) -> Study:
 def run(model: str | None = None, checkpoints: list[str] | None = None, *, suite: str | None = None,
         warehouse: str | Path | None = None, progress: bool = True, **settings) -> Study:
     """Materialize ``model`` (a registered name, a directory, a hub id or a GGUF file; or ``suite``) through the
-    CLI's own path (``resdyn run``: leases, provenance, publication), with a progress bar (tqdm: a widget in
-    Jupyter, a line in a terminal); settings by name (``n_samples=32``, ``backend="autodiff"``). Returns the
+    CLI's own path (``resdyn run`` on the configured executor: leases, provenance, publication), with a progress
+    bar (tqdm's auto mode: a line in a terminal, a widget in Jupyter where ipywidgets is installed, else a
+    text bar); settings by name (``n_samples=32``, ``backend="autodiff"``). Returns the
     Study of the warehouse it wrote."""
     from .cli import build_parser, command_run
     from .settings import BY_NAME
 
+    if isinstance(checkpoints, str):
+        checkpoints = [checkpoints]
     if (model is None) == (suite is None):
         raise ValueError("give a model or a suite: resdyn.run('path/to/model') or resdyn.run(suite='tiny')")
     argv = ["run", *(["--model", str(model)] if model is not None else ["--suite", suite])]

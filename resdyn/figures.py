@@ -7,7 +7,9 @@ from pathlib import Path
 
 import matplotlib
 
-if not os.environ.get("MPLBACKEND"):  # a Jupyter kernel names its inline backend there: keep it
+# Agg everywhere (workers, the CLI, the UI), except in a Jupyter kernel, which names its inline backend in
+# MPLBACKEND: there a returned Figure is shown inline
+if "inline" not in os.environ.get("MPLBACKEND", ""):
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -106,6 +107,19 @@ def derived_view_statements() -> list[str]:
     lines = (SQL_DIRECTORY / "views.sql").read_text().splitlines()
     text = "\n".join(line for line in lines if not line.strip().startswith("--"))
     return [statement.strip() for statement in text.split(";") if statement.strip()]
+
+
+def sql_text(argument: str) -> str:
+    """The SQL an argument of ``resdyn sql`` names: a ``.sql`` file (as given, else in sql/questions/), or the
+    argument itself as SQL."""
+    if argument.endswith(".sql"):
+        path = Path(argument)
+        if not path.is_file():
+            path = SQL_DIRECTORY / "questions" / argument
+        if not path.is_file():
+            raise FileNotFoundError(f"no SQL file {argument} (looked here and in sql/questions/)")
+        return path.read_text()
+    return argument
 
 
 def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str, parameters: dict | None = None) -> pa.Table:

@@ -16,7 +16,7 @@ from resdyn.dagster_project.cli import main
 from resdyn.dagster_project.store.errors import QueryError, ReadOnlySqlError
 from resdyn.dagster_project.store.warehouse import Warehouse, new_run_id
 
-from ..cli_helpers import REPOSITORY, save_model
+from ..cli_helpers import REPOSITORY
 
 QUICK_SETTINGS = dict(n_samples=6, sequence_length=12, per_sample_subsample=2, leiden_seeds=2, n_permutations=50)
 
@@ -26,10 +26,19 @@ def study_root(built, tmp_path_factory):
     """The session's m@local warehouse, copied, plus a second model materialized through resdyn.run."""
     import shutil
 
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from resdyn.models.byte_tokenizer import build_byte_tokenizer
+    from resdyn.models.tiny_configs import tiny_config
+
     _, root = built
     copy = tmp_path_factory.mktemp("notebook") / "warehouse"
     shutil.copytree(root, copy)
-    second = save_model(copy.parent / "n", seed=1)
+    second = copy.parent / "n"  # narrower than m (d = 16 against 32): tables of both widths side by side
+    torch.manual_seed(1)
+    AutoModelForCausalLM.from_config(tiny_config("llama", hidden_size=16, n_layers=2)).save_pretrained(second)
+    build_byte_tokenizer().save_pretrained(second)
     study = resdyn.run(str(second), warehouse=copy, progress=True, **QUICK_SETTINGS)
     assert isinstance(study, resdyn.dagster_project.notebook.Study)
     return copy
@@ -65,6 +74,32 @@ def test_sql_frames_equal_the_cli_answer(study_root, question, capsys):
     assert_frame_equal(frame, expected, check_dtypes=False, check_exact=False, rel_tol=1e-12, abs_tol=0.0)
 
 
+def test_every_frame_equals_the_cli_answer(study_root, capsys):
+    study = resdyn.open(study_root)
+    same = dict(check_dtypes=False, check_exact=False, rel_tol=1e-12, abs_tol=0.0)
+    scalar_partitions = "SELECT model, checkpoint, status, run_id, settings_hash, generation FROM partitions"
+    assert_frame_equal(study.partitions().select("model", "checkpoint", "status", "run_id", "settings_hash",
+                                                 "generation"),
+                       _cli_csv(study_root, scalar_partitions + " ORDER BY model, checkpoint", capsys), **same)
+    columns = "run_id, status, executor, settings_hash, started_at"
+    assert_frame_equal(study.runs("n@local").select(columns.split(", ")), _cli_csv(
+        study_root, f"SELECT {columns} FROM runs WHERE model = 'n' ORDER BY started_at", capsys), **same)
+    metrics = "model, checkpoint, layer, sublayer, depth, spectral_radius, henrici_rel_j_minus_i, operator_type"
+    assert_frame_equal(study.table("layer_metrics").select(metrics.split(", ")).sort("model", "depth").collect(),
+                       _cli_csv(study_root, f"SELECT {metrics} FROM layer_metrics ORDER BY model, depth", capsys),
+                       **same)
+    frame, _ = study.compare("spectral_radius")
+    assert_frame_equal(frame.select("model", "checkpoint", "depth", "relative_depth", "spectral_radius"), _cli_csv(
+        study_root, "SELECT model, checkpoint, depth, depth / greatest(max(depth) OVER (PARTITION BY model, checkpoint),"
+        " 1) AS relative_depth, spectral_radius FROM layer_metrics ORDER BY model, checkpoint, depth", capsys), **same)
+    registered = study.models().filter(pl.col("model").is_in(["m", "n"]))
+    assert registered.select("model", "checkpoint", "status").sort("model").rows() == [("m", "local", "complete"),
+                                                                                       ("n", "local", "complete")]
+    assert study.table("runs", "n", "local").collect()["status"].to_list() == ["success"]
+    widths = study.table("jacobians").group_by("model").agg(pl.col("values").list.len().max()).sort("model").collect()
+    assert widths.rows() == [("m", 32), ("n", 16)]  # two widths in one frame, as the views hold them
+
+
 def test_parameters_are_bound_by_duckdb_and_cannot_inject(study_root):
     study = resdyn.open(study_root)
     query = "SELECT count(*) AS n FROM layer_metrics WHERE model = $model"
@@ -97,8 +132,8 @@ def test_a_lazy_frame_sees_only_the_generation_published_when_it_was_made(study_
     assert_frame_equal(study.table("layer_metrics", "m", "local").collect(), old)
     # a new generation published while the frame exists: the frame still reads its own, whole
     model, _ = built
-    assert main(["run", "--model", str(model), "--warehouse", str(study_root), "--samples", "5", "--seq-len", "12",
-                 "--per-sample", "2", "--leiden-seeds", "2", "--permutations", "50", "--log-level", "ERROR"]) == 0
+    resdyn.run(str(model), checkpoints="local", warehouse=study_root, progress=False,
+               **{**QUICK_SETTINGS, "n_samples": 5})
     assert_frame_equal(before.collect(), old)
     after = study.table("layer_metrics", "m", "local").collect()
     assert after["run_id"].n_unique() == 1 and after["run_id"][0] != old["run_id"][0]
@@ -112,7 +147,8 @@ def test_jacobians_equal_the_table_rows(study_root):
     rows = study.table("jacobians", "n", "local").filter(pl.col("depth") == 2).sort("row").collect()
     expected = np.asarray(rows["values"].to_list(), dtype=np.float64)
     jacobian = study.jacobian("n", "local", depth=2)
-    assert jacobian.dtype == np.float64 and jacobian.shape == (len(rows), len(rows))
+    assert jacobian.dtype == np.float64 and jacobian.shape == (len(rows), len(rows)) == (16, 16)
+    assert jacobian.flags.writeable
     np.testing.assert_array_equal(jacobian, expected)
     samples = study.sample_jacobians("n", "local", depth=2)
     kept = study.table("sample_jacobians", "n", "local").filter(pl.col("depth") == 2).sort(
@@ -130,12 +166,21 @@ def test_a_notebook_figure_is_the_uis_figure(study_root, tmp_path):
     from resdyn.dagster_project import figure_frames
 
     study = resdyn.open(study_root)
-    for name, checkpoint in (("schur_surgery", "local"), ("eigenvalue_clouds", "local"), ("cumulative_rank", None)):
-        assert isinstance(study.figure(name, "n", checkpoint), Figure)
     published = Warehouse(study_root).published_figures("n", "local")
+    for name, checkpoint in (("schur_surgery", "local"), ("eigenvalue_clouds", "local"), ("cumulative_rank", None),
+                             ("metrics_by_depth", None), ("coupling_by_depth", None)):
+        inline = study.figure(name, "n", checkpoint)
+        assert isinstance(inline, Figure)
+        rendered = tmp_path / f"{name}.png"
+        inline.savefig(rendered, dpi=110, bbox_inches="tight", format="png")  # as the assets save it
+        assert np.array_equal(np.asarray(Image.open(rendered)), np.asarray(Image.open(published[name]))), name
     frame = study.table("schur_surgery", "n", "local").collect()
-    redrawn = figure_frames.schur_surgery_figure("n@local", frame, tmp_path)
+    redrawn = figure_frames.schur_surgery_figure("n@local", frame, tmp_path / "again")
     assert np.array_equal(np.asarray(Image.open(redrawn)), np.asarray(Image.open(published["schur_surgery"])))
+    with pytest.raises(ValueError, match="one partition's figure"):
+        study.figure("schur_surgery", "n")
+    with pytest.raises(ValueError, match="draws every checkpoint"):
+        study.figure("cumulative_rank", "n", "local")
 
 
 def test_compare_puts_every_partition_on_relative_depth(study_root):

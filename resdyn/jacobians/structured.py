@@ -234,7 +234,38 @@ class StructuredBackend:
         return f"{self.fallback.name} (structured fallback: {reason})"
 
     def sample_jacobians(self, adapter, layer, inputs, sublayer: str, position: int) -> torch.Tensor:
-        return self.fallback.sample_jacobians(adapter, layer, inputs, sublayer, position)
+        """Each row's own Jacobian at ``position``: the mean's closed form over that one observation (n = 1,
+        no averaging), so a kept sample costs the closed form's matrix products (for the gated MLP about
+        2 d d_ff d flops, for attention about 2 d (h d_head) d per term) instead of d backward passes;
+        autodiff where no closed form applies (mixture-of-experts blocks)."""
+        closed_form = self._closed_form(adapter, layer, sublayer)
+        if closed_form is None:
+            return self.fallback.sample_jacobians(adapter, layer, inputs, sublayer, position)
+        matrices = []
+        for row in range(inputs.hidden.shape[0]):
+            one = inputs.select([row])
+            if position in inputs.pre_mlp_rows:
+                one.pre_mlp_rows[position] = inputs.pre_mlp_rows[position][row:row + 1]
+            accumulator = FactoredAccumulator()
+            accumulator.add(self._partial_sum(closed_form, adapter, layer, one, sublayer, position), 1)
+            matrices.append(accumulator.mean())
+        return torch.stack(matrices)
+
+    @staticmethod
+    def _partial_sum(closed_form, adapter, layer, inputs, sublayer: str, position: int):
+        """sum over the batch of (J - I) at ``position``, factored; the attention map also leaves the pre-MLP
+        row at ``position`` in ``inputs.pre_mlp_rows`` (exactly the row the MLP map then starts from)."""
+        if sublayer == "mlp":
+            x = inputs.pre_mlp_rows.get(position)
+            if x is None:
+                x = adapter.positional_function(layer, inputs, sublayer, position)[1]
+            per_layer_input = inputs.arguments.get("per_layer_input")
+            if per_layer_input is not None:
+                per_layer_input = per_layer_input[:, position]
+            return mlp_partial_sum(closed_form, x, per_layer_input)
+        partial, pre_mlp_row = attention_partial_sum(closed_form, inputs.hidden, inputs.arguments, position)
+        inputs.pre_mlp_rows[position] = pre_mlp_row
+        return partial
 
     def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor | None:
         """Add this batch to ``moments``: at once through the fallback, or as a factored sum that
@@ -248,17 +279,7 @@ class StructuredBackend:
                             self.backend_for(adapter, layer, sublayer).split(": ", 1)[-1].rstrip(")"), sublayer,
                             adapter.family)
             return self.fallback.accumulate(adapter, layer, inputs, sublayer, position, moments)
-        if sublayer == "mlp":
-            x = inputs.pre_mlp_rows.get(position)
-            if x is None:
-                x = adapter.positional_function(layer, inputs, sublayer, position)[1]
-            per_layer_input = inputs.arguments.get("per_layer_input")
-            if per_layer_input is not None:
-                per_layer_input = per_layer_input[:, position]
-            partial = mlp_partial_sum(closed_form, x, per_layer_input)
-        else:
-            partial, pre_mlp_row = attention_partial_sum(closed_form, inputs.hidden, inputs.arguments, position)
-            inputs.pre_mlp_rows[position] = pre_mlp_row  # the MLP step needs exactly this row
+        partial = self._partial_sum(closed_form, adapter, layer, inputs, sublayer, position)
         if id(moments) not in self._pending:
             self._pending[id(moments)] = (moments, FactoredAccumulator())
         self._pending[id(moments)][1].add(partial, inputs.hidden.shape[0])

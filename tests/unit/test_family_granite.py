@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, GraniteConfig
+from transformers import AutoModelForCausalLM
 
 from resdyn.corpus import Sample
 from resdyn.jacobians.autodiff import AutodiffBackend
@@ -27,20 +27,12 @@ from resdyn.models.adapters import SUBLAYERS, SUPPORTED_FAMILIES, adapter_for
 from resdyn.models.byte_tokenizer import build_byte_tokenizer
 from resdyn.models.layerwise import LayerwiseModel
 from resdyn.models.loading import load_model
-from resdyn.models.tiny_configs import END_OF_TEXT_ID, VOCABULARY_SIZE
 
 from ..references import UpcastFloat32
+from ..tiny_models import GRANITE_MULTIPLIERS as MULTIPLIERS
+from ..tiny_models import granite_config
 
-MULTIPLIERS = {"residual_multiplier": 0.22, "attention_multiplier": 0.03, "embedding_multiplier": 12.0,
-               "logits_scaling": 4.0}
 TOLERANCE = 1e-10
-
-
-def granite_config(n_layers: int = 3) -> GraniteConfig:
-    return GraniteConfig(vocab_size=VOCABULARY_SIZE, hidden_size=32, intermediate_size=96, num_hidden_layers=n_layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         attention_bias=True, mlp_bias=True, bos_token_id=END_OF_TEXT_ID, eos_token_id=END_OF_TEXT_ID,
-                         pad_token_id=END_OF_TEXT_ID, tie_word_embeddings=True, **MULTIPLIERS)
 
 
 @pytest.fixture

@@ -45,7 +45,8 @@ def test_sum_only_batches_keep_the_mean_and_drop_the_variance(fresh_seed):
 
 
 def test_subsample_of_a_means_only_backend_equals_full_batch_autodiff(fresh_seed):
-    """The structured backend asks autodiff for the kept samples only (a sliced batch): same matrices."""
+    """The structured backend computes the kept samples' matrices in closed form (a sliced batch, one observation
+    each): the same matrices as autodiff over the full batch."""
     model = random_tiny_model("gemma4", fresh_seed, n_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
                               num_kv_shared_layers=2, sliding_window=5)
     adapter = adapter_for(model.config.model_type)

@@ -101,6 +101,28 @@ def figure(path: Path) -> dict:
     return metadata
 
 
+def n_layers(store: Warehouse, model: str, checkpoint: str) -> int:
+    """Decoder layers of the partition's checkpoint (its ``model_checkpoints`` row)."""
+    return int(store.read("model_checkpoints", model, checkpoint, columns=["n_layers"]).column("n_layers")[0].as_py())
+
+
+class StageProgress:
+    """One line per finished item of an analysis stage in the step's log: done / total and seconds so far
+    (a partition's analysis runs for minutes at large d; the UI and ``resdyn run`` show these lines)."""
+
+    def __init__(self, context, stage: str, total: int) -> None:
+        import time
+
+        self.context, self.stage, self.total, self.done_count = context, stage, total, 0
+        self.clock = time.perf_counter
+        self.started = self.clock()
+
+    def done(self, what: str) -> None:
+        self.done_count += 1
+        self.context.log.info(f"{self.context.partition_key}: {self.stage} {self.done_count}/{self.total} ({what}) "
+                              f"done, {self.clock() - self.started:.0f} s")
+
+
 def row_groups(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple, np.ndarray]:
     """Row indices of ``data`` per distinct value of ``columns``, in first-appearance order."""
     keys = zip(*(data.column(name).to_pylist() for name in columns))

@@ -14,7 +14,7 @@ from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, figure, iter_matrices, partition
+from .common import PARTITIONS, StageProgress, figure, iter_matrices, n_layers, partition
 from .spectra import by_checkpoint
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
@@ -25,10 +25,12 @@ STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
           description="Per-unit amplification from each sublayer's mean Jacobian (column, J - I column, row, diagonal).")
 def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
     with partition_run(context, warehouse, settings) as store:
-        yield dg.Output(_unit_amplification(store, *partition(context)))
+        model, checkpoint = partition(context)
+        progress = StageProgress(context, "unit amplification", 2 * n_layers(store, model, checkpoint))
+        yield dg.Output(_unit_amplification(store, model, checkpoint, progress))
 
 
-def _unit_amplification(store, model: str, checkpoint: str):
+def _unit_amplification(store, model: str, checkpoint: str, progress=None):
     """One record batch per sublayer, one mean Jacobian in memory at a time."""
     for (layer, sublayer), jacobian in iter_matrices(store, "jacobians", model, checkpoint):
         measures = coupling.unit_amplification(jacobian)
@@ -36,6 +38,8 @@ def _unit_amplification(store, model: str, checkpoint: str):
         yield pa.record_batch({"layer": np.full(d, layer, np.int32), "sublayer": pa.repeat(pa.scalar(sublayer), d),
                                "depth": np.full(d, sublayer_depth(layer, sublayer), np.int32),
                                "unit": np.arange(d, dtype=np.int32), **measures})
+        if progress is not None:  # the batch above has been written
+            progress.done(f"{layer}/{sublayer}")
 
 
 def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
@@ -66,7 +70,7 @@ def _coupling_tests(context, settings, store) -> dg.Output:
                                       columns=["layer", "boundary", "unit", "is_boundary", "degree"]), ("layer", "boundary"))
     operator = {(r["layer"], r["sublayer"]): r["operator_type"] for r in store.read(
         "layer_metrics", model, checkpoint, columns=["layer", "sublayer", "operator_type"]).to_pylist()}
-    rows = []
+    rows, progress = [], StageProgress(context, "coupling tests", len(amplification))
     for (layer, sublayer), units in sorted(amplification.items(), key=lambda item: sublayer_depth(*item[0])):
         boundary = STARTING_BOUNDARY[sublayer]
         membership = communities[(layer, boundary)]
@@ -77,6 +81,7 @@ def _coupling_tests(context, settings, store) -> dg.Output:
                                         membership.column("is_boundary").to_numpy(zero_copy_only=False),
                                         membership.column("degree").to_numpy(), n_permutations=settings.n_permutations,
                                         seed=settings.seed + sublayer_depth(layer, sublayer))
+        progress.done(f"{layer}/{sublayer}")
         defined = result.defined
         rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "boundary": boundary,
                      "n_boundary": result.n_boundary, "n_interior": result.n_interior,

@@ -18,7 +18,7 @@ from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, partition
+from .common import PARTITIONS, StageProgress, partition
 from .spectra import PARALLEL_MIN_WIDTH
 from .spectral_worker import metrics_of_row_group
 
@@ -49,8 +49,10 @@ def _per_sample(context, settings, store) -> pa.Table:
         of_mean[(row["layer"], row["sublayer"])]["numerical_abscissa"] = row["numerical_abscissa"]
     grouped: dict[tuple[int, str], list[dict]] = {}
     metrics = ordered_parallel_map(metrics_of_row_group, [(path, index) for index in range(len(keys))], workers=workers)
+    progress = StageProgress(context, "per-sample metrics", len(keys))
     for (layer, sublayer, _), result in zip(keys, metrics):
         grouped.setdefault((layer, sublayer), []).append(result)
+        progress.done(f"a sample of {layer}/{sublayer}")
     rows = []
     for (layer, sublayer), metric_list in sorted(grouped.items(), key=lambda item: sublayer_depth(*item[0])):
         for metric in NUMERIC_METRICS:

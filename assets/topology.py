@@ -18,7 +18,7 @@ from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import community_distributions
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, figure, partition
+from .common import PARTITIONS, StageProgress, figure, n_layers, partition
 
 PARALLEL_MIN_UNITS = 512  # smaller graphs scan faster than worker processes start
 
@@ -80,7 +80,8 @@ def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
         model, checkpoint = partition(context)
         d = store.read("model_checkpoints", model, checkpoint).column("d_model")[0].as_py()
         k = neighbours(settings, d)
-        yield dg.Output(_graph_edges(settings, store, model, checkpoint, k),
+        progress = StageProgress(context, "correlation graphs", 2 * n_layers(store, model, checkpoint))
+        yield dg.Output(_graph_edges(settings, store, model, checkpoint, k, progress),
                         metadata={"construction": settings.graph_construction, "k": k})
 
 
@@ -89,7 +90,7 @@ def neighbours(settings, d: int) -> int:
     return settings.graph_k or min(30, max(5, d // 4))
 
 
-def _graph_edges(settings, store, model: str, checkpoint: str, k: int):
+def _graph_edges(settings, store, model: str, checkpoint: str, k: int, progress=None):
     """One record batch of edges per (layer, boundary), one activation matrix in memory at a time."""
     for (layer, boundary), matrix in activation_matrices(store, model, checkpoint):
         edges = topology.signed_graph(topology.correlation_matrix(matrix), settings.graph_construction,
@@ -98,6 +99,8 @@ def _graph_edges(settings, store, model: str, checkpoint: str, k: int):
             "layer": np.full(len(edges.weight), layer, np.int32), "boundary": boundary, "source": edges.source,
             "target": edges.target, "weight": edges.weight, "n_units": matrix.shape[1],
             "construction": settings.graph_construction, "k": k})
+        if progress is not None:  # the batch above has been written
+            progress.done(f"{layer}/{boundary}")
 
 
 @dg.multi_asset(
@@ -120,6 +123,7 @@ def _communities(context, settings, store):
     leiden_seconds = wall_seconds = 0.0
     workers, pool = settings.workers or default_workers(), None
     with contextlib.ExitStack() as pools:  # one Leiden pool for every graph of the partition
+        progress = StageProgress(context, "communities", 2 * n_layers(store, model, checkpoint))
         for (layer, boundary), edges in edges_by_boundary(store, model, checkpoint):
             if pool is None and workers > 1 and edges.n_units >= PARALLEL_MIN_UNITS:
                 pool = pools.enter_context(topology.LeidenPool(workers))
@@ -145,6 +149,7 @@ def _communities(context, settings, store):
                            "nontrivial": r.nontrivial,
                            "chosen": r.gamma == scan.gamma} for r in scan.rows]
             interrupts.check(f"community_tables of {context.partition_key}")
+            progress.done(f"{layer}/{boundary}")
             context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "
                              f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
                              f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers if pool else 1} worker(s))")

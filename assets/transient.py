@@ -22,7 +22,7 @@ from resdyn.figures import pseudospectra_contours
 from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth
 
-from .common import PARTITIONS, figure, partition
+from .common import PARTITIONS, StageProgress, figure, partition
 from .spectra import jacobians_in_depth_order
 from .spectral_worker import read_matrix, transient_of_row_group
 
@@ -54,9 +54,12 @@ def _analyse(context, settings, store):
     points = 48 if width <= 256 else 20 if width <= 2048 else 12  # beyond d = 256 each grid point is a Lanczos run
     tasks = [(path, index, points if (layer, sublayer) in chosen.values() else 0, settings.device)
              for index, layer, sublayer in order]
-    results = list(ordered_parallel_map(transient_of_row_group, tasks, workers=workers))
+    progress = StageProgress(context, "transient dynamics", len(order))
+    results = []  # consumed as they arrive, so each sublayer's line is logged when it is done
     dynamics_rows, pseudo_rows, radii = [], [], []
-    for (_, layer, sublayer), result in zip(order, results):
+    for (_, layer, sublayer), result in zip(order, ordered_parallel_map(transient_of_row_group, tasks,
+                                                                         workers=workers)):
+        results.append(result)
         key = {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer)}
         radii.append(result.spectral_radius)
         dynamics_rows.append({**key, "spectral_radius": result.spectral_radius, "spectral_norm": result.spectral_norm,
@@ -70,9 +73,11 @@ def _analyse(context, settings, store):
         for epsilon, radius in sorted(result.pseudospectral_radii.items()):
             pseudo_rows.append({**key, "eps": epsilon, "pseudospectral_radius": radius,
                                 "excess_over_normal": (radius - result.spectral_radius) / epsilon})
-        context.log.info(f"{context.partition_key}: transient dynamics of depth {key['depth']} done")
+        progress.done(f"depth {key['depth']}, {sublayer}")
         interrupts.check(f"transient_analysis of {context.partition_key}")
     growth = list(transient_growth((read_matrix(path, index) for index, _, _ in order), radii))
+    context.log.info(f"{context.partition_key}: transient growth over {len(order)} sublayers done, "
+                     f"{progress.clock() - progress.started:.0f} s")
     tables = {
         "transient_dynamics": pa.Table.from_pylist(dynamics_rows, schema=spec("transient_dynamics").schema()),
         "pseudospectra": pa.Table.from_pylist(pseudo_rows, schema=spec("pseudospectra").schema()),

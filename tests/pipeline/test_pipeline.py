@@ -186,3 +186,22 @@ def test_study_assets_materialize_with_figures_in_their_metadata(warehouse):
     with Image.open(store.root / "_artefacts" / thumbnail) as image:  # what resdyn ui serves at that URL
         assert image.format == "PNG" and 0 < image.width <= 480
     assert (store.root / "report.html").is_file()
+
+
+def test_every_analysis_stage_logs_its_progress_item_by_item(warehouse):
+    """Each stage says done / total with seconds as each sublayer or graph finishes (not once at the end)."""
+    import re
+
+    store, _, instance = warehouse
+    run_id = store.query("SELECT run_id FROM partitions").to_pylist()[0]["run_id"]
+    messages = [entry.user_message for entry in instance.all_logs(run_id) if entry.user_message]
+    n_layers = store.read("model_checkpoints", "tiny-olmo3", "step-000000").column("n_layers")[0].as_py()
+    for stage in ("transient dynamics", "per-sample metrics", "communities", "correlation graphs",
+                  "unit amplification", "coupling tests"):
+        counts = [tuple(map(int, found.groups())) for message in messages
+                  if (found := re.search(rf"{stage} (\d+)/(\d+) \(.*\) done, \d+ s", message))]
+        assert counts, (stage, messages[-5:])
+        totals = {total for _, total in counts}
+        assert len(totals) == 1 and [done for done, _ in counts] == list(range(1, totals.pop() + 1)), (stage, counts)
+        assert counts[-1][1] >= 2 * n_layers if stage != "per-sample metrics" else counts[-1][1] > 2 * n_layers
+    assert sum("spectra of depth" in message for message in messages) == 2 * n_layers

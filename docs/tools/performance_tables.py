@@ -22,6 +22,7 @@ TITLES = {
     "gguf_import": "GGUF import of a Llama-3.1-8B-shaped file (`benchmarks/gguf_import.py`)",
     "jacobians": "Mean-Jacobian backends side by side (`benchmarks/jacobians.py`)",
     "paper_scale": "Paper-scale checkpoints, truncated depth (`benchmarks/paper_scale.py`)",
+    "per_sample": "Per-sample Jacobians at the Llama-3.1-8B shape: closed form against autodiff (`benchmarks/per_sample.py`)",
     "ray_executor": "Ray executor against in-process on a local cluster (`benchmarks/ray_executor.py`)",
     "scale": "Analysis stages by width d (`benchmarks/scale.py`)",
     "smollm2": "SmolLM2-135M partition, stage by stage (`benchmarks/smollm2.py`)",
@@ -39,6 +40,7 @@ def _cell(value) -> str:
 
 def _scalars(values: dict) -> list[str]:
     rows = [(key, value) for key, value in values.items() if not isinstance(value, dict)
+            and not (isinstance(value, list) and value and isinstance(value[0], dict))
             and not (isinstance(value, str) and len(value) > 120)]
     return ["| result | value |", "|---|---|", *(f"| {key} | {_cell(value)} |" for key, value in rows)]
 
@@ -99,6 +101,8 @@ def render() -> str:
             lines += _smollm2(results)
         elif path.stem == "paper_scale":
             lines += _paper_scale(results)
+        elif path.stem == "per_sample":
+            lines += _scalars(results) + [""] + _records(results["sublayers"])
         elif isinstance(results, list) and results:
             lines += _records(results)
         elif isinstance(results, dict):

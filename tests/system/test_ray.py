@@ -144,8 +144,11 @@ def test_every_address_form_a_user_holds_leads_to_the_job_submission_address(clu
     dashboard = cluster["address"]
     assert ray_address(dashboard) == dashboard
     assert ray_address(dashboard.removeprefix("http://")) == dashboard  # HOST:8265 without its scheme
-    assert ray_address(cluster["gcs"]) == dashboard  # HOST:6379, as `ray start` prints it
-    assert ray_address(cluster["client"]) == dashboard  # ray://HOST:10001
+    # the lookups ask the cluster itself; right after the partition test its two 1-CPU nodes are still winding
+    # down Ray jobs and can take longer than the interactive 20 s to answer a Ray Client (seen once in a clean
+    # clone's full run): this test is about the answer, not its speed
+    assert ray_address(cluster["gcs"], timeout=120) == dashboard  # HOST:6379, as `ray start` prints it
+    assert ray_address(cluster["client"], timeout=120) == dashboard  # ray://HOST:10001
     from resdyn.dagster_project.executors import largest_node_cpus
 
     assert largest_node_cpus(dashboard) == 1  # each node of this cluster has one CPU

@@ -19,6 +19,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 RESULTS = REPOSITORY / "benchmarks" / "results"
 OUTPUT = REPOSITORY / "docs" / "performance.md"
 TITLES = {
+    "analysis_floor": "All the analysis of one sublayer beside its floor (`benchmarks/analysis_floor.py`)",
     "gguf_import": "GGUF import of a Llama-3.1-8B-shaped file (`benchmarks/gguf_import.py`)",
     "jacobians": "Mean-Jacobian backends side by side (`benchmarks/jacobians.py`)",
     "paper_scale": "Paper-scale checkpoints, truncated depth (`benchmarks/paper_scale.py`)",
@@ -71,6 +72,20 @@ def _smollm2(results: dict) -> list[str]:
     return lines
 
 
+def _analysis_floor(records: list[dict]) -> list[str]:
+    lines = []
+    for record in records:
+        lines += [f"**d = {record['d']}** ({record['samples']} observations, {record['per_sample']} per-sample "
+                  f"matrices, k = {record['k']}): the whole sublayer {_cell(record['sublayer_seconds'])} s = "
+                  f"{_cell(record['sublayer_over_one_schur'])}x one real Schur form with vectors "
+                  f"({_cell(record['floors']['schur_with_vectors'])} s)", "",
+                  "| stage | seconds | floor | floor seconds | stage / floor |", "|---|---|---|---|---|"]
+        lines += [f"| {stage} | {_cell(numbers['seconds'])} | {numbers['floor']} | {_cell(numbers['floor_seconds'])} | "
+                  f"{_cell(numbers['ratio'])} |" for stage, numbers in record["stages"].items()]
+        lines.append("")
+    return lines
+
+
 def _paper_scale(results: dict) -> list[str]:
     lines = ["| checkpoint | selection | run | seconds | peak RSS GB | checks |", "|---|---|---|---|---|---|"]
     for model, runs in results.items():
@@ -101,6 +116,8 @@ def render() -> str:
             lines += _smollm2(results)
         elif path.stem == "paper_scale":
             lines += _paper_scale(results)
+        elif path.stem == "analysis_floor":
+            lines += _analysis_floor(results)
         elif path.stem == "per_sample":
             lines += _scalars(results) + [""] + _records(results["sublayers"])
         elif isinstance(results, list) and results:

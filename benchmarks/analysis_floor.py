@@ -1,0 +1,124 @@
+"""All the analysis of one sublayer beside its floor, per stage and width (a benchmark, not a test).
+
+    python benchmarks/analysis_floor.py [--widths 1024 2048 4096] [--samples 128] [--per-sample 8]
+
+For each width d, in one process and one after the other: a random near-identity mean Jacobian
+J = I + G / (2 sqrt d) (G Gaussian), ``--per-sample`` per-sample matrices around it, and activations
+of ``--samples`` observations with a planted community structure (a quarter of the units bridging two groups); then the stages the assets run for
+one sublayer, timed separately:
+
+    spectral      resdyn.spectra.analyse_sublayer (real Schur with vectors, svdvals, SVD of J - I), one
+                  cumulative-product step and the five Schur-surgery alphas (resdyn.depth.SchurSurgery)
+    transient     resdyn.transient.analyse_transient (no contour grid)
+    per_sample    the per-sample metrics of the subsample (values-only Schur, svdvals, numerical abscissa)
+    correlation   resdyn.topology.correlation_matrix of the boundary's activations
+    graph         resdyn.topology.signed_graph (kNN)
+    scan          resdyn.topology.scan_gamma (the default gammas x 5 seeds, stability included)
+    coupling      resdyn.coupling.coupling_test (1000 degree-stratified permutations)
+
+and their floors, measured in the same process: one real Schur form with vectors (scipy.linalg.schur),
+one svdvals, one Leiden run on the same graph. Each stage's ratio to its floor and the whole sublayer
+against one Schur form are reported (the issue's target: the whole sublayer within 8x one Schur form).
+
+Writes benchmarks/results/analysis_floor.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.linalg
+
+RESULTS = Path(__file__).resolve().parent / "results" / "analysis_floor.json"
+
+
+def _timed(function, *arguments, **keywords):
+    started = time.perf_counter()
+    result = function(*arguments, **keywords)
+    return result, time.perf_counter() - started
+
+
+def planted_activations(n: int, d: int, groups: int, rng: np.random.Generator) -> np.ndarray:
+    """n observations of d units in ``groups`` correlated blocks (what a layer's residual stream looks like
+    to the community stage: a few co-active groups)."""
+    labels, second = rng.integers(0, groups, d), rng.integers(0, groups, d)
+    bridging = rng.random(d) < 0.25  # a quarter of the units load on a second group too: boundary units
+    factors = rng.normal(size=(n, groups))
+    return factors[:, labels] + bridging * factors[:, second] + 0.7 * rng.normal(size=(n, d))
+
+
+def measure(d: int, n_samples: int, per_sample: int, seed: int) -> dict:
+    from resdyn import coupling, spectra, topology, transient
+    from resdyn.depth import CumulativeProduct, SchurSurgery
+    from resdyn.transient import numerical_abscissa
+
+    rng = np.random.default_rng(seed)
+    jacobian = np.eye(d) + rng.normal(size=(d, d)) / (2 * np.sqrt(d))
+    samples = [jacobian + rng.normal(size=(d, d)) / (4 * np.sqrt(d)) for _ in range(per_sample)]
+    activations = planted_activations(n_samples, d, max(4, d // 128), rng)
+    seconds, floors = {}, {}
+    _, floors["schur_with_vectors"] = _timed(scipy.linalg.schur, jacobian, output="real")
+    _, floors["svdvals"] = _timed(scipy.linalg.svdvals, jacobian)
+    _, floors["schur_values_only"] = _timed(spectra.real_schur_form, jacobian, with_basis=False)
+
+    def spectral():
+        result = spectra.analyse_sublayer(jacobian)
+        CumulativeProduct().push(jacobian)
+        SchurSurgery((0.0, 0.25, 0.5, 0.75, 1.0)).push(result.schur_form, result.schur_basis)
+
+    _, seconds["spectral"] = _timed(spectral)
+    _, seconds["transient"] = _timed(transient.analyse_transient, jacobian, contour_points=0)
+    _, seconds["per_sample"] = _timed(lambda: [{**spectra.analyse_sublayer(m, keep_schur=False).metrics,
+                                                "numerical_abscissa": numerical_abscissa(m)} for m in samples])
+    correlation, seconds["correlation"] = _timed(topology.correlation_matrix, activations)
+    k = min(30, max(5, d // 4))
+    edges, seconds["graph"] = _timed(topology.signed_graph, correlation, "knn", k=k)
+    graphs = topology.layer_graphs(edges)
+    _, floors["leiden_run"] = _timed(topology.signed_leiden, edges, 1.0, 0, graphs=graphs)
+    scan, seconds["scan"] = _timed(topology.scan_gamma, edges, seeds=(0, 1, 2, 3, 4))
+    participation, _ = topology.participation_coefficient(edges, scan.membership)
+    is_boundary = topology.boundary_units(participation)
+    amplification = coupling.unit_amplification(jacobian)["log_column_norm"]
+    tested, seconds["coupling"] = _timed(coupling.coupling_test, amplification, is_boundary,
+                                         topology.unit_degree(edges), n_permutations=1000, seed=seed)
+    floors["per_sample_values_only_schur"] = per_sample * floors["schur_values_only"]
+    floor_of = {"spectral": "schur_with_vectors", "transient": "schur_with_vectors",
+                "per_sample": "per_sample_values_only_schur", "correlation": "svdvals", "graph": "svdvals",
+                "scan": "leiden_run", "coupling": "leiden_run"}
+    stages = {stage: {"seconds": round(value, 4), "floor": floor_of[stage],
+                      "floor_seconds": round(floors[floor_of[stage]], 4),
+                      "ratio": round(value / floors[floor_of[stage]], 2)} for stage, value in seconds.items()}
+    total = sum(seconds.values())
+    return {"d": d, "samples": n_samples, "per_sample": per_sample, "k": k, "stages": stages,
+            "floors": {name: round(value, 4) for name, value in floors.items()},
+            "sublayer_seconds": round(total, 2),
+            "sublayer_over_one_schur": round(total / floors["schur_with_vectors"], 1),
+            "leiden_runs_in_scan": len(scan.rows) * 5, "boundary_units": int(is_boundary.sum()),
+            "coupling_defined": bool(tested.defined), "peak_rss_gib": round(
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--widths", type=int, nargs="+", default=[1024, 2048, 4096])
+    parser.add_argument("--samples", type=int, default=128)
+    parser.add_argument("--per-sample", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    arguments = parser.parse_args()
+    records = []
+    for d in arguments.widths:
+        record = measure(d, arguments.samples, arguments.per_sample, arguments.seed)
+        records.append(record)
+        print(json.dumps(record), flush=True)
+        RESULTS.write_text(json.dumps(records, indent=2) + "\n")  # after each width: a long run keeps its numbers
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,15 +3,16 @@
 
 import base64
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from resdyn.corpus import Sample
-from resdyn.dagster_project.metadata import peak_rss_mb, preview, table_metadata, written_metadata  # noqa: F401
 from resdyn.dagster_project.partitions import model_checkpoint_partitions
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.store.arrow_tables import matrix_rows
@@ -106,21 +107,29 @@ def n_layers(store: Warehouse, model: str, checkpoint: str) -> int:
     return int(store.read("model_checkpoints", model, checkpoint, columns=["n_layers"]).column("n_layers")[0].as_py())
 
 
+def by_checkpoint(store: Warehouse, table: str, model: str, current: tuple[str, pa.Table]) -> dict[str, pl.DataFrame]:
+    """``table`` of every published checkpoint of ``model`` and of ``current`` (the checkpoint being made and
+    its table, not yet published), as polars frames by checkpoint: what a figure across checkpoints draws."""
+    frames = {checkpoint: pl.from_arrow(store.read(table, model, checkpoint))
+              for checkpoint in store.checkpoints_of(table, model) if checkpoint != current[0]}
+    return {**frames, current[0]: pl.from_arrow(current[1])}
+
+
 class StageProgress:
     """One line per finished item of an analysis stage in the step's log: done / total and seconds so far
     (a partition's analysis runs for minutes at large d; the UI and ``resdyn run`` show these lines)."""
 
     def __init__(self, context, stage: str, total: int) -> None:
-        import time
-
         self.context, self.stage, self.total, self.done_count = context, stage, total, 0
-        self.clock = time.perf_counter
-        self.started = self.clock()
+        self.started = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
 
     def done(self, what: str) -> None:
         self.done_count += 1
         self.context.log.info(f"{self.context.partition_key}: {self.stage} {self.done_count}/{self.total} ({what}) "
-                              f"done, {self.clock() - self.started:.0f} s")
+                              f"done, {self.seconds():.0f} s")
 
 
 def row_groups(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple, np.ndarray]:

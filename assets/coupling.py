@@ -14,8 +14,7 @@ from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, StageProgress, figure, iter_matrices, n_layers, partition
-from .spectra import by_checkpoint
+from .common import PARTITIONS, StageProgress, by_checkpoint, figure, iter_matrices, n_layers, partition
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 

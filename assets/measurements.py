@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn.dagster_project import interrupts
+from resdyn.dagster_project.metadata import preview
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.steps import MODEL_RUNNER_POOL, MODEL_STEP, STEP_RETRIES
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, nullable_lists, record_batch
@@ -22,7 +23,7 @@ from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import jacobian_heatmaps
 from resdyn.naming import SUBLAYERS, sublayer_depth
 
-from .common import PARTITIONS, figure, open_layerwise, partition, preview, read_samples
+from .common import PARTITIONS, figure, open_layerwise, partition, read_samples
 from .samples import samples
 
 TABLES = ("activations", "jacobians", "sample_jacobians", "finite_difference_probe")

@@ -3,10 +3,11 @@ figure each, and report.html in the warehouse. Unpartitioned, downstream of all 
 
 import dagster as dg
 
+from resdyn.dagster_project.metadata import preview
 from resdyn.dagster_project.report import SECTIONS, build_report
 from resdyn.dagster_project.resources import WarehouseResource
 
-from .common import figure, preview
+from .common import figure
 
 STUDY_ASSET_KEYS = [section.name for section in SECTIONS] + ["study_report"]
 UPSTREAM = ["coupling_tests", "layer_metrics", "cumulative_rank", "schur_surgery"]

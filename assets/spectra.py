@@ -14,6 +14,7 @@ import polars as pl
 import pyarrow as pa
 
 from resdyn.dagster_project import figure_frames, interrupts
+from resdyn.dagster_project.metadata import preview
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
@@ -22,30 +23,15 @@ from resdyn.dagster_project.store.io_manager import table_output, table_outs, wr
 from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
+from resdyn.figures import eigenvalue_clouds
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, figure, partition, preview
+from .common import PARTITIONS, by_checkpoint, figure, partition
 from .spectral_worker import analyse_row_group, read_matrix
 
 SURGERY_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 PARALLEL_MIN_WIDTH = 256  # below this a process pool costs more than it saves
 TABLES = ("eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery")
-
-
-def by_checkpoint(store, table: str, model: str, current: tuple[str, pa.Table]) -> dict[str, pl.DataFrame]:
-    """``table`` of every published checkpoint of ``model`` and of ``current`` (the checkpoint being made and
-    its table, not yet published), as polars frames by checkpoint: what a figure across checkpoints draws."""
-    frames = {checkpoint: pl.from_arrow(store.read(table, model, checkpoint))
-              for checkpoint in store.checkpoints_of(table, model) if checkpoint != current[0]}
-    return {**frames, current[0]: pl.from_arrow(current[1])}
-
-
-def eigenvalue_frame(clouds: dict[int, np.ndarray]) -> pl.DataFrame:
-    """The eigenvalues by depth as the ``eigenvalues`` table holds them (depth, idx, re, im)."""
-    return pl.DataFrame({"depth": np.concatenate([np.full(len(v), depth, np.int32) for depth, v in clouds.items()]),
-                         "idx": np.concatenate([np.arange(len(v), dtype=np.int32) for v in clouds.values()]),
-                         "re": np.concatenate([v.real for v in clouds.values()]),
-                         "im": np.concatenate([v.imag for v in clouds.values()])})
 
 
 def sublayers_in_depth_order(store, model: str, checkpoint: str) -> list[tuple[int, int, str]]:
@@ -128,8 +114,7 @@ def _analyse(context, settings, store):
     }
     figures_directory = store.artefact_directory("figures", model, checkpoint)
     extra = {name: {} for name in TABLES}
-    extra["eigenvalues"] = figure(figure_frames.eigenvalue_figure(
-        context.partition_key, eigenvalue_frame(clouds), figures_directory))
+    extra["eigenvalues"] = figure(eigenvalue_clouds(clouds, figures_directory, title=context.partition_key))
     metrics = by_checkpoint(store, "layer_metrics", model, (checkpoint, tables["layer_metrics"]))
     extra["layer_metrics"] = figure(figure_frames.metrics_figure(model, metrics, figures_directory))
     types = [row["operator_type"] for row in metric_rows]

@@ -77,7 +77,7 @@ def _analyse(context, settings, store):
         interrupts.check(f"transient_analysis of {context.partition_key}")
     growth = list(transient_growth((read_matrix(path, index) for index, _, _ in order), radii))
     context.log.info(f"{context.partition_key}: transient growth over {len(order)} sublayers done, "
-                     f"{progress.clock() - progress.started:.0f} s")
+                     f"{progress.seconds():.0f} s")
     tables = {
         "transient_dynamics": pa.Table.from_pylist(dynamics_rows, schema=spec("transient_dynamics").schema()),
         "pseudospectra": pa.Table.from_pylist(pseudo_rows, schema=spec("pseudospectra").schema()),

@@ -16,7 +16,8 @@ import polars as pl
 
 from resdyn.claims import CheckpointData, ClaimsReport, diagnostics, evaluate
 
-from .store.warehouse import SQL_DIRECTORY, Warehouse
+from .config import SQL_DIRECTORY
+from .store.warehouse import Warehouse
 
 
 def _frame(store: Warehouse, name: str, model: str) -> pl.DataFrame:

@@ -33,9 +33,10 @@ from pathlib import Path
 from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partition_key, split_partition_key
 
 from . import interrupts
-from .config import dagster_home, use_dagster_home, warehouse_root
+from .config import SQL_DIRECTORY, dagster_home, use_dagster_home
+from .store.errors import PartitionBusyError, QueryError, ReadOnlySqlError
 from .store.views import sql_text
-from .store.warehouse import SQL_DIRECTORY, PartitionBusyError, QueryError, ReadOnlySqlError, Warehouse
+from .store.warehouse import Warehouse
 
 log = logging.getLogger("resdyn")
 
@@ -202,12 +203,12 @@ def _register_with_dagster(keys: list[str]) -> None:
 
 
 def command_ui(arguments) -> int:
-    from .config import VARIABLES, set_for_this_process
+    from .config import StudyConfig, set_for_this_process
     from .ui import serve
 
-    root = warehouse_root(arguments.warehouse)
-    set_for_this_process({VARIABLES["warehouse"]: str(root)})  # the code server loads the definitions by module name
-    return serve(root, arguments.host, arguments.port, daemon=not arguments.no_daemon)
+    config = StudyConfig.resolve({"warehouse": arguments.warehouse})
+    set_for_this_process(config.environment())  # the code server and daemon load the definitions by module name
+    return serve(Path(config.warehouse), arguments.host, arguments.port, daemon=not arguments.no_daemon)
 
 
 def command_check(arguments) -> int:

@@ -87,8 +87,8 @@ class StudyConfig:
                 return str(environment[VARIABLES[name]]).strip(), VARIABLES[name]
             return None
 
-        values: dict = {"settings": settings}
-        for name in ("warehouse", "wikitext_directory", "wikitext_tokenized_directory"):
+        values: dict = {"settings": settings, "warehouse": str(warehouse_root(flags.get("warehouse"), environment))}
+        for name in ("wikitext_directory", "wikitext_tokenized_directory"):
             if (found := given(name)) is not None:
                 values[name] = str(Path(found[0]).expanduser().resolve())
         if (found := given("executor")) is not None:
@@ -151,9 +151,12 @@ def _whole_number(raw: str, source: str, minimum: int, meaning: str) -> int:
     return number
 
 
-def warehouse_root(given: str | os.PathLike | None = None) -> Path:
-    """The warehouse root: ``given`` (a --warehouse flag), else RESDYN_WAREHOUSE, else the default."""
-    return Path(given or os.environ.get(VARIABLES["warehouse"]) or DEFAULT_WAREHOUSE).expanduser().resolve()
+def warehouse_root(given: str | os.PathLike | None = None, environment: Mapping | None = None) -> Path:
+    """The warehouse root: ``given`` (a --warehouse flag), else RESDYN_WAREHOUSE (of ``environment``, default this
+    process's), else the default."""
+    environment = os.environ if environment is None else environment
+    chosen = given or str(environment.get(VARIABLES["warehouse"], "")).strip() or DEFAULT_WAREHOUSE
+    return Path(chosen).expanduser().resolve()
 
 
 def dagster_home() -> str | None:

@@ -24,7 +24,7 @@ import urllib.request
 
 import dagster as dg
 
-from .config import EXECUTORS, VARIABLES, ConfigError, child_environment, executable_path, forwarded_variables
+from .config import VARIABLES, ConfigError, child_environment, executable_path, forwarded_variables
 
 RAY_ADDRESS_VARIABLE = VARIABLES["ray_address"]
 
@@ -95,19 +95,15 @@ def check_ray_address(address: str, timeout: float = 10.0) -> None:
 
 
 def executor_definition(name: str, address: str = "") -> dg.ExecutorDefinition:
-    """The executor called ``name`` (one of :data:`EXECUTORS`); ``address``: the Ray job-submission URL."""
+    """The executor called ``name`` (a checked StudyConfig.executor); for Ray, ``address`` in any form a user
+    holds (:func:`ray_address` turns it into the job-submission URL; a URL is taken as it is)."""
     if name == "in_process":
         return dg.in_process_executor
     if name == "multiprocess":
         return dg.multiprocess_executor.configured({"retries": {"enabled": {}}})
-    if name != "ray":
-        raise ExecutorError(f"--executor / RESDYN_EXECUTOR={name!r} must be one of {', '.join(EXECUTORS)}")
     from dagster_ray import ray_executor
 
-    if not address:
-        raise ExecutorError(f"the ray executor needs the cluster's address: --ray-address or {RAY_ADDRESS_VARIABLE}, "
-                            f"one of {ADDRESS_FORMS}")
-    return ray_executor.configured({"ray": {"address": address, "env_vars": forwarded_variables(),
+    return ray_executor.configured({"ray": {"address": ray_address(address), "env_vars": forwarded_variables(),
                                             "runtime_env": {"env_vars": {"PATH": executable_path()}}},
                                     "retries": {"enabled": {}}})
 

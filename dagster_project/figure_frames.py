@@ -74,10 +74,16 @@ def relative_depth(frame: pl.DataFrame, by: str = "depth") -> pl.DataFrame:
         (pl.col(by) / pl.col(by).max().over("model", "checkpoint").clip(lower_bound=1)).alias("relative_depth"))
 
 
+def partition_curves(frame: pl.DataFrame, quantities, x: str = "relative_depth") -> dict:
+    """curves[quantity][model@checkpoint] = (x, values), one curve per partition in the frame's row order."""
+    curves: dict[str, dict[str, tuple[list, list]]] = {quantity: {} for quantity in quantities}
+    for (model, checkpoint), rows in frame.group_by("model", "checkpoint", maintain_order=True):
+        for quantity in quantities:
+            curves[quantity][f"{model}@{checkpoint}"] = (rows[x].to_list(), rows[quantity].to_list())
+    return curves
+
+
 def compare_figure(metric: str, frame: pl.DataFrame, directory: Path | None, *, x: str = "relative_depth"):
     """``metric`` against ``x``, one line per partition (``frame``: model, checkpoint, x, metric)."""
-    curves = {metric: {}}
-    for (model, checkpoint), rows in frame.sort(x).group_by("model", "checkpoint", maintain_order=True):
-        curves[metric][f"{model}@{checkpoint}"] = (rows[x].to_list(), rows[metric].to_list())
-    return figures.metrics_by_depth(curves, directory, title=f"{metric} by {x.replace('_', ' ')}",
+    return figures.metrics_by_depth(partition_curves(frame.sort(x), [metric], x), directory, title=f"{metric} by {x.replace('_', ' ')}",
                                     name=f"compare_{metric}", x_label=x.replace("_", " "))

@@ -81,9 +81,7 @@ def build_definitions(config: StudyConfig) -> dg.Definitions:
     from .partitions import model_checkpoint_partitions
     from .sensors import registry_partitions
 
-    # a step process gets the URL prepare() found; `dagster dev` may have been given any address form
-    address = ray_address(config.ray_address) if config.executor == "ray" else ""
-    executor = executor_definition(config.executor, address)
+    executor = executor_definition(config.executor, config.ray_address)
     study_job = dg.define_asset_job(STUDY_JOB, selection=dg.AssetSelection.all() - dg.AssetSelection.assets(
         *STUDY_ASSET_KEYS), partitions_def=model_checkpoint_partitions, executor_def=executor)
     report_job = dg.define_asset_job("study_report_job", selection=dg.AssetSelection.groups("study"),

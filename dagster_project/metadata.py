@@ -56,7 +56,3 @@ def written_metadata(written, first_rows: pa.Table | None = None) -> dict:
     if first_rows is not None:
         metadata["preview"] = preview(first_rows)
     return metadata
-
-
-def table_metadata(table: pa.Table, written) -> dict:
-    return written_metadata(written, table)

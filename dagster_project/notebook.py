@@ -32,7 +32,7 @@ from . import figure_frames
 from .config import SQL_DIRECTORY
 from .store.arrow_tables import matrix_rows
 from .store.schema import PROVENANCE_COLUMNS, TABLES
-from .store.views import _readable_run_files, sql_text
+from .store.views import readable_run_files, sql_text
 from .store.warehouse import LOG_TABLES, Warehouse, partition_key_of
 
 FIGURES = ("metrics_by_depth", "cumulative_rank", "schur_surgery", "eigenvalue_clouds", "coupling_by_depth")
@@ -98,7 +98,7 @@ class Study:
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
         if name in LOG_TABLES:
-            paths = _readable_run_files(self.store)
+            paths = readable_run_files(self.store)
         else:
             paths = self.store.published_files()[0].get(name, [])
         frames = []

@@ -24,8 +24,11 @@ import polars as pl
 import pyarrow as pa
 
 from resdyn.figures import study_bars, study_lines
+from resdyn.files import atomic_write_text
 
-from .store.warehouse import SQL_DIRECTORY, Warehouse, atomic_write_text
+from .config import SQL_DIRECTORY
+from .figure_frames import partition_curves
+from .store.warehouse import Warehouse
 
 
 @dataclass(frozen=True)
@@ -53,15 +56,6 @@ def section_table(store: Warehouse, section: StudySection) -> pa.Table:
     return store.query((SQL_DIRECTORY / section.sql_file).read_text(), complete_only=True)
 
 
-def _lines(frame: pl.DataFrame, quantities: list[str]) -> dict:
-    """series[quantity][model@checkpoint] = (relative depth, values), in the table's row order."""
-    series: dict[str, dict[str, tuple[list, list]]] = {quantity: {} for quantity in quantities}
-    for (model, checkpoint), rows in frame.group_by("model", "checkpoint", maintain_order=True):
-        for quantity in quantities:
-            series[quantity][f"{model}@{checkpoint}"] = (rows["relative_depth"].to_list(), rows[quantity].to_list())
-    return series
-
-
 def _bars(frame: pl.DataFrame, columns: dict[str, str]) -> dict[str, dict[str, float]]:
     """groups[model@checkpoint][label] = value of each column (``columns``: column -> label)."""
     labelled = frame.with_columns(pl.format("{}@{}", "model", "checkpoint").alias("partition"))
@@ -76,10 +70,10 @@ def section_figure(section: StudySection, table: pa.Table, directory: Path) -> P
                                         "n_suppressed": "suppressed"}), directory,
                           name=section.name, title=section.title, y_label="sublayers (BH q < 0.05)")
     if section.name == "study_nonnormality_by_depth":
-        return study_lines(_lines(frame, ["henrici_rel_j_minus_i", "frac_complex"]), directory, name=section.name,
+        return study_lines(partition_curves(frame, ["henrici_rel_j_minus_i", "frac_complex"]), directory, name=section.name,
                            title=section.title)
     if section.name == "study_cumulative_rank_by_depth":
-        return study_lines(_lines(frame, ["effective_rank"]), directory, name=section.name, title=section.title,
+        return study_lines(partition_curves(frame, ["effective_rank"]), directory, name=section.name, title=section.title,
                            log_y=("effective_rank",))
     if section.name == "study_surgery_effect":
         return study_bars(_bars(frame, {"rank_alpha_0": "alpha = 0", "rank_alpha_half": "alpha = 0.5",

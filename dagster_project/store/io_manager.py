@@ -29,17 +29,14 @@ import pyarrow as pa
 from ..metadata import written_metadata
 from ..resources import AnalysisSettings, WarehouseResource
 from .runs import bind, step_name
-from .warehouse import WrittenTable
+from .warehouse import WrittenTable, hash_batch
 
 
 def content_version(table: pa.Table) -> dg.DataVersion:
-    """A data version from the table's content (its columns' buffers): equal data, equal version."""
+    """A data version from the table's content, hashed as the writer hashes it: equal data, equal version."""
     digest = hashlib.sha256()
     for batch in table.to_batches():
-        for column in batch.columns:
-            for buffer in column.buffers():
-                if buffer is not None:
-                    digest.update(memoryview(buffer))
+        hash_batch(digest, batch)
     return dg.DataVersion(digest.hexdigest()[:16])
 
 

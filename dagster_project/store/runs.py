@@ -8,8 +8,8 @@ Every asset runs inside :func:`partition_run`:
   (its process is gone, or the Dagster instance says it has ended), which is then recorded as
   ``killed``;
 - the run's row of the ``runs`` table is written when its first step for the partition starts;
-- on success the step's tables stay staged, and the step that completes the run's selection for
-  the partition publishes them all (one manifest swap), records ``success`` and frees the lease;
+- what the step yields is staged by the IO manager, and the output that completes the run's selection
+  for the partition publishes it all (one manifest swap), records ``success`` and frees the lease;
 - on an exception the run is recorded ``failed`` with the first line of the error, the lease is
   freed, nothing is published.
 """
@@ -33,7 +33,7 @@ from resdyn.models.registry import split_partition_key
 from .. import interrupts
 from ..config import REPOSITORY_ROOT
 from ..settings import settings_hash
-from .leases import acquire_lease, lease_is_live, now, release_lease  # noqa: F401 - lease_is_live: re-exported
+from .leases import acquire_lease, now, release_lease
 from .warehouse import Warehouse
 
 
@@ -150,12 +150,10 @@ class PartitionRun:
         release_lease(self.store, self.model, self.checkpoint)
 
     def publish_if_complete(self, context) -> None:
-        """Publish the partition when this run has staged every table of its selection (one manifest swap),
-        record ``success`` and free the lease; figures drawn after a concurrent step published are added."""
-        staged = set(self.store.staged(self.model, self.checkpoint))
-        if not staged and self.store.published_by(self.model, self.checkpoint, self.store.run_id):
-            self.store.publish_figures(self.model, self.checkpoint)
-        elif selected_tables(context) <= staged:
+        """Publish the partition when this run has staged every table of its selection (one manifest swap, the
+        run's figures with it: every asset draws its figures before it yields its tables), record ``success``
+        and free the lease."""
+        if selected_tables(context) <= set(self.store.staged(self.model, self.checkpoint)):
             interrupts.check(f"the publication of {self.model}@{self.checkpoint}")
             self.store.publish(self.model, self.checkpoint)
             self.record(status="success", ended_at=now())
@@ -178,7 +176,8 @@ def step_name(context) -> str:
 @contextmanager
 def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
     """The warehouse bound to this run and partition, for one asset step (module docstring). What the step
-    returns is staged and published by the IO manager (store/io_manager.py) inside this block."""
+    yields is staged, and the partition published, by the IO manager (store/io_manager.py) while the step
+    is inside this block, so nothing is left to do after it."""
     run = bind(context, warehouse, settings)
     store, model, checkpoint = run.store, run.model, run.checkpoint
     single_process = "in_process" in run.executor or "in-process" in run.executor
@@ -188,7 +187,6 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
             run.record()
         interrupts.check(f"the start of {step_name(context)}")
         yield store
-        interrupts.check(f"{step_name(context)} of {context.partition_key}")
     except GeneratorExit:
         # the step's generator closed where it yielded an output: the IO manager failed on it and recorded why
         release_lease(store, model, checkpoint)
@@ -196,4 +194,3 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
     except BaseException as error:
         run.fail(step_name(context), error)
         raise
-    run.publish_if_complete(context)

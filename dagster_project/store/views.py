@@ -54,7 +54,7 @@ def _view(connection, table: str, files: list[str]) -> None:
         connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
 
 
-def _readable_run_files(store) -> list[str]:
+def readable_run_files(store) -> list[str]:
     files = []
     for path in sorted((store.root / "runs").glob("model=*/checkpoint=*/*.parquet")):
         try:
@@ -82,7 +82,7 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
     connection.register("study_tables", pa.table({"table_name": list(TABLES),
                                                   "required": [TABLES[t].required for t in TABLES]}))
     for table in TABLES:
-        _view(connection, table, _readable_run_files(store) if table == "runs" else files.get(table, []))
+        _view(connection, table, readable_run_files(store) if table == "runs" else files.get(table, []))
     for statement in derived_view_statements():
         connection.execute(statement)
     if complete_only:

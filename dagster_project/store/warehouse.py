@@ -42,16 +42,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from resdyn.files import (  # noqa: F401 - atomic_write_text, file_lock, process_alive: part of the store's API
-    IN_PROGRESS_SUFFIX,
-    atomic_write_text,
-    file_lock,
-    process_alive,
-    replace_atomically,
-)
+from resdyn.files import IN_PROGRESS_SUFFIX, atomic_write_text, file_lock, process_alive, replace_atomically
 
-from ..config import REPOSITORY_ROOT, SQL_DIRECTORY, warehouse_root  # noqa: F401 - re-exported
-from .errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError, QueryError, ReadOnlySqlError  # noqa: F401
+from ..config import warehouse_root
+from .errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
+from .leases import lease_is_live
 from .manifests import VerifiedFiles, hashing_stream, read_manifest
 from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, spec
 
@@ -110,7 +105,7 @@ class TableWriter:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            _hash_batch(self._digest, batch)
+            hash_batch(self._digest, batch)
             columns = list(batch.columns) + [pa.repeat(pa.scalar(self.provenance[name]), batch.num_rows)
                                              for name in PROVENANCE_COLUMNS]
             self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self.schema),
@@ -153,7 +148,8 @@ def sweep_dead_writers(directory: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
-def _hash_batch(digest, batch: pa.RecordBatch) -> None:
+def hash_batch(digest, batch: pa.RecordBatch) -> None:
+    """Add a batch's data buffers to ``digest``: the content hash of a table (equal data, equal hash)."""
     for column in batch.columns:
         for buffer in column.buffers():
             if buffer is not None:
@@ -221,9 +217,7 @@ class Warehouse:
                 holder = json.loads(lease.read_text())
             except (OSError, json.JSONDecodeError):
                 holder = {}
-            from .leases import lease_is_live  # the run's own status, as a second run's lease check judges it
-
-            if holder.get("run_id") and lease_is_live(holder):
+            if holder.get("run_id") and lease_is_live(holder):  # the run's own status, as a second run judges it
                 raise PartitionBusyError(f"partition {model}@{checkpoint} is being materialized by run "
                                          f"{holder.get('run_id')} (pid {holder.get('pid')} on {holder.get('host')}); "
                                          f"wait for it or stop it first. If that run is gone, delete {lease}.")
@@ -378,16 +372,6 @@ class Warehouse:
         directory = self.root / "_artefacts" / "figures" / model / checkpoint / self.run_id
         return {path.stem: str(path.relative_to(self.root)) for path in sorted(directory.glob("*.png"))}
 
-    def published_by(self, model: str, checkpoint: str, run_id: str) -> bool:
-        """Has ``run_id`` published tables of the partition (its generation is the current one)?"""
-        return any(entry.get("run_id") == run_id for entry in self.manifest(model, checkpoint)["tables"].values())
-
-    def publish_figures(self, model: str, checkpoint: str) -> dict:
-        """Add this run's figures that are not published yet (drawn after its tables were published)."""
-        published = set(self.manifest(model, checkpoint).get("figures", {}).values())
-        figures = {name: file for name, file in self._run_figures(model, checkpoint).items() if file not in published}
-        return self._publish_entries(model, checkpoint, {}, figures) if figures else self.manifest(model, checkpoint)
-
     def published_figures(self, model: str, checkpoint: str) -> dict[str, Path]:
         """The figures of the partition's published generation, by name."""
         return {name: self.root / file for name, file in self.manifest(model, checkpoint).get("figures", {}).items()}
@@ -475,7 +459,7 @@ class Warehouse:
         names = spec(table).column_names
         for group in self.row_groups(table, model, checkpoint, columns=names):
             for batch in group.to_batches():
-                _hash_batch(digest, batch)
+                hash_batch(digest, batch)
         return digest.hexdigest()[:16]
 
     def checkpoints_of(self, table: str, model: str) -> list[str]:

@@ -79,7 +79,7 @@ def test_sample_jacobians_cover_every_sublayer(warehouse):
 
 
 def test_every_named_question_answers_for_the_partition(warehouse):
-    from resdyn.dagster_project.store.warehouse import SQL_DIRECTORY
+    from resdyn.dagster_project.config import SQL_DIRECTORY
 
     store, _, _ = warehouse
     questions = sorted((SQL_DIRECTORY / "questions").glob("*.sql"))

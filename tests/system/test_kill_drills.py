@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from resdyn.dagster_project.cli import main
-from resdyn.dagster_project.store.runs import acquire_lease, release_lease
+from resdyn.dagster_project.store.leases import acquire_lease, release_lease
 from resdyn.dagster_project.store.warehouse import Warehouse, new_run_id
 
 from ..cli_helpers import (

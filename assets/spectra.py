@@ -1,7 +1,8 @@
 """Stages 5-6: spectral geometry of every mean sublayer Jacobian, and depth as time.
 
 One pass per partition, each factorization computed once: per sublayer (in parallel processes)
-the real Schur form, the singular values and one SVD of J - I (resdyn.spectra.analyse_sublayer);
+the real Schur form, the singular values and one SVD of J - I (resdyn.spectra.analyse_sublayer;
+the Schur form is stored, in ``schur_forms``, for the transient stage);
 then, in depth order, the cumulative products of the Jacobians and of their Schur-operated
 versions J(alpha) = Z T(alpha) Z^T, reusing each Schur form (resdyn.depth).
 """
@@ -18,7 +19,7 @@ from resdyn.dagster_project.metadata import preview
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
-from resdyn.dagster_project.store.arrow_tables import record_batch
+from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, record_batch
 from resdyn.dagster_project.store.io_manager import table_output, table_outs, written_output
 from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
@@ -31,13 +32,13 @@ from .spectral_worker import analyse_row_group, read_matrix
 
 SURGERY_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 PARALLEL_MIN_WIDTH = 256  # below this a process pool costs more than it saves
-TABLES = ("eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery")
+TABLES = ("eigenvalues", "singular_values", "schur_forms", "layer_metrics", "cumulative_rank", "schur_surgery")
 
 
-def sublayers_in_depth_order(store, model: str, checkpoint: str) -> list[tuple[int, int, str]]:
-    """(row group, layer, sublayer) of the jacobians partition, by depth."""
+def sublayers_in_depth_order(store, model: str, checkpoint: str, table: str = "jacobians") -> list[tuple[int, int, str]]:
+    """(row group, layer, sublayer) of a matrix table's partition (one matrix a row group), by depth."""
     keys = []
-    for index, group in enumerate(store.row_groups("jacobians", model, checkpoint, columns=["layer", "sublayer"])):
+    for index, group in enumerate(store.row_groups(table, model, checkpoint, columns=["layer", "sublayer"])):
         keys.append((index, group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py()))
     return sorted(keys, key=lambda key: sublayer_depth(key[1], key[2]))
 
@@ -59,6 +60,9 @@ def jacobians_in_depth_order(store, settings, model: str, checkpoint: str) -> tu
                      description="Every eigenvalue of every mean Jacobian (read off its real Schur form)."),
         dg.AssetSpec("singular_values", code_version="2", deps=["jacobians"], group_name="spectra",
                      description="Every singular value of every mean Jacobian."),
+        dg.AssetSpec("schur_forms", code_version="1", deps=["jacobians"], group_name="spectra",
+                     description="The real Schur form T of every mean Jacobian, factored once here and read by "
+                                 "transient_analysis (resdyn.spectra.real_schur_form)."),
         dg.AssetSpec("layer_metrics", code_version="3", deps=["jacobians"], group_name="spectra",
                      description="One row per sublayer: conditioning, non-normality, rotation, alignment, ranks, "
                                  "operator type (resdyn.spectra)."),
@@ -80,9 +84,9 @@ def _analyse(context, settings, store):
     measured, surgery = CumulativeProduct(), SchurSurgery(SURGERY_ALPHAS)
     metric_rows, rank_rows, surgery_rows, clouds = [], [], [], {}
     writers = {name: store.open_writer(name, model, checkpoint, width=width)
-               for name in ("eigenvalues", "singular_values", "cumulative_rank")}
+               for name in ("eigenvalues", "singular_values", "schur_forms", "cumulative_rank")}
     started = time.perf_counter()
-    with writers["eigenvalues"], writers["singular_values"], writers["cumulative_rank"]:
+    with writers["eigenvalues"], writers["singular_values"], writers["schur_forms"], writers["cumulative_rank"]:
         results = ordered_parallel_map(analyse_row_group, [(path, index) for index, _, _ in order], workers=workers)
         for done, ((index, layer, sublayer), result) in enumerate(zip(order, results), 1):
             depth = sublayer_depth(layer, sublayer)
@@ -97,6 +101,8 @@ def _analyse(context, settings, store):
                 "im": eigenvalues.imag.copy(), "modulus": np.abs(eigenvalues)}))
             writers["singular_values"].write(record_batch(spec("singular_values"), width, {
                 **key, "idx": np.arange(len(result.singular_values), dtype=np.int32), "sigma": result.singular_values}))
+            writers["schur_forms"].write(record_batch(spec("schur_forms"), width, {
+                **key, "row": np.arange(width, dtype=np.int32), "values": fixed_size_lists(result.schur_form)}))
             metric_rows.append({**key, **result.metrics})
             step = measured.push(read_matrix(path, index))
             singular = np.exp(step.log_singular_values)

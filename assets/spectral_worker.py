@@ -33,10 +33,12 @@ def metrics_of_row_group(task: tuple[str, int]) -> dict:
     return {**analyse_sublayer(matrix, keep_schur=False).metrics, "numerical_abscissa": numerical_abscissa(matrix)}
 
 
-def transient_of_row_group(task: tuple[str, int, int, str]):
-    """(path, row group, contour points, device) -> resdyn.transient.TransientDynamics of that matrix (with its
-    pseudospectra grid when contour points > 0)."""
+def transient_of_row_group(task: tuple):
+    """(jacobians file, its row group, schur_forms file, its row group, ||J||_2, contour points, device) ->
+    resdyn.transient.TransientDynamics of that matrix (with its pseudospectra grid when contour points > 0),
+    from the real Schur form spectral_analysis stored: the matrix is not factored again."""
     from resdyn.transient import analyse_transient
 
-    path, row_group, contour_points, device = task
-    return analyse_transient(read_matrix(path, row_group), contour_points=contour_points, device=device)
+    path, row_group, schur_path, schur_row_group, spectral_norm, contour_points, device = task
+    return analyse_transient(read_matrix(path, row_group), contour_points=contour_points, device=device,
+                             real_schur_form=read_matrix(schur_path, schur_row_group), spectral_norm=spectral_norm)

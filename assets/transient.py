@@ -1,7 +1,8 @@
 """Stage 8: what non-normality does to the dynamics (resdyn.transient).
 
 Per sublayer (in parallel processes at large d): numerical abscissa and radius, pseudospectral radii
-on the eps grid and the Kreiss lower bound. Then, in depth order with at most 8 matrices held, the
+on the eps grid and the Kreiss lower bound, from the real Schur form and ||J||_2 that spectral_analysis
+stored (schur_forms, layer_metrics): no matrix is factored twice. Then, in depth order with at most 8 matrices held, the
 norm of every window of consecutive maps against the product of their spectral radii. The figure
 draws the pseudospectra of the most and the least non-normal sublayer (by henrici_rel_j_minus_i)
 and the growth beyond the spectrum against the window length.
@@ -23,7 +24,7 @@ from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth
 
 from .common import PARTITIONS, StageProgress, figure, partition
-from .spectra import jacobians_in_depth_order
+from .spectra import jacobians_in_depth_order, sublayers_in_depth_order
 from .spectral_worker import read_matrix, transient_of_row_group
 
 TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
@@ -32,12 +33,13 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
 @dg.multi_asset(
     partitions_def=PARTITIONS, can_subset=False, op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
     **table_outs([
-        dg.AssetSpec("transient_dynamics", code_version="2", deps=["jacobians", "layer_metrics"], group_name="transient",
+        dg.AssetSpec("transient_dynamics", code_version="3", deps=["jacobians", "schur_forms", "layer_metrics"],
+                     group_name="transient",
                      description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "
                                  "Kreiss lower bound, ||J|| / rho(J) (resdyn.transient)."),
-        dg.AssetSpec("pseudospectra", code_version="2", deps=["jacobians"], group_name="transient",
+        dg.AssetSpec("pseudospectra", code_version="3", deps=["jacobians", "schur_forms"], group_name="transient",
                      description="Pseudospectral radius rho_eps(J) for eps in 1e-3, 1e-2, 1e-1, and (rho_eps - rho) / eps."),
-        dg.AssetSpec("transient_growth", code_version="2", deps=["jacobians"], group_name="transient",
+        dg.AssetSpec("transient_growth", code_version="3", deps=["jacobians", "layer_metrics"], group_name="transient",
                      description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
                                  "full depth."),
     ]),
@@ -50,9 +52,18 @@ def transient_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseRe
 def _analyse(context, settings, store):
     model, checkpoint = partition(context)
     path, order, width, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
-    chosen = _plotted_sublayers(store, model, checkpoint, order)
+    metrics = _spectral_metrics(store, model, checkpoint)
+    chosen = _plotted_sublayers(metrics, order)
+    schur_path = str(store.table_path("schur_forms", model, checkpoint))
+    schur_row_group = {(layer, sublayer): index
+                       for index, layer, sublayer in sublayers_in_depth_order(store, model, checkpoint, "schur_forms")}
+    missing = [key for _, *key in order if tuple(key) not in schur_row_group or tuple(key) not in metrics]
+    if missing:
+        raise ValueError(f"{context.partition_key}: schur_forms / layer_metrics lack sublayers {missing[:3]} of the "
+                         "jacobians table; rematerialize spectral_analysis for this partition")
     points = 48 if width <= 256 else 20 if width <= 2048 else 12  # beyond d = 256 each grid point is a Lanczos run
-    tasks = [(path, index, points if (layer, sublayer) in chosen.values() else 0, settings.device)
+    tasks = [(path, index, schur_path, schur_row_group[layer, sublayer], metrics[layer, sublayer]["sigma_max"],
+              points if (layer, sublayer) in chosen.values() else 0, settings.device)
              for index, layer, sublayer in order]
     progress = StageProgress(context, "transient dynamics", len(order))
     results = []  # consumed as they arrive, so each sublayer's line is logged when it is done
@@ -75,7 +86,8 @@ def _analyse(context, settings, store):
                                 "excess_over_normal": (radius - result.spectral_radius) / epsilon})
         progress.done(f"depth {key['depth']}, {sublayer}")
         interrupts.check(f"transient_analysis of {context.partition_key}")
-    growth = list(transient_growth((read_matrix(path, index) for index, _, _ in order), radii))
+    growth = list(transient_growth((read_matrix(path, index) for index, _, _ in order), radii,
+                                   spectral_norms=[metrics[layer, sublayer]["sigma_max"] for _, layer, sublayer in order]))
     context.log.info(f"{context.partition_key}: transient growth over {len(order)} sublayers done, "
                      f"{progress.seconds():.0f} s")
     tables = {
@@ -95,12 +107,17 @@ def _analyse(context, settings, store):
         yield table_output(tables[name], name, extra[name])
 
 
-def _plotted_sublayers(store, model, checkpoint, order) -> dict[str, tuple[int, str]]:
+def _spectral_metrics(store, model, checkpoint) -> dict[tuple[int, str], dict]:
+    """What spectral_analysis already knows of each sublayer: ||J||_2 (sigma_max) and henrici_rel_j_minus_i."""
+    rows = store.read("layer_metrics", model, checkpoint,
+                      columns=["layer", "sublayer", "sigma_max", "henrici_rel_j_minus_i"]).to_pylist()
+    return {(row["layer"], row["sublayer"]): row for row in rows}
+
+
+def _plotted_sublayers(metrics, order) -> dict[str, tuple[int, str]]:
     """The most and the least non-normal sublayer (henrici_rel_j_minus_i of layer_metrics)."""
-    metrics = {(r["layer"], r["sublayer"]): r["henrici_rel_j_minus_i"]
-               for r in store.read("layer_metrics", model, checkpoint, columns=["layer", "sublayer",
-                                                                               "henrici_rel_j_minus_i"]).to_pylist()}
-    ranked = sorted(((layer, sublayer) for _, layer, sublayer in order), key=lambda key: metrics.get(key, 0.0))
+    ranked = sorted(((layer, sublayer) for _, layer, sublayer in order),
+                    key=lambda key: metrics[key]["henrici_rel_j_minus_i"])
     return {"most non-normal": ranked[-1], "least non-normal": ranked[0]}
 
 

@@ -187,15 +187,32 @@ def numerical_radius(matrix, *, tolerance: float = NUMERICAL_RADIUS_TOLERANCE, m
         values.insert(position, support(theta))
 
 
+def complex_schur_of_real_schur(real_schur_form: np.ndarray) -> np.ndarray:
+    """The upper triangular complex Schur form of a real Schur form T (scipy.linalg.rsf2csf: one Givens
+    rotation per 2 x 2 block, O(d^2) in all). Its T depends on T alone; the basis it also rotates is not
+    needed here, so an identity stands in for it."""
+    real_schur_form = np.asarray(real_schur_form, dtype=np.float64)
+    triangular, _ = scipy.linalg.rsf2csf(real_schur_form, np.eye(len(real_schur_form)))
+    return triangular
+
+
 class ShiftedSchur:
     """sigma_min(z I - A) for many z from one complex Schur form A = Q T Q* (unitary invariance)."""
 
-    def __init__(self, matrix, *, dense_limit: int = DENSE_LIMIT, svd_limit: int = DENSE_SVD_LIMIT) -> None:
+    def __init__(self, matrix, *, dense_limit: int = DENSE_LIMIT, svd_limit: int = DENSE_SVD_LIMIT,
+                 real_schur_form: np.ndarray | None = None, spectral_norm: float | None = None) -> None:
+        """``real_schur_form``: T of A = Z T Z^T when another step already factored A (resdyn.spectra's), so A is
+        not factored again; ``spectral_norm``: ||A||_2 when its singular values are already known."""
         matrix = _float64(matrix)
         if not np.isfinite(matrix).all():
             raise FloatingPointError("the matrix has non-finite entries; rematerialize the jacobians partition")
         self.real = not np.iscomplexobj(matrix)
-        if self.real:  # real Schur form, then its 2 x 2 blocks split by Givens rotations: 3x faster at d = 4096
+        if real_schur_form is not None:
+            if not self.real or np.shape(real_schur_form) != matrix.shape:
+                raise ValueError(f"a real Schur form of shape {np.shape(real_schur_form)} does not belong to this "
+                                 f"{'complex ' if not self.real else ''}{matrix.shape} matrix")
+            triangular = complex_schur_of_real_schur(real_schur_form)
+        elif self.real:  # real Schur form, then its 2 x 2 blocks split by Givens rotations: 3x faster at d = 4096
             triangular, _ = scipy.linalg.rsf2csf(*scipy.linalg.schur(matrix, output="real"))
         else:
             triangular, _ = scipy.linalg.schur(matrix, output="complex")
@@ -203,7 +220,10 @@ class ShiftedSchur:
         # copied transposed at every triangular solve (measured at d = 4096: 0.27 s per solve against 0.008 s)
         self.triangular = np.asfortranarray(triangular)
         self.eigenvalues = np.diag(self.triangular).copy()
-        self.norm = float(scipy.linalg.norm(matrix, 2)) if len(matrix) <= dense_limit else _spectral_norm(matrix)
+        if spectral_norm is not None:
+            self.norm = float(spectral_norm)
+        else:
+            self.norm = float(scipy.linalg.norm(matrix, 2)) if len(matrix) <= dense_limit else _spectral_norm(matrix)
         self.dense = len(matrix) <= min(dense_limit, svd_limit)  # sigma_min by a dense SVD per point
         self.dense_grid = len(matrix) <= min(dense_limit, 256)  # contour grids: batched dense SVDs
         self._start = np.random.default_rng(0).standard_normal(len(matrix)) + 0j
@@ -375,13 +395,17 @@ class TransientDynamics:
 
 
 def analyse_transient(matrix, *, epsilons: Iterable[float] = PSEUDOSPECTRAL_EPSILONS,
-                      dense_limit: int = DENSE_LIMIT, contour_points: int = 0,
-                      device: str = "cpu") -> TransientDynamics:
+                      dense_limit: int = DENSE_LIMIT, contour_points: int = 0, device: str = "cpu",
+                      real_schur_form: np.ndarray | None = None, spectral_norm: float | None = None) -> TransientDynamics:
     """Every transient scalar of one matrix from one complex Schur form; with ``contour_points`` also the
     sigma_min grid for a pseudospectra plot, reusing that Schur form (margin: 1.5 x how far the largest
-    eps-pseudospectrum reaches beyond the spectral radius, at least 1.5 x the largest eps)."""
+    eps-pseudospectrum reaches beyond the spectral radius, at least 1.5 x the largest eps).
+
+    Given the matrix's ``real_schur_form`` and ``spectral_norm`` (what resdyn.spectra.analyse_sublayer already
+    computed), nothing here factors the matrix: the complex form comes from T by rsf2csf, bit for bit the
+    one a fresh factorization gives (same LAPACK call), and the numerical radius needs products only."""
     matrix = _float64(matrix)
-    schur = ShiftedSchur(matrix, dense_limit=dense_limit)
+    schur = ShiftedSchur(matrix, dense_limit=dense_limit, real_schur_form=real_schur_form, spectral_norm=spectral_norm)
     radius = numerical_radius(matrix, dense_limit=dense_limit)
     rho = float(np.abs(schur.eigenvalues).max())
     radii = schur.pseudospectral_radii(epsilons)
@@ -440,21 +464,25 @@ class GrowthWindow:
 
 def transient_growth(matrices: Iterable[np.ndarray], spectral_radii: Iterable[float], *,
                      windows: Iterable[int] = GROWTH_WINDOWS, full_depth: bool = True,
-                     dense_limit: int = DENSE_LIMIT) -> Iterator[GrowthWindow]:
+                     dense_limit: int = DENSE_LIMIT, spectral_norms: Iterable[float] | None = None) -> Iterator[GrowthWindow]:
     """Every window of consecutive maps in depth order, streamed: at most max(windows) matrices are held,
-    plus the running full-depth product (one more matrix) when ``full_depth``."""
+    plus the running full-depth product (one more matrix) when ``full_depth``. ``spectral_norms``: each map's
+    ||J||_2 when its singular values are already known (the window of one map then costs nothing)."""
     windows = sorted(set(windows))
     recent: deque = deque(maxlen=max(windows))
     full, full_radius, count = None, 1.0, 0
+    norms = iter(spectral_norms) if spectral_norms is not None else None
     for end, (matrix, radius) in enumerate(zip(matrices, spectral_radii)):
         matrix = np.asarray(matrix, dtype=np.float64)
         recent.append((matrix, float(radius)))
         count += 1
+        known_norm = None if norms is None else float(next(norms))
         for window in windows:
             if window <= len(recent):
                 chosen = list(recent)[-window:]
-                yield GrowthWindow(end - window + 1, window, product_norm([m for m, _ in chosen], dense_limit=dense_limit),
-                                   float(np.prod([r for _, r in chosen])))
+                norm = known_norm if window == 1 and known_norm is not None else \
+                    product_norm([m for m, _ in chosen], dense_limit=dense_limit)
+                yield GrowthWindow(end - window + 1, window, norm, float(np.prod([r for _, r in chosen])))
         if full_depth:
             full = matrix.copy() if full is None else matrix @ full
             full_radius *= float(radius)

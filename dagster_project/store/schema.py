@@ -115,6 +115,10 @@ _table("eigenvalues", "eigenvalue of E[J] (by decreasing modulus)", "spectra",
        _c("im", F64, "imaginary part"), _c("modulus", F64, "|lambda|"))
 _table("singular_values", "singular value of E[J]", "spectra",
        LAYER, SUBLAYER, DEPTH, _c("idx", I32, "rank"), _c("sigma", F64, "singular value"))
+_table("schur_forms", "row of the real Schur form T of E[J] (J = Z T Z^T, LAPACK's ordering)", "spectra",
+       LAYER, SUBLAYER, DEPTH, ROW,
+       _c("values", "float64[d]", "row of T: quasi-upper triangular, 2 x 2 blocks for complex pairs; computed once "
+                                  "by spectral_analysis and read by transient_analysis (its complex form by rsf2csf)"))
 _table("layer_metrics", "sublayer", "spectra",
        LAYER, SUBLAYER, DEPTH,
        _c("spectral_radius", F64, "max |lambda|"), _c("sigma_max", F64, "largest singular value"),
@@ -264,6 +268,6 @@ def warehouse_readme(current: str) -> str:
 if __name__ == "__main__":  # python -m resdyn.dagster_project.store.schema: rewrite warehouse/README.md's table section
     from pathlib import Path
 
-    readme = Path(__file__).resolve().parents[1] / "warehouse" / "README.md"
+    readme = Path(__file__).resolve().parents[2] / "warehouse" / "README.md"
     readme.write_text(warehouse_readme(readme.read_text()))
     print(f"rewrote the table section of {readme}")

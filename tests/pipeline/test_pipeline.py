@@ -9,7 +9,7 @@ from ..pipeline_helpers import TINY_PARTITION as KEY
 from ..pipeline_helpers import materialize_partition
 
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "eigenvalues",
-          "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery", "layer_metrics_per_sample",
+          "singular_values", "schur_forms", "layer_metrics", "cumulative_rank", "schur_surgery", "layer_metrics_per_sample",
           "graph_edges", "communities", "gamma_scan", "unit_amplification", "coupling_tests",
           "transient_dynamics", "pseudospectra", "transient_growth"]
 
@@ -132,6 +132,26 @@ def test_transient_tables_are_filled_and_agree_with_numpy(warehouse):
         assert row["spectral_radius"] <= row["numerical_radius"] * (1 + 1e-9) <= row["numerical_radius_upper"] * (1 + 1e-9)
     eps = store.query("SELECT depth, eps, pseudospectral_radius, excess_over_normal FROM pseudospectra").to_pylist()
     assert len(eps) == 3 * n and all(r["excess_over_normal"] >= 1 - 1e-6 for r in eps)
+    # the stage read its Schur forms from schur_forms: each is J's (same eigenvalues as the eigenvalues table,
+    # quasi-triangular, ||T||_F = ||J||_F), and the numbers equal a standalone analysis that factors J itself
+    from resdyn.transient import analyse_transient
+    schur_forms = read_matrices(store, "schur_forms", "tiny-olmo3", "step-000000")
+    assert schur_forms.keys() == matrices.keys()
+    pseudospectra = {(r["depth"], r["eps"]): r["pseudospectral_radius"] for r in store.query(
+        "SELECT depth, eps, pseudospectral_radius FROM pseudospectra").to_pylist()}
+    for (layer, sublayer), schur_form in schur_forms.items():
+        matrix, depth = matrices[layer, sublayer], 2 * layer + (sublayer == "mlp")
+        assert np.allclose(np.tril(schur_form, -2), 0) and np.isclose(np.linalg.norm(schur_form), np.linalg.norm(matrix))
+        stored = store.query(f"SELECT re, im FROM eigenvalues WHERE depth = {depth}").to_pylist()
+        assert np.allclose(np.sort_complex(np.linalg.eigvals(matrix)),
+                           np.sort_complex(np.array([r["re"] + 1j * r["im"] for r in stored])), atol=1e-10)
+        standalone = analyse_transient(matrix)
+        row = dynamics[depth]
+        for field in ("spectral_radius", "spectral_norm", "numerical_abscissa", "numerical_radius",
+                      "numerical_radius_upper", "kreiss_lower_bound"):
+            assert row[field] == pytest.approx(getattr(standalone, field), rel=1e-10), field
+        for epsilon, radius in standalone.pseudospectral_radii.items():
+            assert pseudospectra[depth, epsilon] == pytest.approx(radius, rel=1e-10)
     growth = store.query("SELECT * FROM transient_growth WHERE window_length = 2").to_pylist()
     for row in growth:
         product = by_depth[row["start_depth"] + 1] @ by_depth[row["start_depth"]]

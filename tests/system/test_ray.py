@@ -29,7 +29,7 @@ QUICK = ["--samples", "5", "--seq-len", "12", "--per-sample", "1", "--leiden-see
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "finite_difference_probe",
           "eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery",
           "layer_metrics_per_sample", "graph_edges", "communities", "gamma_scan", "unit_amplification",
-          "coupling_tests", "transient_dynamics", "pseudospectra", "transient_growth"]
+          "coupling_tests", "transient_dynamics", "pseudospectra", "transient_growth", "schur_forms"]
 
 
 def _environment(**extra) -> dict:

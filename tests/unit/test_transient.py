@@ -155,3 +155,43 @@ def test_shifted_schur_factor_goes_to_lapack_without_a_copy(fresh_seed):
     assert schur.shifted(z).flags.f_contiguous
     expected = np.linalg.svd(z * np.eye(120) - matrix, compute_uv=False)[-1]
     assert schur.smallest_singular_value(z) == pytest.approx(expected, rel=1e-8)
+
+
+def test_transient_from_the_spectral_stages_schur_form_equals_a_fresh_factorization(fresh_seed):
+    """The transient stage reads the real Schur form and ||J||_2 that resdyn.spectra computed instead of
+    factoring J again: every scalar it writes equals the standalone path's to 1e-10 relative, at d = 256
+    (the Lanczos path for sigma_min), on a near-identity, a Ginibre and a strongly non-normal matrix."""
+    from resdyn.spectra import analyse_sublayer
+
+    rng = np.random.default_rng(fresh_seed)
+    d = 256
+    near_identity = np.eye(d) + rng.standard_normal((d, d)) / (2 * np.sqrt(d))
+    ginibre = rng.standard_normal((d, d)) / np.sqrt(d)
+    low_rank = np.eye(d) + 3 * rng.standard_normal((d, 4)) @ rng.standard_normal((4, d)) / d
+    for matrix in (near_identity, ginibre, low_rank):
+        spectrum = analyse_sublayer(matrix)
+        standalone = transient.analyse_transient(matrix)
+        shared = transient.analyse_transient(matrix, real_schur_form=spectrum.schur_form,
+                                             spectral_norm=spectrum.singular_values[0])
+        for field in ("spectral_radius", "spectral_norm", "numerical_abscissa", "numerical_abscissa_j_minus_i",
+                      "numerical_radius", "numerical_radius_upper", "kreiss_lower_bound"):
+            assert getattr(shared, field) == pytest.approx(getattr(standalone, field), rel=1e-10, abs=1e-12), field
+        for epsilon, radius in standalone.pseudospectral_radii.items():
+            assert shared.pseudospectral_radii[epsilon] == pytest.approx(radius, rel=1e-10)
+        # the complex form read off T is the one a fresh factorization gives, and it is A's (A = Q U Q*)
+        fresh, _ = scipy.linalg.rsf2csf(*scipy.linalg.schur(matrix, output="real"))
+        assert np.array_equal(transient.complex_schur_of_real_schur(spectrum.schur_form), fresh)
+    with pytest.raises(ValueError, match="does not belong"):
+        transient.ShiftedSchur(near_identity, real_schur_form=np.eye(d - 1))
+
+
+def test_growth_with_known_norms_equals_the_computed_ones(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    chain = [np.eye(40) + rng.standard_normal((40, 40)) / 10 for _ in range(5)]
+    radii = [float(np.abs(np.linalg.eigvals(m)).max()) for m in chain]
+    norms = [float(np.linalg.svd(m, compute_uv=False)[0]) for m in chain]
+    computed = list(transient.transient_growth(chain, radii))
+    known = list(transient.transient_growth(chain, radii, spectral_norms=norms))
+    assert [(g.start_depth, g.window) for g in known] == [(g.start_depth, g.window) for g in computed]
+    for a, b in zip(known, computed):
+        assert a.product_norm == pytest.approx(b.product_norm, rel=1e-12)

@@ -13,11 +13,15 @@ one sublayer, timed separately:
     per_sample    the per-sample metrics of the subsample (values-only Schur, svdvals, numerical abscissa)
     correlation   resdyn.topology.correlation_matrix of the boundary's activations
     graph         resdyn.topology.signed_graph (kNN)
-    scan          resdyn.topology.scan_gamma (the default gammas x 5 seeds, stability included)
+    transient     also its parts alone: the complex form from the real Schur form, the numerical radius,
+                  the pseudospectral radii
+    scan          the Leiden runs of resdyn.topology.scan_gamma (the default gammas x 5 seeds)
+    stability     the rest of the scan: ARI, NMI and modularity of every seed's partition
     coupling      resdyn.coupling.coupling_test (1000 degree-stratified permutations)
 
 and their floors, measured in the same process: one real Schur form with vectors (scipy.linalg.schur),
-one svdvals, one Leiden run on the same graph. Each stage's ratio to its floor and the whole sublayer
+one svdvals, one Leiden run on the same graph (times the scan's runs), the scan's pair statistics
+by np.bincount contingency tables and one modularity per partition. Each stage's ratio to its floor and the whole sublayer
 against one Schur form are reported (the issue's target: the whole sublayer within 8x one Schur form).
 
 Writes benchmarks/results/analysis_floor.json.
@@ -53,6 +57,29 @@ def planted_activations(n: int, d: int, groups: int, rng: np.random.Generator) -
     return factors[:, labels] + bridging * factors[:, second] + 0.7 * rng.normal(size=(n, d))
 
 
+def _stability_floor(memberships: list[np.ndarray], gammas: int, positive) -> None:
+    """What the scan reports beyond its Leiden runs, as cheap as it comes: per pair of seeds one contingency
+    table by np.bincount, the adjusted Rand index from its pair counts (Hubert & Arabie 1985) and NMI's
+    entropies from the same table, repeated to the scan's number of pairs (gammas x 10); per partition its
+    modularity once (igraph's C routine, on the graph already built)."""
+    from itertools import combinations
+
+    for _ in range(gammas):
+        for membership in memberships[:5]:
+            positive.modularity(list(membership), weights="weight")
+
+    pairs = list(combinations(memberships[:5], 2)) * gammas
+    for a, b in pairs:
+        table = np.bincount(a * (b.max() + 1) + b, minlength=(a.max() + 1) * (b.max() + 1)).reshape(a.max() + 1, -1)
+        comb = lambda x: x * (x - 1) / 2  # noqa: E731
+        index, rows, columns = comb(table).sum(), comb(table.sum(1)).sum(), comb(table.sum(0)).sum()
+        expected = rows * columns / comb(len(a))
+        _ = (index - expected) / max(0.5 * (rows + columns) - expected, 1e-300)
+        p = table / len(a)
+        nonzero = p > 0
+        _ = (p[nonzero] * np.log(p[nonzero] / np.outer(p.sum(1), p.sum(0))[nonzero])).sum()
+
+
 def measure(d: int, n_samples: int, per_sample: int, seed: int) -> dict:
     from resdyn import coupling, spectra, topology, transient
     from resdyn.depth import CumulativeProduct, SchurSurgery
@@ -62,7 +89,7 @@ def measure(d: int, n_samples: int, per_sample: int, seed: int) -> dict:
     jacobian = np.eye(d) + rng.normal(size=(d, d)) / (2 * np.sqrt(d))
     samples = [jacobian + rng.normal(size=(d, d)) / (4 * np.sqrt(d)) for _ in range(per_sample)]
     activations = planted_activations(n_samples, d, max(4, d // 128), rng)
-    seconds, floors = {}, {}
+    seconds, floors, parts = {}, {}, {}
     _, floors["schur_with_vectors"] = _timed(scipy.linalg.schur, jacobian, output="real")
     _, floors["svdvals"] = _timed(scipy.linalg.svdvals, jacobian)
     _, floors["schur_values_only"] = _timed(spectra.real_schur_form, jacobian, with_basis=False)
@@ -71,9 +98,18 @@ def measure(d: int, n_samples: int, per_sample: int, seed: int) -> dict:
         result = spectra.analyse_sublayer(jacobian)
         CumulativeProduct().push(jacobian)
         SchurSurgery((0.0, 0.25, 0.5, 0.75, 1.0)).push(result.schur_form, result.schur_basis)
+        return result
 
-    _, seconds["spectral"] = _timed(spectral)
-    _, seconds["transient"] = _timed(transient.analyse_transient, jacobian, contour_points=0)
+    spectrum, seconds["spectral"] = _timed(spectral)
+    # as the pipeline runs it: from the spectral stage's real Schur form and ||J||_2 (nothing factored again);
+    # its parts timed on their own beside it (complex form by rsf2csf, numerical radius, pseudospectral radii)
+    _, seconds["transient"] = _timed(transient.analyse_transient, jacobian, contour_points=0,
+                                     real_schur_form=spectrum.schur_form, spectral_norm=spectrum.singular_values[0])
+    shifted, parts["transient_complex_form"] = _timed(transient.ShiftedSchur, jacobian,
+                                                      real_schur_form=spectrum.schur_form,
+                                                      spectral_norm=spectrum.singular_values[0])
+    _, parts["transient_numerical_radius"] = _timed(transient.numerical_radius, jacobian)
+    _, parts["transient_pseudospectral_radii"] = _timed(shifted.pseudospectral_radii, transient.PSEUDOSPECTRAL_EPSILONS)
     _, seconds["per_sample"] = _timed(lambda: [{**spectra.analyse_sublayer(m, keep_schur=False).metrics,
                                                 "numerical_abscissa": numerical_abscissa(m)} for m in samples])
     correlation, seconds["correlation"] = _timed(topology.correlation_matrix, activations)
@@ -81,22 +117,31 @@ def measure(d: int, n_samples: int, per_sample: int, seed: int) -> dict:
     edges, seconds["graph"] = _timed(topology.signed_graph, correlation, "knn", k=k)
     graphs = topology.layer_graphs(edges)
     _, floors["leiden_run"] = _timed(topology.signed_leiden, edges, 1.0, 0, graphs=graphs)
-    scan, seconds["scan"] = _timed(topology.scan_gamma, edges, seeds=(0, 1, 2, 3, 4))
+    scan, scan_seconds = _timed(topology.scan_gamma, edges, seeds=(0, 1, 2, 3, 4))
+    # the scan's Leiden runs beside as many single runs; its stability (ARI, NMI, modularity of every seed's
+    # partition) beside the cheapest correct count of the same (_stability_floor)
+    seconds["scan"] = scan.leiden_seconds
+    seconds["stability"] = scan_seconds - scan.leiden_seconds
+    memberships = [topology.signed_leiden(edges, gamma, seed, graphs=graphs)
+                   for gamma in topology.DEFAULT_GAMMAS[:2] for seed in range(5)]
+    _, floors["stability_statistics"] = _timed(_stability_floor, memberships, len(topology.DEFAULT_GAMMAS), graphs[0])
     participation, _ = topology.participation_coefficient(edges, scan.membership)
     is_boundary = topology.boundary_units(participation)
     amplification = coupling.unit_amplification(jacobian)["log_column_norm"]
     tested, seconds["coupling"] = _timed(coupling.coupling_test, amplification, is_boundary,
                                          topology.unit_degree(edges), n_permutations=1000, seed=seed)
     floors["per_sample_values_only_schur"] = per_sample * floors["schur_values_only"]
+    floors["leiden_runs_of_the_scan"] = len(scan.rows) * 5 * floors["leiden_run"]
     floor_of = {"spectral": "schur_with_vectors", "transient": "schur_with_vectors",
                 "per_sample": "per_sample_values_only_schur", "correlation": "svdvals", "graph": "svdvals",
-                "scan": "leiden_run", "coupling": "leiden_run"}
+                "scan": "leiden_runs_of_the_scan", "stability": "stability_statistics", "coupling": "leiden_run"}
     stages = {stage: {"seconds": round(value, 4), "floor": floor_of[stage],
                       "floor_seconds": round(floors[floor_of[stage]], 4),
                       "ratio": round(value / floors[floor_of[stage]], 2)} for stage, value in seconds.items()}
     total = sum(seconds.values())
     return {"d": d, "samples": n_samples, "per_sample": per_sample, "k": k, "stages": stages,
             "floors": {name: round(value, 4) for name, value in floors.items()},
+            "transient_parts": {name: round(value, 4) for name, value in parts.items()},
             "sublayer_seconds": round(total, 2),
             "sublayer_over_one_schur": round(total / floors["schur_with_vectors"], 1),
             "leiden_runs_in_scan": len(scan.rows) * 5, "boundary_units": int(is_boundary.sum()),

@@ -122,6 +122,25 @@ def test_scan_chooses_the_modularity_peak_not_the_fragmented_partition(fresh_see
     assert topology.adjusted_rand_index(a, b) == pytest.approx(ari, abs=1e-9)
 
 
+def test_pair_statistics_equal_igraphs_on_random_partitions(fresh_seed):
+    """The contingency-table ARI and NMI the scan uses equal igraph.compare_communities (independent C code)."""
+    import igraph
+
+    rng = np.random.default_rng(fresh_seed)
+    for n, k_a, k_b in ((50, 2, 3), (300, 7, 7), (1000, 40, 3), (64, 1, 5)):
+        a, b = rng.integers(0, k_a, n), rng.integers(0, k_b, n)
+        b[: n // 2] = a[: n // 2] % k_b  # some agreement, so neither index sits at 0
+        a, b = np.unique(a, return_inverse=True)[1], np.unique(b, return_inverse=True)[1]  # labels 0..k-1
+        for method, ours in (("adjusted_rand", topology.adjusted_rand_index),
+                             ("nmi", topology.normalized_mutual_information)):
+            reference = igraph.compare_communities(list(a), list(b), method=method)
+            assert ours(a, b) == pytest.approx(reference, rel=1e-12, abs=1e-12), (method, n, k_a, k_b)
+    same = rng.integers(0, 4, 100)
+    assert topology.adjusted_rand_index(same, same) == 1.0 and topology.normalized_mutual_information(same, same) == pytest.approx(1.0)
+    trivial = np.zeros(30, dtype=int)
+    assert topology.adjusted_rand_index(trivial, trivial) == 1.0 and topology.normalized_mutual_information(trivial, trivial) == 1.0
+
+
 def test_same_seed_same_membership_across_processes(fresh_seed):
     script = (
         "import numpy as np, json\n"

@@ -53,6 +53,11 @@ def test_numerical_radius_brackets_brute_force_and_iterative_paths_agree(rng):
     lanczos = transient.numerical_radius(matrix, dense_limit=4)
     assert lanczos.lower <= reference * (1 + 1e-7) and reference <= lanczos.upper * (1 + 1e-12)
     assert lanczos.lower == pytest.approx(dense.lower, rel=2e-6)
+    # the bracket is certified whatever the first grid: the former 17-angle start lands within the tolerance
+    for start in (3, 17):
+        other = transient.numerical_radius(matrix, initial_angles=start)
+        assert other.lower <= dense.upper * (1 + 1e-12) and dense.lower <= other.upper * (1 + 1e-12)
+        assert other.lower == pytest.approx(dense.lower, rel=1e-6)
     assert transient.numerical_abscissa(matrix, dense_limit=4) == pytest.approx(
         np.linalg.eigvalsh((matrix + matrix.T) / 2)[-1], abs=1e-10)
 

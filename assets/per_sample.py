@@ -27,7 +27,7 @@ NUMERIC_METRICS = ("spectral_radius", "sigma_max", "numerical_abscissa", "log10_
                    "participation_ratio", "stable_rank")
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="4", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
+@dg.asset(partitions_def=PARTITIONS, code_version="5", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
           op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: WarehouseResource,

@@ -106,9 +106,9 @@ def _graph_edges(settings, store, model: str, checkpoint: str, k: int, progress=
 @dg.multi_asset(
     partitions_def=PARTITIONS, group_name="topology", can_subset=False, op_tags=ANALYSIS_STEP,
     retry_policy=STEP_RETRIES,
-    **table_outs([dg.AssetSpec("communities", code_version="3", deps=[graph_edges],
+    **table_outs([dg.AssetSpec("communities", code_version="4", deps=[graph_edges],
                         description="Signed Leiden CPM community, participation and boundary flags of every unit."),
-           dg.AssetSpec("gamma_scan", code_version="3", deps=[graph_edges],
+           dg.AssetSpec("gamma_scan", code_version="4", deps=[graph_edges],
                         description="The resolution scan behind each graph's chosen gamma (modularity, stability).")]),
 )
 def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):

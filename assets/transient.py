@@ -37,9 +37,9 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
                      group_name="transient",
                      description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "
                                  "Kreiss lower bound, ||J|| / rho(J) (resdyn.transient)."),
-        dg.AssetSpec("pseudospectra", code_version="3", deps=["jacobians", "schur_forms"], group_name="transient",
+        dg.AssetSpec("pseudospectra", code_version="3", deps=["jacobians", "schur_forms", "layer_metrics"], group_name="transient",
                      description="Pseudospectral radius rho_eps(J) for eps in 1e-3, 1e-2, 1e-1, and (rho_eps - rho) / eps."),
-        dg.AssetSpec("transient_growth", code_version="3", deps=["jacobians", "layer_metrics"], group_name="transient",
+        dg.AssetSpec("transient_growth", code_version="3", deps=["jacobians", "schur_forms", "layer_metrics"], group_name="transient",
                      description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
                                  "full depth."),
     ]),
@@ -53,7 +53,6 @@ def _analyse(context, settings, store):
     model, checkpoint = partition(context)
     path, order, width, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
     metrics = _spectral_metrics(store, model, checkpoint)
-    chosen = _plotted_sublayers(metrics, order)
     schur_path = str(store.table_path("schur_forms", model, checkpoint))
     schur_row_group = {(layer, sublayer): index
                        for index, layer, sublayer in sublayers_in_depth_order(store, model, checkpoint, "schur_forms")}
@@ -61,6 +60,7 @@ def _analyse(context, settings, store):
     if missing:
         raise ValueError(f"{context.partition_key}: schur_forms / layer_metrics lack sublayers {missing[:3]} of the "
                          "jacobians table; rematerialize spectral_analysis for this partition")
+    chosen = _plotted_sublayers(metrics, order)
     points = 48 if width <= 256 else 20 if width <= 2048 else 12  # beyond d = 256 each grid point is a Lanczos run
     tasks = [(path, index, schur_path, schur_row_group[layer, sublayer], metrics[layer, sublayer]["sigma_max"],
               points if (layer, sublayer) in chosen.values() else 0, settings.device)

@@ -135,38 +135,56 @@ def _canonical(membership: np.ndarray) -> np.ndarray:
     return order[np.searchsorted(np.unique(membership), membership)]
 
 
-def contingency_table(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """n_ij = #{units in community i of a and j of b}, by one np.bincount (labels 0..k-1, as Leiden gives)."""
-    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
-    columns = int(b.max()) + 1
-    return np.bincount(a * columns + b, minlength=(int(a.max()) + 1) * columns).reshape(-1, columns)
+def contingency_counts(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(non-zero cells n_ij, row sums a_i, column sums b_j) of the contingency table of two partitions of
+    the same units, any integer labels. Only occupied cells are counted (np.unique of the label pairs), so a
+    fine partition (at high gamma nearly every unit alone) costs O(n log n), not a dense k_a x k_b table."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"two partitions of the same units are compared, got labels of shapes {a.shape} and {b.shape}")
+    _, a = np.unique(a, return_inverse=True)
+    _, b = np.unique(b, return_inverse=True)
+    _, cells = np.unique(a.astype(np.int64) * (int(b.max(initial=0)) + 1) + b, return_counts=True)
+    return cells, np.bincount(a), np.bincount(b)
+
+
+def _both_trivial(rows: np.ndarray, columns: np.ndarray) -> bool:
+    return len(rows) == 1 and len(columns) == 1
 
 
 def normalized_mutual_information(a: np.ndarray, b: np.ndarray) -> float:
     """2 I(a; b) / (H(a) + H(b)) (Danon et al. 2005, J. Stat. Mech. P09008; igraph's "nmi"), from the
-    contingency table: the pair statistics of a scan cost a bincount each, not a list conversion."""
-    table = contingency_table(a, b) / len(a)
-    rows, columns = table.sum(axis=1), table.sum(axis=0)
-    entropy = -sum(float(np.sum(p[p > 0] * np.log(p[p > 0]))) for p in (rows, columns))
-    if entropy == 0.0:
-        return 1.0  # both partitions trivial
-    inside = table > 0
-    mutual = float(np.sum(table[inside] * np.log(table[inside] / np.outer(rows, columns)[inside])))
-    return 2.0 * mutual / entropy
+    occupied cells of the contingency table; 1 when both partitions are trivial."""
+    cells, rows, columns = contingency_counts(a, b)
+    if _both_trivial(rows, columns):
+        return 1.0
+    n = float(len(np.asarray(a)))
+
+    def entropy(counts):
+        p = counts[counts > 0] / n
+        return float(-np.sum(p * np.log(p)))
+
+    # I = H(a) + H(b) - H(a, b): the joint entropy needs the occupied cells only
+    mutual = entropy(rows) + entropy(columns) - entropy(cells)
+    return 2.0 * mutual / (entropy(rows) + entropy(columns))
 
 
 def adjusted_rand_index(a: np.ndarray, b: np.ndarray) -> float:
     """Hubert & Arabie (1985): pair agreement corrected for chance (0 expected for unrelated partitions, 1 equal),
-    (sum_ij C(n_ij, 2) - E) / ((sum_i C(a_i, 2) + sum_j C(b_j, 2)) / 2 - E), E = sum_i C(a_i, 2) sum_j C(b_j, 2) / C(n, 2)."""
-    table = contingency_table(a, b).astype(np.float64)
+    (sum_ij C(n_ij, 2) - E) / ((sum_i C(a_i, 2) + sum_j C(b_j, 2)) / 2 - E), E = sum_i C(a_i, 2) sum_j C(b_j, 2) / C(n, 2).
+    1 when both partitions are trivial; NaN where it is 0/0 otherwise (two partitions into singletons), as igraph."""
+    cells, rows, columns = contingency_counts(a, b)
+    if _both_trivial(rows, columns):
+        return 1.0
 
     def pairs(counts):
+        counts = np.asarray(counts, dtype=np.float64)
         return float(np.sum(counts * (counts - 1) / 2))
 
-    index, rows, columns = pairs(table), pairs(table.sum(axis=1)), pairs(table.sum(axis=0))
-    expected = rows * columns / pairs(np.array([len(a)], dtype=np.float64))
-    maximum = (rows + columns) / 2
-    return 1.0 if maximum == expected else (index - expected) / (maximum - expected)
+    index, row_pairs, column_pairs = pairs(cells), pairs(rows), pairs(columns)
+    expected = row_pairs * column_pairs / pairs([len(np.asarray(a))])
+    maximum = (row_pairs + column_pairs) / 2
+    return float("nan") if maximum == expected else (index - expected) / (maximum - expected)
 
 
 def is_nontrivial(membership: np.ndarray) -> bool:
@@ -231,6 +249,7 @@ class GammaScan:
     membership: np.ndarray  # the chosen gamma's partition: its seed of highest modularity
     leiden_seconds: float  # summed over the Leiden runs (in whichever process they ran)
     wall_seconds: float  # of the whole scan
+    memberships: tuple = ()  # every run's partition, gamma by gamma, seeds in order
 
 
 def scan_gamma(edges: SignedEdges, gammas=DEFAULT_GAMMAS, seeds=(0, 1, 2, 3, 4), *, workers: int = 1,
@@ -270,12 +289,12 @@ def scan_gamma(edges: SignedEdges, gammas=DEFAULT_GAMMAS, seeds=(0, 1, 2, 3, 4),
     candidates = [row for row in candidates if np.isfinite(row.modularity)]
     if not candidates:  # no positive edge: modularity is 0/0 at every gamma, so no gamma is chosen
         return GammaScan(float("nan"), scan, np.arange(edges.n_units), float(sum(seconds for _, seconds in results)),
-                         time.perf_counter() - started)
+                         time.perf_counter() - started, tuple(membership for membership, _ in results))
     top = max(row.modularity for row in candidates)
     best = max((row for row in candidates if row.modularity >= top - MODULARITY_TIE), key=lambda row: row.stability)
     chosen = best_of_gamma[[row.gamma for row in scan].index(best.gamma)]
     return GammaScan(best.gamma, scan, chosen, float(sum(seconds for _, seconds in results)),
-                     time.perf_counter() - started)
+                     time.perf_counter() - started, tuple(membership for membership, _ in results))
 
 
 def participation_coefficient(edges: SignedEdges, membership: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,8 @@ abbreviated T&E below). For one real d x d matrix A (a mean sublayer Jacobian), 
   the previous z (T&E 39, the EigTool method). T comes from the real Schur form split into complex
   1 x 1 blocks (scipy.linalg.rsf2csf: 3x faster than a complex Schur form at d = 4096); in the
   pipeline that real Schur form is the one resdyn.spectra computed (table schur_forms), so the
-  transient stage factors nothing.
+  transient stage does not factor J again (the numerical radius still takes one Hermitian
+  eigenvalue per angle, and sigma_min a dense SVD per point up to DENSE_SVD_LIMIT).
   Every Lanczos run on a complex Hermitian operator M acts on its real symmetric embedding
   [[Re M, -Im M], [Im M, Re M]] (same eigenvalues, each twice): scipy's eigsh treats any complex
   operator with ARPACK's non-Hermitian Arnoldi, about 10x slower.
@@ -45,6 +46,7 @@ abbreviated T&E below). For one real d x d matrix A (a mean sublayer Jacobian), 
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -166,8 +168,11 @@ def numerical_radius(matrix, *, tolerance: float = NUMERICAL_RADIUS_TOLERANCE, m
             apply, 2 * d, None if nearest is None else ritz_vectors[nearest])
         return value
 
+    initial_angles = initial_angles or INITIAL_ANGLES
+    if initial_angles < 3:
+        raise ValueError(f"initial_angles must be at least 3 (adjacent supporting lines less than pi apart), got {initial_angles}")
     span = np.pi if real else 2 * np.pi
-    angles = list(np.linspace(0.0, span, initial_angles or INITIAL_ANGLES))
+    angles = list(np.linspace(0.0, span, initial_angles))
     values = [support(theta) for theta in angles]
     if not real:
         values[-1] = values[0]  # theta = 2 pi is theta = 0
@@ -198,11 +203,20 @@ def numerical_radius(matrix, *, tolerance: float = NUMERICAL_RADIUS_TOLERANCE, m
 
 
 def complex_schur_of_real_schur(real_schur_form: np.ndarray) -> np.ndarray:
-    """The upper triangular complex Schur form of a real Schur form T (scipy.linalg.rsf2csf: one Givens
-    rotation per 2 x 2 block, O(d^2) in all). Its T depends on T alone; the basis it also rotates is not
-    needed here, so an identity stands in for it."""
-    real_schur_form = np.asarray(real_schur_form, dtype=np.float64)
-    triangular, _ = scipy.linalg.rsf2csf(real_schur_form, np.eye(len(real_schur_form)))
+    """The upper triangular complex Schur form of a real Schur form T: each 2 x 2 block split by one
+    Givens rotation, O(d^2) in all. scipy.linalg.rsf2csf's loop, line for line (so its T bit for bit), without
+    the basis it also rotates: that would be a d x d complex identity here (256 MiB at d = 4096), unused."""
+    triangular = np.array(real_schur_form, dtype=np.complex128, order="F")
+    eps = np.finfo(np.float64).eps
+    for m in range(len(triangular) - 1, 0, -1):
+        if abs(triangular[m, m - 1]) > eps * (abs(triangular[m - 1, m - 1]) + abs(triangular[m, m])):
+            mu = scipy.linalg.eigvals(triangular[m - 1:m + 1, m - 1:m + 1]) - triangular[m, m]
+            r = np.linalg.norm([mu[0], triangular[m, m - 1]])
+            c, s = mu[0] / r, triangular[m, m - 1] / r
+            rotation = np.array([[c.conj(), s], [-s, c]], dtype=np.complex128)
+            triangular[m - 1:m + 1, m - 1:] = rotation.dot(triangular[m - 1:m + 1, m - 1:])
+            triangular[:m + 1, m - 1:m + 1] = triangular[:m + 1, m - 1:m + 1].dot(rotation.conj().T)
+        triangular[m, m - 1] = 0.0
     return triangular
 
 
@@ -211,6 +225,22 @@ def _distinct(angles: np.ndarray, tolerance: float = 1e-9) -> np.ndarray:
     rounding, and np.unique kept both (one ray marched twice)."""
     angles = np.sort(angles)
     return angles[np.concatenate([[True], np.diff(angles) > tolerance])]
+
+
+def _check_schur_form_of(matrix: np.ndarray, schur_form) -> None:
+    """A stored Schur form must be this matrix's: same shape, trace and Frobenius norm (similarity by an
+    orthogonal Z keeps both; a backward-stable Schur form agrees to ~d eps). O(d^2): it catches a Schur
+    form left from Jacobians that have since been remeasured."""
+    if np.iscomplexobj(matrix) or np.shape(schur_form) != matrix.shape:
+        raise ValueError(f"a real Schur form of shape {np.shape(schur_form)} does not belong to this "
+                         f"{'complex ' if np.iscomplexobj(matrix) else ''}{matrix.shape} matrix")
+    scale = max(float(np.linalg.norm(matrix)), np.finfo(float).tiny)
+    trace_gap = abs(float(np.trace(schur_form)) - float(np.trace(matrix))) / scale
+    norm_gap = abs(float(np.linalg.norm(schur_form)) - float(np.linalg.norm(matrix))) / scale
+    if max(trace_gap, norm_gap) > 1e-9:
+        raise ValueError(f"the stored Schur form does not belong to this matrix (trace and Frobenius norm differ by "
+                         f"{trace_gap:.1e} and {norm_gap:.1e} of ||J||_F): the Jacobians changed after the Schur "
+                         "forms were computed; rematerialize spectral_analysis for this partition")
 
 
 class ShiftedSchur:
@@ -225,12 +255,10 @@ class ShiftedSchur:
             raise FloatingPointError("the matrix has non-finite entries; rematerialize the jacobians partition")
         self.real = not np.iscomplexobj(matrix)
         if real_schur_form is not None:
-            if not self.real or np.shape(real_schur_form) != matrix.shape:
-                raise ValueError(f"a real Schur form of shape {np.shape(real_schur_form)} does not belong to this "
-                                 f"{'complex ' if not self.real else ''}{matrix.shape} matrix")
+            _check_schur_form_of(matrix, real_schur_form)
             triangular = complex_schur_of_real_schur(real_schur_form)
         elif self.real:  # real Schur form, then its 2 x 2 blocks split by Givens rotations: 3x faster at d = 4096
-            triangular, _ = scipy.linalg.rsf2csf(*scipy.linalg.schur(matrix, output="real"))
+            triangular = complex_schur_of_real_schur(scipy.linalg.schur(matrix, output="real")[0])
         else:
             triangular, _ = scipy.linalg.schur(matrix, output="complex")
         # Fortran order (what LAPACK returns; pinned here and kept by z I - T): a C-ordered factor would be
@@ -430,8 +458,9 @@ def analyse_transient(matrix, *, epsilons: Iterable[float] = PSEUDOSPECTRAL_EPSI
     eps-pseudospectrum reaches beyond the spectral radius, at least 1.5 x the largest eps).
 
     Given the matrix's ``real_schur_form`` and ``spectral_norm`` (what resdyn.spectra.analyse_sublayer already
-    computed), nothing here factors the matrix: the complex form comes from T by rsf2csf, bit for bit the
-    one a fresh factorization gives (same LAPACK call), and the numerical radius needs products only."""
+    computed), the matrix is not factored again: the complex form comes from T (complex_schur_of_real_schur),
+    the same one a fresh real Schur form gives (bit for bit in the tests; LAPACK run with other thread counts
+    may differ in the last bits), after a check that T is this matrix's (trace and Frobenius norm)."""
     matrix = _float64(matrix)
     schur = ShiftedSchur(matrix, dense_limit=dense_limit, real_schur_form=real_schur_form, spectral_norm=spectral_norm)
     radius = numerical_radius(matrix, dense_limit=dense_limit)
@@ -499,16 +528,15 @@ def transient_growth(matrices: Iterable[np.ndarray], spectral_radii: Iterable[fl
     windows = sorted(set(windows))
     recent: deque = deque(maxlen=max(windows))
     full, full_radius, count = None, 1.0, 0
-    norms = iter(spectral_norms) if spectral_norms is not None else None
-    for end, (matrix, radius) in enumerate(zip(matrices, spectral_radii)):
+    norms = spectral_norms if spectral_norms is not None else itertools.repeat(None)
+    for end, (matrix, radius, known_norm) in enumerate(zip(matrices, spectral_radii, norms, strict=spectral_norms is not None)):
         matrix = np.asarray(matrix, dtype=np.float64)
         recent.append((matrix, float(radius)))
         count += 1
-        known_norm = None if norms is None else float(next(norms))
         for window in windows:
             if window <= len(recent):
                 chosen = list(recent)[-window:]
-                norm = known_norm if window == 1 and known_norm is not None else \
+                norm = float(known_norm) if window == 1 and known_norm is not None else \
                     product_norm([m for m, _ in chosen], dense_limit=dense_limit)
                 yield GrowthWindow(end - window + 1, window, norm, float(np.prod([r for _, r in chosen])))
         if full_depth:

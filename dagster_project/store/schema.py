@@ -118,7 +118,8 @@ _table("singular_values", "singular value of E[J]", "spectra",
 _table("schur_forms", "row of the real Schur form T of E[J] (J = Z T Z^T, LAPACK's ordering)", "spectra",
        LAYER, SUBLAYER, DEPTH, ROW,
        _c("values", "float64[d]", "row of T: quasi-upper triangular, 2 x 2 blocks for complex pairs; computed once "
-                                  "by spectral_analysis and read by transient_analysis (its complex form by rsf2csf)"))
+                                  "by spectral_analysis and read by transient_analysis (its complex form by rsf2csf)"),
+       required=False)  # an intermediate: partitions made before it existed stay complete
 _table("layer_metrics", "sublayer", "spectra",
        LAYER, SUBLAYER, DEPTH,
        _c("spectral_radius", F64, "max |lambda|"), _c("sigma_max", F64, "largest singular value"),
@@ -175,7 +176,7 @@ _table("pseudospectra", "(sublayer, eps)", "transient",
 _table("transient_growth", "(start_depth, window)", "transient",
        _c("start_depth", I32, "depth of the first map of the window"),
        _c("window_length", I32, "number of consecutive sublayer maps k (1, 2, 4, 8 and the full depth)"),
-       _c("product_norm", F64, "||J_{l+k-1} ... J_l||_2 (matrix-free Lanczos above d = 256)"),
+       _c("product_norm", F64, "||J_{l+k-1} ... J_l||_2 (matrix-free Lanczos above d = 1024)"),
        _c("spectral_radius_product", F64, "prod of rho(J_i) over the window: what the eigenvalues predict"),
        _c("growth_beyond_spectrum", F64, "product_norm / spectral_radius_product"))
 _table("graph_edges", "undirected edge i < j of a (layer, boundary) graph", "topology",

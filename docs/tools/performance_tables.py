@@ -82,6 +82,10 @@ def _analysis_floor(records: list[dict]) -> list[str]:
                   "| stage | seconds | floor | floor seconds | stage / floor |", "|---|---|---|---|---|"]
         lines += [f"| {stage} | {_cell(numbers['seconds'])} | {numbers['floor']} | {_cell(numbers['floor_seconds'])} | "
                   f"{_cell(numbers['ratio'])} |" for stage, numbers in record["stages"].items()]
+        if record.get("transient_parts"):
+            lines += ["", "Transient parts alone: " + ", ".join(
+                f"{name.removeprefix('transient_').replace('_', ' ')} {_cell(seconds)} s"
+                for name, seconds in record["transient_parts"].items())]
         lines.append("")
     return lines
 

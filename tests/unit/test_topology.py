@@ -108,6 +108,13 @@ def test_scan_chooses_the_modularity_peak_not_the_fragmented_partition(fresh_see
     assert chosen.modularity >= max(row.modularity for row in scan.rows if row.nontrivial) - topology.MODULARITY_TIE
     assert positive.modularity(list(scan.membership), weights="weight") >= chosen.modularity - 1e-12
     assert topology.normalized_mutual_information(scan.membership, truth) > 0.9
+    # every run's partition is kept, gamma by gamma; a row's stability is the mean ARI of its seeds' pairs
+    assert len(scan.memberships) == len(scan.rows) * 3
+    for g, row in enumerate(scan.rows):
+        group = scan.memberships[3 * g:3 * g + 3]
+        pairs = [topology.adjusted_rand_index(a, b) for a, b in ((group[0], group[1]), (group[0], group[2]), (group[1], group[2]))]
+        assert row.stability == pytest.approx(np.mean(pairs), nan_ok=True)
+    assert any(np.array_equal(scan.membership, m) for m in scan.memberships)
     fragmented = max(scan.rows, key=lambda row: row.n_communities)
     assert fragmented.stability_nmi > chosen.stability_nmi - 0.3  # NMI barely tells them apart (its bias) ...
     assert chosen.n_communities < fragmented.n_communities / 3  # ... the rule does not take the fragments
@@ -130,7 +137,7 @@ def test_pair_statistics_equal_igraphs_on_random_partitions(fresh_seed):
     for n, k_a, k_b in ((50, 2, 3), (300, 7, 7), (1000, 40, 3), (64, 1, 5)):
         a, b = rng.integers(0, k_a, n), rng.integers(0, k_b, n)
         b[: n // 2] = a[: n // 2] % k_b  # some agreement, so neither index sits at 0
-        a, b = np.unique(a, return_inverse=True)[1], np.unique(b, return_inverse=True)[1]  # labels 0..k-1
+        a, b = np.unique(a, return_inverse=True)[1], np.unique(b, return_inverse=True)[1]  # igraph wants 0..k-1
         for method, ours in (("adjusted_rand", topology.adjusted_rand_index),
                              ("nmi", topology.normalized_mutual_information)):
             reference = igraph.compare_communities(list(a), list(b), method=method)
@@ -139,6 +146,18 @@ def test_pair_statistics_equal_igraphs_on_random_partitions(fresh_seed):
     assert topology.adjusted_rand_index(same, same) == 1.0 and topology.normalized_mutual_information(same, same) == pytest.approx(1.0)
     trivial = np.zeros(30, dtype=int)
     assert topology.adjusted_rand_index(trivial, trivial) == 1.0 and topology.normalized_mutual_information(trivial, trivial) == 1.0
+    # two partitions into singletons: ARI is 0/0 (NaN, as igraph), NMI 1; labels need not be 0..k-1
+    singletons = rng.permutation(200) * 7 + 3
+    assert np.isnan(topology.adjusted_rand_index(singletons, singletons[::-1]))
+    assert np.isnan(igraph.compare_communities(list(np.argsort(singletons)), list(np.arange(200)), method="adjusted_rand"))
+    assert topology.normalized_mutual_information(singletons, singletons[::-1]) == pytest.approx(
+        igraph.compare_communities(list(range(200)), list(range(200)), method="nmi"))
+    relabelled = rng.integers(0, 5, 80)
+    assert topology.adjusted_rand_index(relabelled * 10 - 4, relabelled) == 1.0
+    with pytest.raises(ValueError, match="same units"):
+        topology.adjusted_rand_index(np.array([0, 0, 1]), np.array([0]))
+    with pytest.raises(ValueError, match="same units"):
+        topology.normalized_mutual_information(np.array([0, 1]), np.array([0, 1, 1]))
 
 
 def test_same_seed_same_membership_across_processes(fresh_seed):

@@ -158,6 +158,10 @@ def test_shifted_schur_factor_goes_to_lapack_without_a_copy(fresh_seed):
     schur = transient.ShiftedSchur(matrix)
     z = complex(rng.uniform(0.5, 1.5), rng.uniform(-0.5, 0.5))
     assert schur.shifted(z).flags.f_contiguous
+    # the buffer the solves use: Fortran-ordered, and z I - T exactly, however many points came before
+    for point in (z, 0.0, 2.0 - 1j, z):
+        assert schur._shifted_in_place(point).flags.f_contiguous
+        assert np.array_equal(schur._shifted_in_place(point), schur.shifted(point))
     expected = np.linalg.svd(z * np.eye(120) - matrix, compute_uv=False)[-1]
     assert schur.smallest_singular_value(z) == pytest.approx(expected, rel=1e-8)
 
@@ -186,8 +190,16 @@ def test_transient_from_the_spectral_stages_schur_form_equals_a_fresh_factorizat
         # the complex form read off T is the one a fresh factorization gives, and it is A's (A = Q U Q*)
         fresh, _ = scipy.linalg.rsf2csf(*scipy.linalg.schur(matrix, output="real"))
         assert np.array_equal(transient.complex_schur_of_real_schur(spectrum.schur_form), fresh)
+        # as the warehouse returns it (C-ordered rows): the same complex form
+        assert np.array_equal(transient.complex_schur_of_real_schur(np.ascontiguousarray(spectrum.schur_form)), fresh)
     with pytest.raises(ValueError, match="does not belong"):
         transient.ShiftedSchur(near_identity, real_schur_form=np.eye(d - 1))
+    # a Schur form left from Jacobians that were remeasured since is refused, naming the fix
+    stale = analyse_sublayer(ginibre).schur_form
+    with pytest.raises(ValueError, match="rematerialize spectral_analysis"):
+        transient.analyse_transient(near_identity, real_schur_form=stale, spectral_norm=1.0)
+    with pytest.raises(ValueError, match="at least 3"):
+        transient.numerical_radius(near_identity, initial_angles=2)
 
 
 def test_growth_with_known_norms_equals_the_computed_ones(fresh_seed):

@@ -28,6 +28,7 @@ TITLES = {
     "scale": "Analysis stages by width d (`benchmarks/scale.py`)",
     "smollm2": "SmolLM2-135M partition, stage by stage (`benchmarks/smollm2.py`)",
     "transient": "Transient dynamics against the spectral stage (`benchmarks/transient.py`)",
+    "acceptance_run": "The 2-layer Llama-3.1-8B-shaped checkpoint end to end (`benchmarks/acceptance_run.py`)",
 }
 
 

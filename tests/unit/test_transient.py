@@ -212,3 +212,28 @@ def test_growth_with_known_norms_equals_the_computed_ones(fresh_seed):
     assert [(g.start_depth, g.window) for g in known] == [(g.start_depth, g.window) for g in computed]
     for a, b in zip(known, computed):
         assert a.product_norm == pytest.approx(b.product_norm, rel=1e-12)
+
+
+def test_complex_lanczos_sigma_min_equals_arpack_and_a_dense_svd(fresh_seed, monkeypatch):
+    """sigma_min(z I - A) by the complex Lanczos (warm-started, ARPACK's residual criterion) equals a dense SVD
+    to 1e-10 and ARPACK's real-embedding path; the pseudospectral radii of both paths agree to RADIAL_TOLERANCE's
+    order, at d = 200 (above DENSE_SVD_LIMIT, so neither path is the dense one)."""
+    rng = np.random.default_rng(fresh_seed)
+    d = 200
+    matrix = np.eye(d) + rng.standard_normal((d, d)) / (2 * np.sqrt(d))
+    points = 1.0 + 0.8 * (rng.standard_normal(6) + 1j * rng.standard_normal(6))
+    radii = {}
+    for backend in ("complex", "arpack"):
+        monkeypatch.setattr(transient, "LANCZOS_BACKEND", backend)
+        schur = transient.ShiftedSchur(matrix)
+        assert not schur.dense
+        for z in points:
+            sigma, u, v = schur.smallest_singular_triple(z)
+            reference = np.linalg.svd(z * np.eye(d) - matrix, compute_uv=False)[-1]
+            assert sigma == pytest.approx(reference, rel=1e-10), (backend, z)
+            shifted = schur.shifted(z)  # the pair belongs to z I - T (Schur basis)
+            assert np.linalg.norm(shifted @ v - sigma * u) <= 1e-12 * sigma
+            assert np.linalg.norm(shifted.conj().T @ u - sigma * v) <= 1e-4 * sigma
+        radii[backend] = schur.pseudospectral_radii((1e-3, 1e-1))
+    for epsilon, radius in radii["arpack"].items():
+        assert radii["complex"][epsilon] == pytest.approx(radius, rel=1e-8)

@@ -24,13 +24,18 @@ def analyse_row_group(task: tuple[str, int]):
     return analyse_sublayer(read_matrix(path, row_group))
 
 
-def metrics_of_row_group(task: tuple[str, int]) -> dict:
-    """(path, row group) -> the layer_metrics of that one matrix (no Schur form kept) and its numerical abscissa."""
+def sample_metrics(matrix: np.ndarray) -> dict:
+    """The layer_metrics of one per-sample matrix (values-only factorizations, no Schur form kept) and its
+    numerical abscissa."""
     from resdyn.transient import numerical_abscissa
 
-    path, row_group = task
-    matrix = read_matrix(path, row_group)
     return {**analyse_sublayer(matrix, keep_schur=False).metrics, "numerical_abscissa": numerical_abscissa(matrix)}
+
+
+def metrics_of_row_group(task: tuple[str, int]) -> dict:
+    """(path, row group) -> :func:`sample_metrics` of that matrix."""
+    path, row_group = task
+    return sample_metrics(read_matrix(path, row_group))
 
 
 def transient_of_row_group(task: tuple):

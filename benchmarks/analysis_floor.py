@@ -92,8 +92,8 @@ def _permutation_floor(amplification, is_boundary, degree, n_permutations: int, 
 
 def measure(d: int, n_samples: int, per_sample: int, seed: int) -> dict:
     from resdyn import coupling, spectra, topology, transient
+    from resdyn.assets.spectral_worker import sample_metrics
     from resdyn.depth import CumulativeProduct, SchurSurgery
-    from resdyn.transient import numerical_abscissa
 
     rng = np.random.default_rng(seed)
     jacobian = np.eye(d) + rng.normal(size=(d, d)) / (2 * np.sqrt(d))
@@ -121,8 +121,7 @@ def measure(d: int, n_samples: int, per_sample: int, seed: int) -> dict:
                                                       spectral_norm=spectrum.singular_values[0])
     _, parts["transient_numerical_radius"] = _timed(transient.numerical_radius, jacobian)
     _, parts["transient_pseudospectral_radii"] = _timed(shifted.pseudospectral_radii, transient.PSEUDOSPECTRAL_EPSILONS)
-    _, seconds["per_sample"] = _timed(lambda: [{**spectra.analyse_sublayer(m, keep_schur=False).metrics,
-                                                "numerical_abscissa": numerical_abscissa(m)} for m in samples])
+    _, seconds["per_sample"] = _timed(lambda: [sample_metrics(m) for m in samples])  # what the asset's worker runs
     correlation, seconds["correlation"] = _timed(topology.correlation_matrix, activations)
     k = min(30, max(5, d // 4))
     edges, seconds["graph"] = _timed(topology.signed_graph, correlation, "knn", k=k)

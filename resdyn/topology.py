@@ -148,43 +148,53 @@ def contingency_counts(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cells, np.bincount(a), np.bincount(b)
 
 
-def _both_trivial(rows: np.ndarray, columns: np.ndarray) -> bool:
-    return len(rows) == 1 and len(columns) == 1
-
-
-def normalized_mutual_information(a: np.ndarray, b: np.ndarray) -> float:
-    """2 I(a; b) / (H(a) + H(b)) (Danon et al. 2005, J. Stat. Mech. P09008; igraph's "nmi"), from the
-    occupied cells of the contingency table; 1 when both partitions are trivial."""
-    cells, rows, columns = contingency_counts(a, b)
-    if _both_trivial(rows, columns):
-        return 1.0
-    n = float(len(np.asarray(a)))
-
-    def entropy(counts):
-        p = counts[counts > 0] / n
-        return float(-np.sum(p * np.log(p)))
-
-    # I = H(a) + H(b) - H(a, b): the joint entropy needs the occupied cells only
-    mutual = entropy(rows) + entropy(columns) - entropy(cells)
-    return 2.0 * mutual / (entropy(rows) + entropy(columns))
-
-
-def adjusted_rand_index(a: np.ndarray, b: np.ndarray) -> float:
-    """Hubert & Arabie (1985): pair agreement corrected for chance (0 expected for unrelated partitions, 1 equal),
-    (sum_ij C(n_ij, 2) - E) / ((sum_i C(a_i, 2) + sum_j C(b_j, 2)) / 2 - E), E = sum_i C(a_i, 2) sum_j C(b_j, 2) / C(n, 2).
-    1 when both partitions are trivial; NaN where it is 0/0 otherwise (two partitions into singletons), as igraph."""
-    cells, rows, columns = contingency_counts(a, b)
-    if _both_trivial(rows, columns):
-        return 1.0
+def _adjusted_rand_of_counts(cells, rows, columns) -> float:
+    """ARI from the contingency table's occupied cells and margins (:func:`adjusted_rand_index`)."""
+    if len(rows) == 1 and len(columns) == 1:
+        return 1.0  # both partitions trivial
 
     def pairs(counts):
         counts = np.asarray(counts, dtype=np.float64)
         return float(np.sum(counts * (counts - 1) / 2))
 
     index, row_pairs, column_pairs = pairs(cells), pairs(rows), pairs(columns)
-    expected = row_pairs * column_pairs / pairs([len(np.asarray(a))])
+    expected = row_pairs * column_pairs / pairs([rows.sum()])
     maximum = (row_pairs + column_pairs) / 2
     return float("nan") if maximum == expected else (index - expected) / (maximum - expected)
+
+
+def _mutual_information_of_counts(cells, rows, columns) -> float:
+    """NMI from the contingency table's occupied cells and margins (:func:`normalized_mutual_information`)."""
+    if len(rows) == 1 and len(columns) == 1:
+        return 1.0  # both partitions trivial
+    n = float(rows.sum())
+
+    def entropy(counts):
+        p = counts[counts > 0] / n
+        return float(-np.sum(p * np.log(p)))
+
+    # I = H(a) + H(b) - H(a, b): the joint entropy needs the occupied cells only
+    marginal = entropy(rows) + entropy(columns)
+    return 2.0 * (marginal - entropy(cells)) / marginal
+
+
+def normalized_mutual_information(a: np.ndarray, b: np.ndarray) -> float:
+    """2 I(a; b) / (H(a) + H(b)) (Danon et al. 2005, J. Stat. Mech. P09008; igraph's "nmi"), from the
+    occupied cells of the contingency table; 1 when both partitions are trivial."""
+    return _mutual_information_of_counts(*contingency_counts(a, b))
+
+
+def adjusted_rand_index(a: np.ndarray, b: np.ndarray) -> float:
+    """Hubert & Arabie (1985): pair agreement corrected for chance (0 expected for unrelated partitions, 1 equal),
+    (sum_ij C(n_ij, 2) - E) / ((sum_i C(a_i, 2) + sum_j C(b_j, 2)) / 2 - E), E = sum_i C(a_i, 2) sum_j C(b_j, 2) / C(n, 2).
+    1 when both partitions are trivial; NaN where it is 0/0 otherwise (two partitions into singletons), as igraph."""
+    return _adjusted_rand_of_counts(*contingency_counts(a, b))
+
+
+def partition_agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(adjusted Rand index, NMI) of two partitions from one contingency table (what the scan asks of every pair)."""
+    counts = contingency_counts(a, b)
+    return _adjusted_rand_of_counts(*counts), _mutual_information_of_counts(*counts)
 
 
 def is_nontrivial(membership: np.ndarray) -> bool:
@@ -275,26 +285,27 @@ def scan_gamma(edges: SignedEdges, gammas=DEFAULT_GAMMAS, seeds=(0, 1, 2, 3, 4),
             membership = signed_leiden(edges, gamma, seed, graphs=graphs)
             results.append((membership, time.perf_counter() - run_started))
     positive, _ = graphs
+    every_run = tuple(membership for membership, _ in results)
+    leiden_seconds = float(sum(seconds for _, seconds in results))
     scan, best_of_gamma = [], []
     for g, gamma in enumerate(gammas):
-        memberships = [membership for membership, _ in results[g * len(seeds):(g + 1) * len(seeds)]]
-        pairs = list(combinations(memberships, 2))
+        memberships = every_run[g * len(seeds):(g + 1) * len(seeds)]
+        agreement = np.array([partition_agreement(a, b) for a, b in combinations(memberships, 2)]).reshape(-1, 2)
         modularities = [positive.modularity(list(m), weights="weight") for m in memberships]
         best_of_gamma.append(memberships[int(np.argmax(modularities))])
         scan.append(GammaScanRow(float(gamma), float(np.mean([m.max() + 1 for m in memberships])),
-                                 float(np.mean([adjusted_rand_index(a, b) for a, b in pairs])) if pairs else 1.0,
-                                 float(np.mean([normalized_mutual_information(a, b) for a, b in pairs])) if pairs else 1.0,
+                                 float(np.mean(agreement[:, 0])) if len(agreement) else 1.0,
+                                 float(np.mean(agreement[:, 1])) if len(agreement) else 1.0,
                                  float(np.mean(modularities)), all(is_nontrivial(m) for m in memberships)))
     candidates = [row for row in scan if row.nontrivial] or scan
     candidates = [row for row in candidates if np.isfinite(row.modularity)]
     if not candidates:  # no positive edge: modularity is 0/0 at every gamma, so no gamma is chosen
-        return GammaScan(float("nan"), scan, np.arange(edges.n_units), float(sum(seconds for _, seconds in results)),
-                         time.perf_counter() - started, tuple(membership for membership, _ in results))
+        return GammaScan(float("nan"), scan, np.arange(edges.n_units), leiden_seconds, time.perf_counter() - started,
+                         every_run)
     top = max(row.modularity for row in candidates)
     best = max((row for row in candidates if row.modularity >= top - MODULARITY_TIE), key=lambda row: row.stability)
     chosen = best_of_gamma[[row.gamma for row in scan].index(best.gamma)]
-    return GammaScan(best.gamma, scan, chosen, float(sum(seconds for _, seconds in results)),
-                     time.perf_counter() - started, tuple(membership for membership, _ in results))
+    return GammaScan(best.gamma, scan, chosen, leiden_seconds, time.perf_counter() - started, every_run)
 
 
 def participation_coefficient(edges: SignedEdges, membership: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

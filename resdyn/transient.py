@@ -118,12 +118,12 @@ LANCZOS_BACKEND = "complex"  # "arpack": the real-embedding ARPACK path for ever
 LANCZOS_STEPS = 160  # at d = 2048 the largest warm-started run took ~100 steps; 40 left 12% of runs to ARPACK (1.7x slower)
 
 
-def _largest_hermitian_eigenpair(apply, start: np.ndarray, tolerance: float) -> tuple[float, np.ndarray] | None:
+def _largest_hermitian_eigenvector(apply, start: np.ndarray, tolerance: float) -> np.ndarray | None:
     """The eigenvector of the largest eigenvalue of a positive definite Hermitian operator (here (R* R)^{-1}) by
     Lanczos in complex arithmetic with full reorthogonalization, from ``start``; stops when the Ritz pair's
     residual ||M x - theta x|| = beta_m |y_m| <= tolerance theta (ARPACK's criterion, so the same accuracy).
     From the previous point's vector a few steps suffice, where ARPACK's restarted real embedding takes a
-    Krylov basis of ncv = 6 real vectors per restart. (theta, x); None when LANCZOS_STEPS did not converge."""
+    Krylov basis of ncv = 6 real vectors per restart. None when LANCZOS_STEPS did not converge."""
     basis = np.empty((LANCZOS_STEPS + 1, len(start)), dtype=np.complex128)
     basis[0] = start / np.linalg.norm(start)
     alphas, betas = [], []
@@ -133,11 +133,10 @@ def _largest_hermitian_eigenpair(apply, start: np.ndarray, tolerance: float) -> 
         for _ in range(2):  # full reorthogonalization, twice ("twice is enough", Parlett 1998, sec. 6.9)
             w -= basis[:step + 1].T @ (basis[:step + 1].conj() @ w)
         beta = float(np.linalg.norm(w))
-        tridiagonal = np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
-        values, vectors = np.linalg.eigh(tridiagonal)
-        theta, ritz = values[-1], vectors[:, -1]
+        values, vectors = scipy.linalg.eigh_tridiagonal(alphas, betas, select="i", select_range=(step, step))
+        theta, ritz = values[0], vectors[:, 0]
         if beta * abs(ritz[-1]) <= tolerance * abs(theta) or beta == 0.0:
-            return float(theta), basis[:step + 1].T @ ritz
+            return basis[:step + 1].T @ ritz
         betas.append(beta)
         basis[step + 1] = w / beta
     return None
@@ -306,21 +305,18 @@ class ShiftedSchur:
             self.norm = float(scipy.linalg.norm(matrix, 2)) if len(matrix) <= dense_limit else _spectral_norm(matrix)
         self.dense = len(matrix) <= min(dense_limit, svd_limit)  # sigma_min by a dense SVD per point
         self.dense_grid = len(matrix) <= min(dense_limit, 256)  # contour grids: batched dense SVDs
+        self._negated = -self.triangular  # z I - T for the point at hand (_shifted_in_place), Fortran-ordered
         self._start = np.random.default_rng(0).standard_normal(len(matrix)) + 0j
         self.sigma_at_zero = self.smallest_singular_value(0.0)
 
     def shifted(self, z: complex) -> np.ndarray:
         """A new z I - T (Fortran-ordered)."""
-        shifted = -self.triangular
-        shifted[np.diag_indices_from(shifted)] += z
-        return shifted
+        return self._shifted_in_place(z).copy(order="F")
 
     def _shifted_in_place(self, z: complex) -> np.ndarray:
         """z I - T in one buffer kept between points, only its diagonal rewritten: a fresh copy is O(d^2) per
         point (at d = 1024 copying cost more than the Lanczos solves it feeds). Valid until the next call."""
-        if not hasattr(self, "_negated"):
-            self._negated = -self.triangular
-        self._negated[np.diag_indices_from(self._negated)] = -self.eigenvalues + z  # the bits shifted(z) has
+        self._negated[np.diag_indices_from(self._negated)] = -self.eigenvalues + z
         return self._negated
 
     def smallest_singular_triple(self, z: complex, tolerance: float = SIGMA_MIN_TOLERANCE) -> tuple[float, np.ndarray, np.ndarray]:
@@ -338,8 +334,7 @@ class ShiftedSchur:
 
         # Lanczos for the largest eigenvalue 1 / sigma_min^2, warm-started from the previous z's vector
         d = len(shifted)
-        found = _largest_hermitian_eigenpair(inverse_gram, self._start, tolerance) if LANCZOS_BACKEND == "complex" else None
-        v = None if found is None else found[1]
+        v = _largest_hermitian_eigenvector(inverse_gram, self._start, tolerance) if LANCZOS_BACKEND == "complex" else None
         if v is None:  # not converged in LANCZOS_STEPS (or asked for): ARPACK on the real embedding
             _, stacked = _largest_real_symmetric_eigenpair(_as_real_operator(inverse_gram, d), 2 * d,
                                                            np.concatenate([self._start.real, self._start.imag]),

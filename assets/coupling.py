@@ -5,6 +5,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from resdyn import community_coupling as community_level
 from resdyn import coupling
 from resdyn.dagster_project import figure_frames
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
@@ -15,6 +16,7 @@ from resdyn.dagster_project.store.schema import spec
 from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, StageProgress, by_checkpoint, figure, iter_matrices, n_layers, partition
+from .topology import edges_by_boundary
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
@@ -103,3 +105,59 @@ def _coupling_tests(context, settings, store) -> dg.Output:
     return table_output(table, metadata={**figure(png),
                                          "significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
                                          "undefined_tests": int(sum(r["reason"] is not None for r in rows))})
+
+
+@dg.asset(partitions_def=PARTITIONS, group_name="coupling",
+          deps=["graph_edges", "communities", "jacobians", "layer_metrics"], op_tags=ANALYSIS_STEP, code_version="1",
+          retry_policy=STEP_RETRIES,
+          description="Community position (mean participation) vs community gain ||J P_C||_F / ||P_C||_F per sublayer: "
+                      "Spearman rho, permutation p (J, its symmetric part, J - I), BH q within the model checkpoint.")
+def community_coupling(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
+    with partition_run(context, warehouse, settings) as store:
+        yield _community_coupling(context, settings, store)
+
+
+def _community_coupling(context, settings, store) -> dg.Output:
+    """One row per sublayer; one graph, then one mean Jacobian, in memory at a time."""
+    model, checkpoint = partition(context)
+    membership = {key: table.column("community").to_numpy() for key, table in _grouped(
+        store.read("communities", model, checkpoint, columns=["layer", "boundary", "unit", "community"]),
+        ("layer", "boundary")).items()}
+    operator = {(r["layer"], r["sublayer"]): r["operator_type"] for r in store.read(
+        "layer_metrics", model, checkpoint, columns=["layer", "sublayer", "operator_type"]).to_pylist()}
+    # the graphs the communities were found on (empty ones included), reduced to each community's position
+    positions = {key: community_level.community_position(edges, membership[key])
+                 for key, edges in edges_by_boundary(store, model, checkpoint) if key in membership}
+    rows, progress = [], StageProgress(context, "community coupling", 2 * n_layers(store, model, checkpoint))
+    for (layer, sublayer), jacobian in iter_matrices(store, "jacobians", model, checkpoint):
+        boundary, depth = STARTING_BOUNDARY[sublayer], sublayer_depth(layer, sublayer)
+        if (layer, boundary) not in positions or len(membership[(layer, boundary)]) != len(jacobian):
+            raise ValueError(f"{context.partition_key}: communities or graph_edges of {layer}/{boundary} do not match "
+                             f"the {sublayer} Jacobian of layer {layer}; rematerialize the partition")
+        position = positions[(layer, boundary)]
+        gains = community_level.community_log_gains(jacobian, membership[(layer, boundary)])
+        tests = {name: community_level.community_coupling_test(
+            position.mean_participation, gains[name], position.size, n_permutations=settings.n_permutations,
+            seed=settings.seed + depth) for name in community_level.GAIN_OPERATORS}
+        primary = tests["jacobian"]
+        reasons = [primary.reason] if primary.reason else [f"{name}: {test.reason}" for name, test in tests.items()
+                                                            if test.reason]
+        rows.append({"layer": layer, "sublayer": sublayer, "depth": depth, "boundary": boundary,
+                     "n_communities": primary.n_communities,
+                     "position_measure": community_level.POSITION_MEASURE,
+                     **{f"rho{suffix}": test.rho if test.defined else None for suffix, test in
+                        (("", primary), ("_symmetric", tests["symmetric"]), ("_update", tests["update"]))},
+                     "p_permutation": primary.p_permutation, "p_symmetric": tests["symmetric"].p_permutation,
+                     "p_update": tests["update"].p_permutation, "operator_type": operator[(layer, sublayer)],
+                     "reason": "; ".join(reasons) or None, "defined": primary.defined})
+        progress.done(f"{layer}/{sublayer}")
+    rows.sort(key=lambda row: row["depth"])
+    # BH over the defined tests only (resdyn/community_coupling.py: an undefined test is not a test)
+    q = community_level.benjamini_hochberg([r["p_permutation"] if r["defined"] else np.nan for r in rows])
+    for row, value in zip(rows, q):
+        defined = row.pop("defined")
+        row.update(q_value=float(value) if defined else None,
+                   significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
+    table = pa.Table.from_pylist(rows, schema=spec("community_coupling").schema())
+    return table_output(table, metadata={"significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
+                                         "undefined_tests": int(sum(r["q_value"] is None for r in rows))})

@@ -26,7 +26,7 @@ from resdyn.naming import SUBLAYERS, sublayer_depth
 from .common import PARTITIONS, figure, open_layerwise, partition, read_samples
 from .samples import samples
 
-TABLES = ("activations", "jacobians", "sample_jacobians", "finite_difference_probe")
+TABLES = ("activations", "jacobians", "sample_jacobians", "finite_difference_probe", "jacobian_folds")
 THUMBNAIL = 96  # the mean-Jacobian figure shows block means of at most this many rows and columns
 
 
@@ -70,6 +70,9 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
                                  "variance where the backend streams it (autodiff)."),
         dg.AssetSpec("sample_jacobians", code_version="3", deps=[samples],
                      description="Per-sample Jacobians of a subsample (for per-sample metrics)."),
+        dg.AssetSpec("jacobian_folds", code_version="1", deps=[samples],
+                     description="Mean Jacobian of each contiguous block of samples (--folds; empty above "
+                                 "--fold-max-width): what the sampling intervals of every measure are made from."),
         dg.AssetSpec("finite_difference_probe", code_version="1", deps=[samples],
                      description="Mean central differences (f(x + h v) - f(x - h v)) / 2h along random directions: "
                                  "the independent reference the jacobians check compares E[J] v with."),
@@ -107,7 +110,8 @@ def _measure(context, warehouse, settings, store):
             writers["sample_jacobians"].write(_matrix_batch("sample_jacobians", layer, sublayer, matrix, width,
                                                             sample_id=sample_id, position=position))
 
-        options = MeasurementOptions(batch_size=settings.batch_size,
+        folds = settings.folds if width <= settings.fold_max_width else 0
+        options = MeasurementOptions(batch_size=settings.batch_size, folds=folds,
                                      keep_sample_jacobians=settings.per_sample_subsample, probe_directions=2,
                                      probe_seed=settings.seed, sample_jacobian_sink=write_sample_jacobian)
         for measurement in measure_layer_major(layerwise, sample_list, backend=backend, options=options,
@@ -133,6 +137,11 @@ def _measure(context, warehouse, settings, store):
                     "direction_index": np.arange(len(directions), dtype=np.int32),
                     "direction": fixed_size_lists(directions), "finite_difference": fixed_size_lists(differences),
                     "step": PROBE_STEP, "n_observations": len(measurement.observation_index)}))
+                for fold, (fold_mean, count) in enumerate(zip(measurement.fold_means.get(sublayer, []),
+                                                              measurement.fold_counts.get(sublayer, []))):
+                    writers["jacobian_folds"].write(_matrix_batch(
+                        "jacobian_folds", layer, sublayer, fold_mean.astype(np.float32), width, fold=fold,
+                        n_observations=count))
                 thumbnails[(layer, sublayer)] = _thumbnail(mean)
                 backends[f"{layer}/{sublayer}"] = measurement.backends[sublayer]
             del measurement, mean, batch  # one layer's results in memory at a time

@@ -23,11 +23,11 @@ from .spectra import PARALLEL_MIN_WIDTH
 from .spectral_worker import metrics_of_row_group
 
 NUMERIC_METRICS = ("spectral_radius", "sigma_max", "numerical_abscissa", "log10_condition", "henrici", "henrici_rel_j", "henrici_rel_j_minus_i",
-                   "frac_complex", "frac_expanding", "self_alignment", "self_alignment_signed", "effective_rank",
+                   "asymmetry_index", "rotation_share", "mean_absolute_argument", "update_size", "frac_complex", "frac_expanding", "self_alignment", "self_alignment_signed", "effective_rank",
                    "participation_ratio", "stable_rank")
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="5", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
+@dg.asset(partitions_def=PARTITIONS, code_version="6", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
           op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: WarehouseResource,

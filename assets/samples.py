@@ -5,7 +5,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from resdyn.corpus import load_wikitext, sample_windows, tokenize
+from resdyn.corpus import beginning_of_sequence, load_wikitext, sample_windows, tokenize
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.dagster_project.store.io_manager import table_output
@@ -15,7 +15,7 @@ from .checkpoints import model_checkpoints
 from .common import PARTITIONS, checkpoint_source, partition
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="inputs", deps=[model_checkpoints],
+@dg.asset(partitions_def=PARTITIONS, code_version="3", group_name="inputs", deps=[model_checkpoints],
           op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
 def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
@@ -33,9 +33,10 @@ def _draw_samples(context, warehouse, settings, store) -> dg.Output:
     source, revision = checkpoint_source(warehouse, model, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(locate_checkpoint(source, revision))
     corpus = load_wikitext("test", directory=warehouse.wikitext_directory or None)
+    prefix = beginning_of_sequence(tokenizer) if settings.bos == "auto" else None
     windows = sample_windows(tokenize(corpus.text, tokenizer), n_samples=settings.n_samples,
                              sequence_length=settings.sequence_length, seed=settings.seed,
-                             positions=settings.positions, warmup=settings.warmup)
+                             positions=settings.positions, warmup=settings.warmup, prefix=prefix)
     positions = np.asarray(windows[0].positions, dtype=np.int32)
     tokens = np.asarray([w.token_ids for w in windows], dtype=np.int32)  # (n, T)
     repeat = len(positions)
@@ -47,4 +48,5 @@ def _draw_samples(context, warehouse, settings, store) -> dg.Output:
         "corpus": pa.repeat(pa.scalar(corpus.label), len(windows) * repeat),
         "seed": pa.repeat(pa.scalar(settings.seed, pa.int32()), len(windows) * repeat),
     })
-    return table_output(table, metadata={"corpus": corpus.label, "n_samples": len(windows)})
+    return table_output(table, metadata={"corpus": corpus.label, "n_samples": len(windows),
+                                         "beginning_of_sequence": "none" if prefix is None else int(prefix)})

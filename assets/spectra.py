@@ -63,12 +63,12 @@ def jacobians_in_depth_order(store, settings, model: str, checkpoint: str) -> tu
         dg.AssetSpec("schur_forms", code_version="1", deps=["jacobians"], group_name="spectra",
                      description="The real Schur form T of every mean Jacobian, factored once here and read by "
                                  "transient_analysis (resdyn.spectra.real_schur_form)."),
-        dg.AssetSpec("layer_metrics", code_version="4", deps=["jacobians"], group_name="spectra",
+        dg.AssetSpec("layer_metrics", code_version="5", deps=["jacobians"], group_name="spectra",
                      description="One row per sublayer: conditioning, non-normality, rotation, alignment, ranks, "
                                  "operator type (resdyn.spectra)."),
         dg.AssetSpec("cumulative_rank", code_version="2", deps=["jacobians"], group_name="depth",
                      description="Ranks of the composed Jacobian J_depth ... J_0 (rescaled float64 product) at every depth."),
-        dg.AssetSpec("schur_surgery", code_version="2", deps=["jacobians"], group_name="depth",
+        dg.AssetSpec("schur_surgery", code_version="3", deps=["jacobians"], group_name="depth",
                      description="Ranks of the cumulative product of Schur-operated Jacobians J(alpha): spectrum kept, "
                                  "non-normal part scaled by alpha (alpha = 1 reproduces cumulative_rank)."),
     ]),

@@ -47,3 +47,24 @@ def transient_of_row_group(task: tuple):
     path, row_group, schur_path, schur_row_group, spectral_norm, contour_points, device = task
     return analyse_transient(read_matrix(path, row_group), contour_points=contour_points, device=device,
                              real_schur_form=read_matrix(schur_path, schur_row_group), spectral_norm=spectral_norm)
+
+
+def leave_one_out_of_row_groups(task: tuple) -> tuple[list, list[int]]:
+    """(jacobians file, its row group, folds file, the fold row groups, fold counts) -> ([J_(-k)], counts): the
+    leave-one-fold-out means of one sublayer (resdyn.sampling.leave_one_out_means)."""
+    from resdyn.sampling import leave_one_out_means
+
+    path, row_group, folds_path, fold_row_groups, counts = task
+    folds = [read_matrix(folds_path, index) for index in fold_row_groups]
+    return leave_one_out_means(read_matrix(path, row_group), folds, counts), counts
+
+
+def fold_metrics_of_row_groups(task: tuple) -> list:
+    """The SublayerSpectrum (Schur form and basis kept, for the surgery) of every leave-one-fold-out mean of one
+    sublayer (:func:`leave_one_out_of_row_groups`), and the noise-to-signal ratio of its mean."""
+    from resdyn.sampling import noise_to_signal
+
+    leave_one_out, _ = leave_one_out_of_row_groups(task)
+    path, row_group = task[0], task[1]
+    ratio = noise_to_signal(read_matrix(path, row_group), leave_one_out)
+    return [analyse_sublayer(matrix) for matrix in leave_one_out], ratio

@@ -1,17 +1,19 @@
 """Every asset of the study, in pipeline order."""
 
 from resdyn.assets.checkpoints import model_checkpoints
-from resdyn.assets.coupling import coupling_tests, unit_amplification
+from resdyn.assets.coupling import community_coupling, coupling_tests, unit_amplification
 from resdyn.assets.measurements import measurements
 from resdyn.assets.per_sample import layer_metrics_per_sample
 from resdyn.assets.report import STUDY_ASSET_KEYS, study
 from resdyn.assets.samples import samples
+from resdyn.assets.sampling import sampling_intervals
 from resdyn.assets.spectra import spectral_analysis
 from resdyn.assets.topology import community_tables, graph_edges
 from resdyn.assets.transient import transient_analysis
 
-ALL_ASSETS = [model_checkpoints, samples, measurements, spectral_analysis, transient_analysis, layer_metrics_per_sample, graph_edges,
-              community_tables, unit_amplification, coupling_tests]
+ALL_ASSETS = [model_checkpoints, samples, measurements, spectral_analysis, transient_analysis, layer_metrics_per_sample, sampling_intervals,
+              graph_edges,
+              community_tables, unit_amplification, coupling_tests, community_coupling]
 
 STUDY_ASSETS = [study]  # unpartitioned, across every complete partition
 __all__ = ["ALL_ASSETS", "STUDY_ASSETS", "STUDY_ASSET_KEYS"]

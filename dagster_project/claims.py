@@ -14,7 +14,17 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from resdyn.claims import CheckpointData, ClaimsReport, diagnostics, evaluate
+from resdyn.claims import (
+    ORDERINGS,
+    RANKS,
+    RULES,
+    CheckpointData,
+    ClaimsReport,
+    diagnostics,
+    evaluate,
+    with_quantization_control,
+)
+from resdyn.models.registry import INIT_QUANTIZED_REVISION as QUANTIZED_CHECKPOINT
 
 from .config import SQL_DIRECTORY
 from .store.warehouse import Warehouse
@@ -35,33 +45,79 @@ def _by_checkpoint(frame: pl.DataFrame) -> dict[str, dict]:
     return {row["checkpoint"]: row for row in frame.iter_rows(named=True)}
 
 
+MEASURES = ("asymmetry_index", "rotation_share", "henrici_rel_j_minus_i", "henrici_rel_j", "frac_complex", "update_size",
+            "mean_absolute_argument")
+
+
+def _replicates(intervals: pl.DataFrame, quantity: str, depths: np.ndarray) -> np.ndarray | None:
+    """(folds x depths) leave-one-fold-out values of ``quantity`` in the order of ``depths``; None without folds."""
+    rows = intervals.filter(pl.col("quantity") == quantity)
+    if rows.is_empty():
+        return None
+    by_depth = dict(zip(rows["depth"].to_list(), rows["replicates"].to_list()))
+    if any(by_depth.get(int(depth)) is None or len(by_depth[int(depth)]) < 2 for depth in depths):
+        return None
+    return np.asarray([by_depth[int(depth)] for depth in depths], dtype=np.float64).T
+
+
 def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointData], dict[str, dict[float, np.ndarray]]]:
     """Every complete checkpoint of ``model`` as CheckpointData, and its surgery ranks through depth per alpha."""
-    sublayers, cumulative, surgery = (_frame(store, name, model) for name in ("sublayers", "cumulative", "surgery"))
+    sublayers, cumulative, surgery, intervals = (_frame(store, name, model)
+                                                 for name in ("sublayers", "cumulative", "surgery", "intervals"))
     sizes, graphs = _by_checkpoint(_frame(store, "checkpoints", model)), _by_checkpoint(_frame(store, "graphs", model))
     surgery_by_depth = pl.from_arrow(store.query(
-        "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery ORDER BY depth",
-        complete_only=True)).filter(pl.col("model") == model)
+        "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
+        "WHERE schur_ordering = 'lapack-default' ORDER BY depth", complete_only=True)).filter(pl.col("model") == model)
     data, products = {}, {}
     for checkpoint in sorted(set(sublayers["checkpoint"].to_list())):
         rows = sublayers.filter(pl.col("checkpoint") == checkpoint)
         size, graph = sizes.get(checkpoint, {}), graphs.get(checkpoint, {})
+        depths = rows["depth"].to_numpy().astype(int)
+        ranks = cumulative.filter(pl.col("checkpoint") == checkpoint)
+        folds = intervals.filter(pl.col("checkpoint") == checkpoint)
         full_depth = surgery.filter(pl.col("checkpoint") == checkpoint)
+        rank_depths = ranks["depth"].to_numpy().astype(int)
+        surgery_full = {}
+        for row in full_depth.iter_rows(named=True):
+            for rank in RANKS:
+                surgery_full[(row["schur_ordering"], float(row["alpha"]), rank)] = row[rank]
+        surgery_replicates = {}
+        for ordering in ORDERINGS:
+            for rank in RANKS:
+                replicates = _replicates(folds, f"surgery_alpha0_{ordering}_{rank}", rank_depths[-1:])
+                if replicates is not None:
+                    surgery_replicates[(ordering, rank)] = replicates[:, -1]
         data[checkpoint] = CheckpointData(
-            depth=rows["depth"].to_numpy().astype(int), henrici=_floats(rows, "henrici"),
-            complex_fraction=_floats(rows, "complex_fraction"), operator_type=np.asarray(rows["operator_type"].to_list()),
-            cumulative_rank=cumulative.filter(pl.col("checkpoint") == checkpoint)["effective_rank"].to_numpy(),
-            surgery_full_depth=dict(zip(full_depth["alpha"].to_list(), full_depth["full_depth_rank"].to_list())),
+            depth=depths, sublayer=np.asarray(rows["sublayer"].to_list()),
+            measures={name: _floats(rows, name) for name in MEASURES},
+            replicates={name: r for name in MEASURES if (r := _replicates(folds, name, depths)) is not None},
+            operator_type=np.asarray(rows["operator_type"].to_list()),
+            operator_type_henrici=np.asarray(rows["operator_type_henrici"].fill_null("other").to_list()),
+            cumulative={rank: _floats(ranks, rank) for rank in RANKS},
+            cumulative_replicates={rank: r for rank in RANKS
+                                   if (r := _replicates(folds, f"cumulative_{rank}", rank_depths)) is not None},
+            surgery_full_depth=surgery_full, surgery_replicates=surgery_replicates,
             coupling_effect=_floats(rows, "coupling_effect"),
             coupling_significant=rows["coupling_significant"].fill_null(False).to_numpy().astype(bool),
+            community_rho=_floats(rows, "community_rho"),
+            community_significant=rows["community_significant"].fill_null(False).to_numpy().astype(bool),
+            noise_to_signal=_noise(folds, depths),
             d_model=int(size.get("d_model") or 0), n_samples=int(size.get("n_samples") or 0),
             n_observations=int(graph.get("n_observations") or 0),
             median_edge_correlation=float(graph.get("median_edge_correlation", float("nan"))),
             graph_k=int(graph.get("graph_k") or 0) if graph.get("construction") == "knn" else 0)
-        ranks = surgery_by_depth.filter(pl.col("checkpoint") == checkpoint)
+        by_alpha = surgery_by_depth.filter(pl.col("checkpoint") == checkpoint)
         products[checkpoint] = {alpha: rows_of_alpha["effective_rank"].to_numpy()
-                                for (alpha,), rows_of_alpha in ranks.group_by("alpha", maintain_order=True)}
+                                for (alpha,), rows_of_alpha in by_alpha.group_by("alpha", maintain_order=True)}
     return data, products
+
+
+def _noise(intervals: pl.DataFrame, depths: np.ndarray) -> np.ndarray | None:
+    rows = intervals.filter(pl.col("quantity") == "noise_to_signal")
+    if rows.is_empty():
+        return None
+    by_depth = dict(zip(rows["depth"].to_list(), rows["value"].to_list()))
+    return np.asarray([by_depth.get(int(d), float("nan")) for d in depths], dtype=np.float64)
 
 
 def claim_pairs(store: Warehouse) -> list[dict]:
@@ -79,21 +135,36 @@ def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_che
         known = ", ".join(sorted(data)) or "none"
         raise ValueError(f"{model}: no complete partition for checkpoint(s) {', '.join(missing)} (complete: {known}); "
                          f"run `resdyn run --model {model}` first")
-    report = ClaimsReport(model, null_checkpoint, trained_checkpoint,
-                          evaluate(data[null_checkpoint], data[trained_checkpoint]),
-                          diagnostics(data[null_checkpoint], data[trained_checkpoint]))
+    claims = evaluate(data[null_checkpoint], data[trained_checkpoint])
+    control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
+    if control is not None:
+        claims = with_quantization_control(claims, data[control], data[trained_checkpoint])
+    report = ClaimsReport(model, null_checkpoint, trained_checkpoint, claims,
+                          diagnostics(data[null_checkpoint], data[trained_checkpoint]), control)
     output = Path(output) if output else store.root / "_artefacts" / "claims" / model
     output.mkdir(parents=True, exist_ok=True)
-    pair = {null_checkpoint: data[null_checkpoint], trained_checkpoint: data[trained_checkpoint]}
+    pair = {null_checkpoint: data[null_checkpoint], **({control: data[control]} if control else {}),
+            trained_checkpoint: data[trained_checkpoint]}
     figure = claims_panels(pair, output, title=f"{model}: {null_checkpoint} vs {trained_checkpoint}",
                            surgery_products=products)
-    settings = store.query("SELECT model, checkpoint, arg_max(settings, started_at) AS settings FROM runs "
-                           "WHERE status = 'success' GROUP BY ALL").to_pylist()
+    runs = store.query("SELECT model, checkpoint, arg_max(settings, started_at) AS settings, "
+                       "arg_max(settings_hash, started_at) AS settings_hash, arg_max(git_commit, started_at) AS git_commit, "
+                       "arg_max(resdyn_version, started_at) AS resdyn_version FROM runs "
+                       "WHERE status = 'success' GROUP BY ALL").to_pylist()
+    runs = [r for r in runs if r["model"] == model]
     record = {"model": model, "null_checkpoint": null_checkpoint, "trained_checkpoint": trained_checkpoint,
+              "quantized_null_checkpoint": control,
               "d_model": data[trained_checkpoint].d_model, "n_samples": data[trained_checkpoint].n_samples,
-              "settings": {r["checkpoint"]: json.loads(r["settings"]) for r in settings if r["model"] == model},
+              "settings": {r["checkpoint"]: json.loads(r["settings"]) for r in runs},
+              "settings_hash": {r["checkpoint"]: r["settings_hash"] for r in runs},
+              "code_version": {r["checkpoint"]: {"git_commit": r["git_commit"], "resdyn_version": r["resdyn_version"]}
+                               for r in runs},
+              "rules": {key: {"version": version, "rule": text} for key, (version, text) in RULES.items()},
               "claims": [{**claim.row(), "null_estimate": asdict(claim.null_model) if claim.null_model else None,
-                          "trained_estimate": asdict(claim.trained) if claim.trained else None}
+                          "trained_estimate": asdict(claim.trained) if claim.trained else None,
+                          "quantized_null_estimate": asdict(claim.quantized_null_model) if claim.quantized_null_model
+                          else None, "quantized_comparison_estimate": asdict(claim.quantized_comparison)
+                          if claim.quantized_comparison else None}
                          for claim in report.claims], "diagnostics": report.diagnostics}
     (output / "claims.json").write_text(json.dumps(record, indent=2))
     (output / "claims.md").write_text(report.markdown() + "\n")

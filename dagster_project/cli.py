@@ -240,14 +240,16 @@ def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
 
 def _check_gguf_source(spec: ModelSpec) -> None:
     """A registered GGUF model's file must be there before any run starts (a missing wheel: one line naming it)."""
+    from resdyn.models.parts import check_gguf_source
+
     if spec.is_gguf:
-        spec.gguf_path()
+        check_gguf_source(spec)
 
 
 def _register_gguf(path: Path, arguments, registry: ModelRegistry) -> list[str]:
     """Record a GGUF file (checked and hashed first: a damaged or unsupported file registers nothing)."""
     from resdyn.models.gguf_import import check_importable
-    from resdyn.models.registry import GGUF_REVISION, INIT_REVISION
+    from resdyn.models.registry import GGUF_REVISION, INIT_QUANTIZED_REVISION, INIT_REVISION
 
     if arguments.revision:
         raise UsageError(f"--revision names a hub revision, but {path} is a GGUF file (one checkpoint; label it with "
@@ -259,6 +261,7 @@ def _register_gguf(path: Path, arguments, registry: ModelRegistry) -> list[str]:
     checkpoints = {check_name((arguments.checkpoint or ["local"])[0], "checkpoint"): GGUF_REVISION}
     if arguments.null_model:
         checkpoints[INIT_REVISION] = INIT_REVISION
+        checkpoints[INIT_QUANTIZED_REVISION] = INIT_QUANTIZED_REVISION  # the quantization control
     previous = registry.specs.get(name)
     registry.add(ModelSpec(name, description.family, str(path), checkpoints, description.sha256,
                            description.quantization_summary))
@@ -410,6 +413,22 @@ def _report(number: int, total: int, key: str, outcome: dict, started: float, su
         failed.append(key)
 
 
+def _not_yet_complete(store: Warehouse, keys: list[str], settings, select: str | None) -> list[str]:
+    """``keys`` less the partitions the warehouse holds complete (every required table, one run) at ``settings``."""
+    from .settings import settings_hash
+
+    if select or not store.root.is_dir():
+        return keys
+    wanted = settings_hash(dict(settings))
+    done = {f"{row['model']}@{row['checkpoint']}" for row in store.query(
+        "SELECT model, checkpoint, settings_hash FROM partitions WHERE status = 'complete'").to_pylist()
+        if row["settings_hash"] == wanted}
+    for key in keys:
+        if key in done:
+            print(f"resdyn: {key} is complete at these settings ({wanted}): not run again (--resume)")
+    return [key for key in keys if key not in done]
+
+
 def command_run(arguments, progress=None) -> int:
     """``resdyn run``; ``progress(number, total, key, done)`` is told as each partition starts and ends."""
     from .config import StudyConfig
@@ -418,13 +437,16 @@ def command_run(arguments, progress=None) -> int:
 
     flags = {setting.name: getattr(arguments, setting.name) for setting in SETTINGS}
     config = prepare(StudyConfig.resolve({**flags, "warehouse": arguments.warehouse, "executor": arguments.executor,
-                                          "ray_address": arguments.ray_address}))  # every value checked first
+                                          "ray_address": arguments.ray_address,
+                                          "preset": arguments.preset}))  # every value checked first
     from .selection import partition_asset_keys
 
     arguments.selected_keys = partition_asset_keys(arguments.select)
     store = Warehouse(config.warehouse)
     registry = ModelRegistry(store.registry_file)
     keys = _partitions_for(arguments, registry)
+    if arguments.resume:
+        keys = _not_yet_complete(store, keys, config.settings, arguments.select)
     if arguments.selected_keys:
         from .selection import check_inputs
 
@@ -581,7 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="name for a new --model (default: the directory or repository name, or the GGUF "
                      "file's stem)")
     run.add_argument("--null-model", action="store_true", help="with a new GGUF --model: also its checkpoint 'init', "
-                     "the same config with freshly initialised weights (HF's initialisation, seed 0)")
+                     "the same config with freshly initialised weights (HF's initialisation, seed 0), and "
+                     "'init-quantized', those weights rounded through the file's own tensor types")
     for setting in SETTINGS:
         run.add_argument(setting.flag, dest=setting.name, default=None,
                          help=f"{setting.help} [{setting.variable}; default {setting.default}]")
@@ -597,6 +620,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "be in the warehouse already; default: every asset")
     run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
     run.add_argument("--summary", help="write per-partition step seconds and peak memory as JSON to this file")
+    run.add_argument("--preset", help="a named set of settings below the flags and RESDYN_* variables: "
+                     "'paper' (1,000 windows, the study's sample size) [RESDYN_PRESET]")
+    run.add_argument("--resume", action="store_true", help="skip partitions already complete at these settings "
+                     "(same settings_hash): a stopped study goes on where it stopped")
     run.set_defaults(handler=command_run)
 
     sql = commands.add_parser("sql", help="run read-only SQL (a string or a .sql file) over the warehouse views")

@@ -75,10 +75,12 @@ class StudyConfig:
     @classmethod
     def resolve(cls, flags: Mapping | None = None, environment: Mapping | None = None) -> StudyConfig:
         """The configuration from ``flags`` (None: not given) > ``environment`` (default: this process's)
-        > defaults, every value checked; a bad one is a :class:`ConfigError` naming where it came from."""
+        > the preset (``flags["preset"]``, else RESDYN_PRESET; analysis settings only) > defaults, every value
+        checked; a bad one is a :class:`ConfigError` naming where it came from."""
         flags = {name: value for name, value in (flags or {}).items() if value is not None}
         environment = os.environ if environment is None else environment
-        settings = resolve({setting.name: flags.get(setting.name) for setting in SETTINGS}, environment)
+        settings = resolve({setting.name: flags.get(setting.name) for setting in SETTINGS}, environment,
+                           preset=flags.get("preset"))
 
         def given(name: str) -> tuple[str, str] | None:
             if flags.get(name) not in (None, ""):

@@ -42,8 +42,9 @@ def cumulative_rank_figure(model: str, cumulative_rank: dict[str, pl.DataFrame],
 
 
 def schur_surgery_figure(partition: str, schur_surgery: pl.DataFrame, directory: Path | None):
-    """Effective rank of the cumulative product of J(alpha) vs depth, one line per alpha."""
+    """Effective rank of the cumulative product of J(alpha) vs depth, one line per alpha (LAPACK's Schur ordering)."""
     curves = {"effective_rank": {}}
+    schur_surgery = schur_surgery.filter(pl.col("schur_ordering") == "lapack-default")
     for (alpha,), rows in schur_surgery.sort("alpha", "depth").group_by("alpha", maintain_order=True):
         curves["effective_rank"][f"alpha={alpha}"] = (rows["depth"].to_list(), rows["effective_rank"].to_list())
     return figures.metrics_by_depth(curves, directory, title=f"{partition}: Schur surgery", name="schur_surgery",

@@ -1,7 +1,8 @@
 """What every analysis setting is, in one place: CLI flag, environment variable, default, check.
 
 The order of precedence is the same for the CLI, the UI and the tests: a CLI flag, else the
-``RESDYN_*`` variable, else the default. Every value is checked before anything is written, and a
+``RESDYN_*`` variable, else the value of the chosen preset (:data:`PRESETS`; ``--preset`` or
+``RESDYN_PRESET``), else the default. Every value is checked before anything is written, and a
 bad one is a one-line error naming the flag or variable it came from. ``AnalysisSettings`` (the
 Dagster resource), the CLI's options and the settings table of docs/configuration.md are all derived from
 :data:`SETTINGS`; :func:`settings_hash` identifies a set of values in every table row.
@@ -70,6 +71,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("n_samples", "--samples", "RESDYN_SAMPLES", int, 128, "analysis samples (token windows)", minimum=1),
     Setting("sequence_length", "--seq-len", "RESDYN_SEQ_LEN", int, 64, "tokens per window", minimum=2),
     Setting("seed", "--seed", "RESDYN_SEED", int, 0, "seed of the window draw, Leiden and permutations", minimum=0),
+    Setting("bos", "--bos", "RESDYN_BOS", str, "auto", "start each window with the tokenizer's beginning-of-sequence "
+            "token where it adds one (auto) or never", choices=("auto", "never")),
     Setting("positions", "--positions", "RESDYN_POSITIONS", str, "last", "analysed positions: the last token or all "
             "from the warm-up on", choices=("last", "all")),
     Setting("warmup", "--warmup", "RESDYN_WARMUP", int, 16, "first analysed position with --positions all", minimum=0),
@@ -95,8 +98,20 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=1),
     Setting("n_permutations", "--permutations", "RESDYN_PERMUTATIONS", int, 1000, "degree-stratified permutations "
             "per coupling test", minimum=0),
+    Setting("folds", "--folds", "RESDYN_FOLDS", int, 8, "contiguous sample blocks whose means give every measure a "
+            "sampling interval (block jackknife, resdyn/sampling.py); 0 or 1: off", minimum=0),
+    Setting("fold_max_width", "--fold-max-width", "RESDYN_FOLD_MAX_WIDTH", int, 1024, "widest model the folds run on "
+            "(each fold costs one more factorization per sublayer: about 8x the spectral stage at d = 4096)", minimum=0),
 )
 BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+PRESET_FLAG, PRESET_VARIABLE = "--preset", "RESDYN_PRESET"
+# Named sets of values below the flags and variables: each lists only what differs from the defaults, with why.
+PRESETS: dict[str, dict[str, object]] = {
+    # docs/paper.md: "1,000 samples of WikiText-2" (the defaults take 128); the paper fixes no other setting, so the
+    # rest stay at the defaults docs/paper.md and docs/methods.md describe (64-token windows, last token, float64).
+    "paper": {"n_samples": 1000},
+}
 
 
 def check_together(values: dict, sources: dict | None = None) -> None:
@@ -107,9 +122,25 @@ def check_together(values: dict, sources: dict | None = None) -> None:
                            f"{sources.get('sequence_length', 'seq_len')}={values['sequence_length']} with positions=all")
 
 
-def resolve(given: dict | None, environment) -> dict:
-    """Every setting's value: ``given`` (CLI flags, None = not given) > ``environment`` > default, checked."""
+def preset_values(preset: str | None, environment) -> tuple[dict, str]:
+    """The values of the preset ``preset`` names (a --preset flag), else RESDYN_PRESET, else none; and its name
+    as a source for error messages."""
+    if preset not in (None, ""):
+        name, source = str(preset).strip(), PRESET_FLAG
+    elif str(environment.get(PRESET_VARIABLE, "")).strip():
+        name, source = str(environment[PRESET_VARIABLE]).strip(), PRESET_VARIABLE
+    else:
+        return {}, ""
+    if name not in PRESETS:
+        raise SettingError(f"{source}={name!r} is not a preset; the presets: {', '.join(sorted(PRESETS))}")
+    return PRESETS[name], f"{source}={name}"
+
+
+def resolve(given: dict | None, environment, preset: str | None = None) -> dict:
+    """Every setting's value: ``given`` (CLI flags, None = not given) > ``environment`` > the preset (``preset``,
+    else RESDYN_PRESET) > default, checked."""
     given = given or {}
+    chosen, preset_source = preset_values(preset, environment)
     values, sources = {}, {}
     for setting in SETTINGS:
         if given.get(setting.name) is not None:
@@ -118,6 +149,9 @@ def resolve(given: dict | None, environment) -> dict:
         elif environment.get(setting.variable, "") != "":
             values[setting.name] = setting.parse(environment[setting.variable], setting.variable)
             sources[setting.name] = setting.variable
+        elif setting.name in chosen:
+            values[setting.name] = setting.parse(chosen[setting.name], f"{preset_source} {setting.name}")
+            sources[setting.name] = preset_source
         else:
             values[setting.name] = setting.default
             sources[setting.name] = f"default {setting.name}"
@@ -136,6 +170,14 @@ def settings_hash(values: dict) -> str:
     """A short hash of the settings that change the numbers (workers and batch size do not)."""
     relevant = {setting.name: values[setting.name] for setting in SETTINGS if setting.in_hash}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def presets_table() -> str:
+    lines = ["| preset | values (the rest: defaults) |", "|---|---|"]
+    for name, values in PRESETS.items():
+        changed = ", ".join(f"`{BY_NAME[key].flag} {value}`" for key, value in values.items())
+        lines.append(f"| `{name}` | {changed} |")
+    return "\n".join(lines) + "\n"
 
 
 def readme_table() -> str:

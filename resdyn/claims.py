@@ -1,26 +1,37 @@
 """The paper's claims, checked on one model: a null-model checkpoint beside a trained one.
 
-Each claim of PAPER.md's headline results becomes a measure computed from the warehouse's tables,
-an estimate for the null model and for the trained model, and a verdict by a rule written down
-here before any real model was looked at (the ``RULES`` text of each claim):
+Each claim of PAPER.md's headline results becomes one or more *readings*: a measure computed from the
+warehouse's tables, an estimate for the null model and for the trained model, and a verdict by a rule
+written down here (``RULES``: each rule has a version, and docs/study.md says which version was fixed
+before which model's numbers were seen). The first reading of a claim is its primary one; the others
+show which conclusions depend on the reading (e.g. "near-symmetric" by the asymmetry index, the primary,
+or by Henrici's departure, which is 0 for rotations too).
 
-- ``holds``: the rule's inequality holds and, where there is an interval, the whole 95% interval
-  is on its side;
-- ``does not hold``: the inequality fails, the interval entirely on the other side;
-- ``undecided``: the interval straddles the rule's bound (more samples or sublayers are needed);
+- ``holds``: the rule's inequality holds and the whole 95% interval is on its side;
+- ``does not hold``: the interval is entirely on the other side;
+- ``undecided``: the interval straddles the rule's bound, or the data cannot carry the test (the
+  correlation graphs within ``TOPOLOGY_NOISE_FACTOR`` of independent units' noise level);
 - ``not testable``: the measure is undefined here (e.g. no sublayer of an operator type).
 
-Intervals are 95% percentile bootstraps over sublayers (Efron & Tibshirani 1993), ``N_BOOTSTRAP``
-resamples from a fixed seed: they say how much a depth-aggregated number depends on which
-sublayers happened to be measured, not how much each mean Jacobian depends on the samples (the
-per-sample intervals of ``layer_metrics_per_sample`` do that). Sublayers are resampled as if
-exchangeable; neighbouring ones are correlated (attention and MLP alternate), so the intervals
-understate the uncertainty somewhat. Products through depth (the cumulative rank, surgery) are one
-number per checkpoint: no interval, and the number decides.
+Two intervals, and a verdict needs both on its side (their hull is what ``side`` reads):
+- **samples**: the block jackknife over the fold means (resdyn/sampling.py): how much the number moves
+  with the samples behind each mean Jacobian. Every statistic, a mean over sublayers, a rank of the
+  product through depth or a surgery share, is recomputed on each leave-one-fold-out set (the folds hold
+  the same samples in every sublayer), so the replicates are exact;
+- **sublayers**: a 95% percentile bootstrap over sublayers (Efron & Tibshirani 1993) for statistics that
+  average sublayers: how much the number depends on which sublayers happened to be measured (resampled
+  as if exchangeable; neighbouring ones are correlated, so this understates somewhat).
+
+"Monotonic" is Spearman's rank correlation with depth, per sublayer type, with a permutation p-value.
+Random baselines: the null model (the same architecture, freshly initialised) is every measure's
+reference of the sublayer's own structure; resdyn/baselines.py simulates products of Gaussian factors
+of the sublayer's shapes for the one-number references quoted in the notes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,9 +39,54 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
+from .sampling import jackknife
+from .spectra import NEAR_SYMMETRIC_ASYMMETRY, ROTATION_DOMINATED_SHARE
+
 N_BOOTSTRAP = 2000
 BOOTSTRAP_SEED = 0
+N_PERMUTATIONS = 10000
 EARLY, LATE = 1 / 3, 2 / 3  # relative depth: the first and last thirds of the network
+TOPOLOGY_NOISE_FACTOR = 1.5  # graphs whose median kNN |r| is below this multiple of independent units' are noise
+RANKS = ("effective_rank", "participation_ratio", "stable_rank")
+PRIMARY_ORDERING = "lapack-default"
+ORDERINGS = ("lapack-default", "modulus-ascending", "modulus-descending")
+
+# Every rule, its version and when it was fixed (docs/study.md keeps the history): v1 rules are those of
+# the first claims table (henrici / complex-fraction readings, slope), v2 those of issue 30, committed
+# before Gemma 3 270M's numbers at n = 1000 were seen.
+RULES = {
+    "early_rotation": (2, "trained mean rotation_share, first third of depth > 1/pi (half a random matrix's 2/pi)"),
+    "early_rotation@frac_complex": (1, "trained mean complex fraction, first third > 0.5"),
+    "spectral_gradient": (2, "Spearman rho(depth, measure) < 0 per sublayer type: permutation p < 0.05 and the "
+                             "samples' interval below 0"),
+    "late_near_symmetric": (2, "trained mean asymmetry_index, last third < 1/(2 sqrt 2) (half a random matrix's)"),
+    "late_near_symmetric@henrici": (1, "trained mean dep/||J - I||_F, last third < 0.5"),
+    "init_near_symmetric": (2, "null model mean asymmetry_index over all sublayers < 1/(2 sqrt 2)"),
+    "init_near_symmetric@henrici": (1, "null model mean dep/||J - I||_F < 0.5"),
+    "training_adds_rotation": (2, "trained - null rotation_share, first two thirds, paired by depth > 0"),
+    "training_adds_rotation@frac_complex": (1, "trained - null complex fraction, first two thirds > 0"),
+    "cumulative_bottleneck": (2, "trained rank after the first map / after all maps > 2 (interval from the samples)"),
+    "bottleneck_learned": (2, "full-depth rank, null / trained > 2 (interval from both models' samples)"),
+    "surgery_dissolves": (2, "share of the rank lost through depth that alpha = 0 restores > 0.5"),
+    "coupling_near_symmetric": (2, "mean rank-biserial effect over near-symmetric sublayers > 0; undecided on noise "
+                                   "graphs"),
+    "coupling_rotation_dominated": (2, "mean rank-biserial effect over rotation-dominated sublayers < 0; undecided on "
+                                       "noise graphs"),
+    "coupling_absent_at_init": (2, "null model's FDR-significant share < 0.05; undecided on noise graphs"),
+    "coupling_learned": (2, "FDR-significant share, trained - null > 0.1; undecided on noise graphs"),
+    "community_coupling_near_symmetric": (2, "mean Spearman rho(community position, log gain) over near-symmetric "
+                                             "sublayers > 0; undecided on noise graphs"),
+    "community_coupling_rotation_dominated": (2, "the same over rotation-dominated sublayers < 0"),
+    "community_coupling_learned": (2, "BH-significant share of community tests, trained - null > 0.1"),
+}
+
+
+def rule(key: str) -> str:
+    return RULES[key][1]
+
+
+def rule_version(key: str) -> int:
+    return RULES[key][0]
 
 
 def ginibre_complex_fraction(n: int) -> float:
@@ -53,6 +109,7 @@ def fisher_knn_correlation(n_observations: int, n_units: int, k: int) -> float:
     return float(np.tanh(z / np.sqrt(n_observations - 3)))
 
 
+@functools.lru_cache(maxsize=64)
 def noise_knn_correlation(n_observations: int, n_units: int, k: int, *, seed: int = 0) -> float:
     """The median |r| over the edges of the platform's kNN graph (each unit's k largest |r|, symmetrised by
     union: resdyn.topology.signed_graph) built from n_observations draws of n_units independent Gaussian
@@ -68,44 +125,96 @@ def noise_knn_correlation(n_observations: int, n_units: int, k: int, *, seed: in
     return float(np.median(np.abs(edges.weight)))
 
 
+def _finite(value) -> bool:
+    return value is not None and bool(np.isfinite(value))
+
+
 @dataclass(frozen=True)
 class Estimate:
+    """A number with up to two 95% intervals: over sublayers (``low``, ``high``: bootstrap) and from the samples
+    (``sample_low``, ``sample_high``: block jackknife over folds). None: not made; NaN: wanted but impossible."""
+
     value: float
     low: float | None = None
     high: float | None = None
+    sample_low: float | None = None
+    sample_high: float | None = None
+    p_value: float | None = None  # a permutation p where the rule asks for one
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The hull of the intervals that were made (None when none was); NaN when one was wanted and failed."""
+        pairs = [(lo, hi) for lo, hi in ((self.low, self.high), (self.sample_low, self.sample_high)) if lo is not None]
+        if not pairs:
+            return None
+        if not all(_finite(lo) and _finite(hi) for lo, hi in pairs):
+            return float("nan"), float("nan")
+        return min(lo for lo, _ in pairs), max(hi for _, hi in pairs)
 
     def text(self, digits: int = 3) -> str:
-        if self.value is None or not np.isfinite(self.value):
+        if not _finite(self.value):
             return "n/a"
-        main = f"{self.value:.{digits}g}"
-        if self.low is None:
-            return main
-        if not (np.isfinite(self.low) and np.isfinite(self.high)):
-            return f"{main} [no interval]"
-        return f"{main} [{self.low:.{digits}g}, {self.high:.{digits}g}]"
+        parts = [f"{self.value:.{digits}g}"]
+        for label, lo, hi in (("", self.low, self.high), ("samples ", self.sample_low, self.sample_high)):
+            if lo is None:
+                continue
+            parts.append(f"[{label}{lo:.{digits}g}, {hi:.{digits}g}]" if _finite(lo) and _finite(hi)
+                         else f"[{label}no interval]")
+        if self.p_value is not None:
+            parts.append(f"(p = {self.p_value:.2g})")
+        return " ".join(parts)
 
 
 @dataclass
 class CheckpointData:
-    """What the claims need of one partition, one entry per sublayer in depth order (arrays of equal length)."""
+    """What the claims need of one partition, one entry per sublayer in depth order (arrays of equal length).
+
+    ``measures`` maps a layer_metrics column to its values; ``replicates`` maps it to a (folds x sublayers) array
+    of its leave-one-fold-out values (absent without folds). ``cumulative`` and ``cumulative_replicates`` do the
+    same per rank definition through depth; ``surgery_full_depth[(ordering, alpha, rank)]`` is the full-depth rank
+    of the product of J(alpha) and ``surgery_replicates[(ordering, rank)]`` its alpha = 0 replicates."""
 
     depth: np.ndarray
-    henrici: np.ndarray  # dep(J) / ||J - I||_F
-    complex_fraction: np.ndarray
-    operator_type: np.ndarray  # strings
-    cumulative_rank: np.ndarray  # effective rank of J_depth ... J_0, per depth
-    surgery_full_depth: dict[float, float]  # alpha -> effective rank of the full-depth product of J(alpha)
+    measures: dict[str, np.ndarray]
+    operator_type: np.ndarray  # strings: resdyn.spectra.operator_type
+    cumulative: dict[str, np.ndarray]  # rank definition -> rank of J_depth ... J_0, per depth
+    surgery_full_depth: dict[tuple[str, float, str], float]
     coupling_effect: np.ndarray  # rank-biserial effect per sublayer, nan where the test is undefined
     coupling_significant: np.ndarray  # bool, False where undefined
+    sublayer: np.ndarray | None = None  # "attn" / "mlp" per sublayer
+    operator_type_henrici: np.ndarray | None = None
+    replicates: dict[str, np.ndarray] = field(default_factory=dict)
+    cumulative_replicates: dict[str, np.ndarray] = field(default_factory=dict)  # rank -> (folds x depths)
+    surgery_replicates: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)  # (ordering, rank) -> folds
+    community_rho: np.ndarray | None = None  # Spearman rho(position, log gain) per sublayer, nan where undefined
+    community_significant: np.ndarray | None = None
+    noise_to_signal: np.ndarray | None = None  # per sublayer (jackknife)
     d_model: int = 0
     n_samples: int = 0
     n_observations: int = 0  # (sample, position) pairs behind the correlation graphs
     median_edge_correlation: float = float("nan")  # median |r| over the kNN graphs' edges
     graph_k: int = 0  # 0 when the graphs are not kNN graphs (then there is no noise level to compare with)
 
+    def __post_init__(self) -> None:
+        if self.sublayer is None:
+            self.sublayer = np.asarray(["attn" if d % 2 == 0 else "mlp" for d in self.depth])
+        if self.operator_type_henrici is None:
+            self.operator_type_henrici = np.full(len(self.depth), "other")
+
     @property
     def relative_depth(self) -> np.ndarray:
         return self.depth / max(1, self.depth.max())
+
+    @property
+    def n_folds(self) -> int:
+        return min((len(r) for r in self.replicates.values()), default=0)
+
+    def measure(self, name: str) -> np.ndarray:
+        return np.asarray(self.measures[name], dtype=np.float64)
+
+    def graph_noise_ratio(self) -> float:
+        """Median kNN edge |r| over that of independent units (NaN when not a kNN graph)."""
+        noise = noise_knn_correlation(self.n_observations, self.d_model, self.graph_k)
+        return self.median_edge_correlation / noise if _finite(noise) and noise > 0 else float("nan")
 
 
 @dataclass(frozen=True)
@@ -119,12 +228,30 @@ class Claim:
     trained: Estimate | None
     verdict: str
     note: str = ""
+    primary: bool = True  # False: another reading of the same claim (``key`` is then "claim@reading")
+    rule_version: int = 0
+    # The quantization control (the null model rounded through the trained file's types): the claim's null-model
+    # measure on it, or, for claims made of trained against null, that comparison against it
+    quantized_null_model: Estimate | None = None
+    quantized_comparison: Estimate | None = None
+
+    def control_text(self) -> str:
+        if self.quantized_null_model is not None:
+            return self.quantized_null_model.text()
+        if self.quantized_comparison is not None:
+            return f"trained vs it: {self.quantized_comparison.text()}"
+        return "n/a"
+
+    @property
+    def claim(self) -> str:
+        return self.key.split("@", 1)[0]
 
     def row(self) -> dict:
         return {"claim": self.statement, "measure": self.measure, "paper": self.paper, "rule": self.rule,
                 "null_model": self.null_model.text() if self.null_model else "n/a",
                 "trained": self.trained.text() if self.trained else "n/a", "verdict": self.verdict, "note": self.note,
-                "key": self.key}
+                "key": self.key, "primary": self.primary, "rule_version": self.rule_version,
+                "quantized_null_model": self.control_text()}
 
 
 def bootstrap(statistic: Callable[..., float], *arrays: np.ndarray, n: int = N_BOOTSTRAP,
@@ -148,21 +275,32 @@ def bootstrap(statistic: Callable[..., float], *arrays: np.ndarray, n: int = N_B
     return Estimate(value, float(low), float(high))
 
 
-def slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of y on x, sum (x - mean x)(y - mean y) / sum (x - mean x)^2 (nan when x does not
-    vary; exactly 0 when y does not)."""
+def spearman_with_permutation(x: np.ndarray, y: np.ndarray, *, n_permutations: int = N_PERMUTATIONS,
+                              seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """(Spearman's rho of x and y, two-sided permutation p = (1 + #{|rho_perm| >= |rho|}) / (1 + permutations));
+    rho is scipy.stats.spearmanr's. NaN and p = 1 with fewer than three finite pairs or a constant variable."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    dx = x - x.mean()
-    denominator = float(np.sum(dx * dx))
-    return float(np.sum(dx * (y - y.mean())) / denominator) if denominator > 0 else float("nan")
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan"), 1.0
+    rho = float(scipy.stats.spearmanr(x, y).statistic)
+    rank_x, rank_y = scipy.stats.rankdata(x), scipy.stats.rankdata(y)
+    rank_x, rank_y = rank_x - rank_x.mean(), rank_y - rank_y.mean()
+    rng = np.random.default_rng(seed)
+    permuted = np.array([rng.permutation(rank_y) for _ in range(n_permutations)])
+    rhos = permuted @ rank_x / (np.linalg.norm(rank_x) * np.linalg.norm(rank_y))
+    p = (1 + int(np.sum(np.abs(rhos) >= abs(rho) - 1e-12))) / (1 + n_permutations)
+    return rho, float(p)
 
 
 def side(estimate: Estimate | None, bound: float, holds_above: bool) -> str:
-    """The verdict of ``estimate`` against ``bound`` (module docstring)."""
-    if estimate is None or estimate.value is None or not np.isfinite(estimate.value):
+    """The verdict of ``estimate`` against ``bound`` (module docstring): the hull of its intervals decides; without
+    any interval the value does."""
+    if estimate is None or not _finite(estimate.value):
         return "not testable"
-    low = estimate.low if estimate.low is not None else estimate.value  # None: a number without an interval
-    high = estimate.high if estimate.high is not None else estimate.value
+    bounds = estimate.bounds()
+    low, high = bounds if bounds is not None else (estimate.value, estimate.value)
     if not (np.isfinite(low) and np.isfinite(high)):
         return "undecided"  # an interval was wanted and could not be made
     if holds_above:
@@ -170,103 +308,244 @@ def side(estimate: Estimate | None, bound: float, holds_above: bool) -> str:
     return "holds" if high < bound else "does not hold" if low >= bound else "undecided"
 
 
-def _mean_where(mask_of: Callable[[CheckpointData], np.ndarray], values_of: Callable[[CheckpointData], np.ndarray]):
-    def estimate(data: CheckpointData) -> Estimate | None:
-        values = values_of(data)[mask_of(data)]
-        values = values[np.isfinite(values)]
-        return bootstrap(np.mean, values) if len(values) else None
-    return estimate
+def _jackknife_bounds(value: float, replicates: np.ndarray | list | None) -> tuple[float | None, float | None]:
+    if replicates is None or len(replicates) == 0:
+        return None, None
+    interval = jackknife(value, replicates)
+    return interval.low, interval.high
 
 
-def _paired_difference(trained: CheckpointData, null: CheckpointData, values_of, mask_of) -> Estimate | None:
-    """Mean over sublayers (of the trained model's mask) of trained - null at the same depth."""
+def _over_sublayers(data: CheckpointData, name: str, mask: np.ndarray) -> Estimate | None:
+    """Mean of measure ``name`` over the masked sublayers: bootstrap over them, jackknife over the folds."""
+    values = data.measure(name)
+    keep = mask & np.isfinite(values)
+    if not keep.any():
+        return None
+    estimate = bootstrap(np.mean, values[keep])
+    replicates = data.replicates.get(name)
+    sample_low, sample_high = _jackknife_bounds(
+        estimate.value, None if replicates is None else [float(np.mean(r[keep])) for r in replicates])
+    return Estimate(estimate.value, estimate.low, estimate.high, sample_low, sample_high)
+
+
+def _paired_difference(trained: CheckpointData, null: CheckpointData, name: str, mask_of) -> Estimate | None:
+    """Mean over sublayers (of the trained model's mask) of trained - null at the same depth; the samples' interval
+    combines both models' jackknife standard errors (independent samples of two models)."""
     if len(trained.depth) != len(null.depth) or not np.array_equal(trained.depth, null.depth):
         return None
     mask = mask_of(trained)
-    difference = values_of(trained)[mask] - values_of(null)[mask]
-    difference = difference[np.isfinite(difference)]
-    return bootstrap(np.mean, difference) if len(difference) else None
+    difference = trained.measure(name) - null.measure(name)
+    keep = mask & np.isfinite(difference)
+    if not keep.any():
+        return None
+    estimate = bootstrap(np.mean, difference[keep])
+    errors = []
+    for data in (trained, null):
+        replicates = data.replicates.get(name)
+        if replicates is not None and len(replicates) >= 2:
+            mean = float(np.mean(data.measure(name)[keep]))
+            errors.append(jackknife(mean, [float(np.mean(r[keep])) for r in replicates]))
+    if len(errors) == 2:
+        se = float(np.hypot(errors[0].standard_error, errors[1].standard_error))
+        half = float(scipy.stats.t.ppf(0.975, min(e.n_folds for e in errors) - 1)) * se
+        return Estimate(estimate.value, estimate.low, estimate.high, estimate.value - half, estimate.value + half)
+    return estimate
 
 
-def _single_layer_rank(data: CheckpointData) -> float:
-    return float(data.cumulative_rank[0])
+def _by_depth_gradient(data: CheckpointData, name: str, sublayer: str) -> Estimate | None:
+    """Spearman rho of measure ``name`` with depth over one sublayer type, its permutation p, and the samples'
+    interval of rho (jackknife over folds)."""
+    mask = data.sublayer == sublayer
+    if mask.sum() < 3:
+        return None
+    rho, p = spearman_with_permutation(data.depth[mask], data.measure(name)[mask])
+    if not _finite(rho):
+        return Estimate(rho)
+    replicates = data.replicates.get(name)
+    sample_low, sample_high = _jackknife_bounds(
+        rho, None if replicates is None else
+        [float(scipy.stats.spearmanr(data.depth[mask], r[mask]).statistic) for r in replicates])
+    return Estimate(rho, sample_low=sample_low, sample_high=sample_high, p_value=p)
 
 
-def _full_depth_rank(data: CheckpointData) -> float:
-    return float(data.cumulative_rank[-1])
+def _gradient_verdict(estimate: Estimate | None) -> str:
+    verdict = side(estimate, 0.0, False)
+    if verdict == "holds" and not (estimate.p_value is not None and estimate.p_value < 0.05):
+        return "undecided"  # negative but not distinguishable from a random order of the sublayers
+    return verdict
 
 
-def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
-    """Every claim of PAPER.md's headline results on this pair of checkpoints."""
+def _cumulative(data: CheckpointData, rank: str, index: int) -> float:
+    values = data.cumulative.get(rank)
+    return float(values[index]) if values is not None and len(values) else float("nan")
+
+
+def _ratio_estimate(numerator: float, denominator: float, numerator_replicates, denominator_replicates) -> Estimate:
+    """numerator / denominator with the samples' interval of the ratio, from replicates of both (each a sequence
+    over folds, or None: that side held fixed); when the two come from different models (independent folds) the
+    log-ratio's jackknife standard errors add in quadrature."""
+    value = numerator / denominator if denominator > 0 else float("nan")
+    if not _finite(value):
+        return Estimate(value)
+    if numerator_replicates is None and denominator_replicates is None:
+        return Estimate(value)
+    pairs = []
+    for reference, replicates in ((numerator, numerator_replicates), (denominator, denominator_replicates)):
+        if replicates is not None and len(replicates) >= 2 and reference > 0:
+            pairs.append(jackknife(np.log(reference), np.log(np.asarray(replicates, float))))
+    if not pairs:
+        return Estimate(value, sample_low=float("nan"), sample_high=float("nan"))
+    se = float(np.sqrt(sum(p.standard_error ** 2 for p in pairs)))
+    half = float(scipy.stats.t.ppf(0.975, min(p.n_folds for p in pairs) - 1)) * se
+    return Estimate(value, sample_low=float(np.exp(np.log(value) - half)), sample_high=float(np.exp(np.log(value) + half)))
+
+
+def _noise_gate(verdict: str, *checkpoints: CheckpointData) -> tuple[str, str]:
+    """(verdict, note): a topology verdict is undecided where a checkpoint's graphs are within
+    TOPOLOGY_NOISE_FACTOR of the independent-unit noise level (module docstring)."""
+    ratios = [data.graph_noise_ratio() for data in checkpoints]
+    noisy = [r for r in ratios if _finite(r) and r < TOPOLOGY_NOISE_FACTOR]
+    note = "graphs " + " / ".join(f"{r:.2f}x" if _finite(r) else "n/a" for r in ratios) + " the noise level"
+    if noisy and verdict in ("holds", "does not hold"):
+        return "undecided", note + f" (below {TOPOLOGY_NOISE_FACTOR}x: the graphs cannot carry the test)"
+    return verdict, note
+
+
+def _symmetry_and_rotation_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
     claims = []
-    early = _mean_where(lambda d: d.relative_depth <= EARLY, lambda d: d.complex_fraction)
-    claims.append(Claim(
-        "early_rotation", "Early layers are rotation-rich", "mean complex fraction, first third of depth",
-        "about 0.98", "trained > 0.5 (most eigenvalues in complex pairs)", early(null), early(trained),
-        side(early(trained), 0.5, True),
-        f"a random real matrix of this size: {ginibre_complex_fraction(max(trained.d_model, 1)):.3f}"
-        if trained.d_model else ""))
-    gradient = lambda d: bootstrap(slope, d.relative_depth, d.henrici)  # noqa: E731
-    claims.append(Claim(
-        "nonnormality_gradient", "Non-normality falls monotonically with depth",
-        "slope of dep/||J - I||_F against relative depth", "negative (non-normal early, near-symmetric late)",
-        "trained slope < 0", gradient(null), gradient(trained), side(gradient(trained), 0.0, False)))
-    late = _mean_where(lambda d: d.relative_depth >= LATE, lambda d: d.henrici)
-    claims.append(Claim(
-        "late_near_symmetric", "Late layers are near-symmetric", "mean dep/||J - I||_F, last third of depth",
-        "near-symmetric", "trained < 0.5 (the operator-type boundary)", late(null), late(trained),
-        side(late(trained), 0.5, False)))
-    overall = _mean_where(lambda d: np.ones(len(d.depth), bool), lambda d: d.henrici)
-    claims.append(Claim(
-        "init_near_symmetric", "At initialisation layers are already near-symmetric",
-        "mean dep/||J - I||_F over all sublayers", "near-symmetric at OLMo step 0", "null model < 0.5",
-        overall(null), overall(trained), side(overall(null), 0.5, False),
-        "a random real matrix: 0.71 (sum |lambda|^2 ~ ||A||_F^2 / 2)"))
-    rotation_gain = _paired_difference(trained, null, lambda d: d.complex_fraction, lambda d: d.relative_depth < LATE)
-    claims.append(Claim(
-        "training_adds_rotation", "Training pulls early and middle layers toward rotation",
-        "trained - null complex fraction, first two thirds, paired by depth", "positive",
-        "difference > 0", None, rotation_gain, side(rotation_gain, 0.0, True)))
+    early = lambda d: d.relative_depth <= EARLY  # noqa: E731
+    late = lambda d: d.relative_depth >= LATE  # noqa: E731
+    everywhere = lambda d: np.ones(len(d.depth), bool)  # noqa: E731
+    for key, name, bound, primary in (("early_rotation", "rotation_share", ROTATION_DOMINATED_SHARE, True),
+                                      ("early_rotation@frac_complex", "frac_complex", 0.5, False)):
+        estimate = _over_sublayers(trained, name, early(trained))
+        claims.append(Claim(key, "Early layers are rotation-dominated", f"mean {name}, first third of depth",
+                            "about 0.98 complex", rule(key), _over_sublayers(null, name, early(null)), estimate,
+                            side(estimate, bound, True),
+                            "a random matrix: 2/pi = 0.637" if primary else
+                            f"a random real matrix of this size: {ginibre_complex_fraction(max(trained.d_model, 1)):.3f}"
+                            if trained.d_model else "", primary, rule_version(key)))
+    for name, label, primary in (("asymmetry_index", "", True), ("henrici_rel_j_minus_i", "@henrici", False),
+                                 ("rotation_share", "@rotation_share", False)):
+        for sublayer in ("attn", "mlp"):
+            key = f"spectral_gradient_{sublayer}{label}"
+            estimate = _by_depth_gradient(trained, name, sublayer)
+            claims.append(Claim(key, f"The spectral gradient is monotonic through depth ({sublayer} sublayers)",
+                                f"Spearman rho(depth, {name})", "falls with depth (non-normal, rotating early; "
+                                "near-symmetric late)", rule("spectral_gradient"), _by_depth_gradient(null, name, sublayer),
+                                estimate, _gradient_verdict(estimate), "", primary, rule_version("spectral_gradient")))
+    for key, name, bound, primary in (("late_near_symmetric", "asymmetry_index", NEAR_SYMMETRIC_ASYMMETRY, True),
+                                      ("late_near_symmetric@henrici", "henrici_rel_j_minus_i", 0.5, False)):
+        estimate = _over_sublayers(trained, name, late(trained))
+        claims.append(Claim(key, "Late layers are near-symmetric", f"mean {name}, last third of depth",
+                            "near-symmetric", rule(key), _over_sublayers(null, name, late(null)), estimate,
+                            side(estimate, bound, False), "", primary, rule_version(key)))
+    for key, name, bound, primary in (("init_near_symmetric", "asymmetry_index", NEAR_SYMMETRIC_ASYMMETRY, True),
+                                      ("init_near_symmetric@henrici", "henrici_rel_j_minus_i", 0.5, False)):
+        estimate = _over_sublayers(null, name, everywhere(null))
+        claims.append(Claim(key, "At initialisation layers are already near-symmetric",
+                            f"mean {name} over all sublayers", "near-symmetric at OLMo step 0", rule(key), estimate,
+                            _over_sublayers(trained, name, everywhere(trained)), side(estimate, bound, False),
+                            "a random matrix: asymmetry 0.707, dep/||A||_F 0.707 (one Ginibre matrix; products of "
+                            "random factors sit higher, resdyn/baselines.py)", primary, rule_version(key)))
+    for key, name, primary in (("training_adds_rotation", "rotation_share", True),
+                               ("training_adds_rotation@frac_complex", "frac_complex", False)):
+        gain = _paired_difference(trained, null, name, lambda d: d.relative_depth < LATE)
+        claims.append(Claim(key, "Training pulls early and middle layers toward rotation",
+                            f"trained - null {name}, first two thirds, paired by depth", "positive", rule(key), None,
+                            gain, side(gain, 0.0, True), "", primary, rule_version(key)))
+    return claims
 
-    def ratio(numerator: float, denominator: float) -> float:
-        return numerator / denominator if denominator > 0 else float("nan")
 
-    single, full = _single_layer_rank(trained), _full_depth_rank(trained)
-    compression = Estimate(ratio(single, full))
-    null_compression = Estimate(ratio(_single_layer_rank(null), _full_depth_rank(null)))
-    claims.append(Claim(
-        "cumulative_bottleneck", "The cumulative Jacobian's effective rank collapses through depth",
-        "effective rank of the product after the first map / after all maps", "about 436 / 7 = 62 (Llama 3.1 8B)",
-        "trained ratio > 2", null_compression, compression, side(compression, 2.0, True),
-        f"trained: {single:.1f} -> {full:.1f}; null model: {_single_layer_rank(null):.1f} -> {_full_depth_rank(null):.1f}"
-        f" (d = {trained.d_model})"))
-    installed = Estimate(ratio(_full_depth_rank(null), full))
-    claims.append(Claim(
-        "bottleneck_learned", "The bottleneck is installed by training, not the architecture",
-        "full-depth effective rank, null model / trained", "rank stays high at step 0", "ratio > 2",
-        None, installed, side(installed, 2.0, True)))
-    recovered = None
-    if 0.0 in trained.surgery_full_depth and 1.0 in trained.surgery_full_depth:
-        rank_0, rank_1 = trained.surgery_full_depth[0.0], trained.surgery_full_depth[1.0]
-        recovered = Estimate(ratio(rank_0 - rank_1, single - rank_1)) if single > rank_1 else None
-    claims.append(Claim(
-        "surgery_dissolves", "Removing the non-normal part N (alpha = 0) largely dissolves the bottleneck",
-        "share of the rank lost through depth that alpha = 0 restores", "largely dissolved",
-        "share > 0.5", None, recovered, side(recovered, 0.5, True),
-        "full-depth rank at alpha = 0 / 1: " + " / ".join(
-            f"{trained.surgery_full_depth.get(a, float('nan')):.1f}" for a in (0.0, 1.0))))
+def _compression(data: CheckpointData, rank: str) -> Estimate:
+    """Rank after the first map / after all maps, with the samples' interval of its log from the replicates."""
+    replicates = data.cumulative_replicates.get(rank)
+    single, full = _cumulative(data, rank, 0), _cumulative(data, rank, -1)
+    value = single / full if full > 0 else float("nan")
+    if replicates is None or len(replicates) < 2 or not _finite(value):
+        return Estimate(value)
+    interval = jackknife(np.log(value), np.log(replicates[:, 0] / replicates[:, -1]))
+    if not _finite(interval.low):
+        return Estimate(value, sample_low=float("nan"), sample_high=float("nan"))
+    return Estimate(value, sample_low=float(np.exp(interval.low)), sample_high=float(np.exp(interval.high)))
 
-    def effect_of(kind: str):
-        return _mean_where(lambda d: (d.operator_type == kind) & np.isfinite(d.coupling_effect),
-                           lambda d: d.coupling_effect)
-    for kind, sign, expected in (("near_symmetric", True, "boundary units amplified"),
-                                 ("rotational_non_normal", False, "boundary units de-amplified")):
-        estimate = effect_of(kind)(trained)
+
+def _full_depth_replicates(data: CheckpointData, rank: str) -> np.ndarray | None:
+    replicates = data.cumulative_replicates.get(rank)
+    return None if replicates is None else replicates[:, -1]
+
+
+def _bottleneck_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
+    claims = []
+    for rank in RANKS:
+        primary = rank == "effective_rank"
+        suffix = "" if primary else f"@{rank}"
+
+        estimate = _compression(trained, rank)
         claims.append(Claim(
-            f"coupling_{kind}", f"In {kind.replace('_', ' ')} sublayers, {expected}",
-            f"mean rank-biserial effect over {kind} sublayers", "> 0" if sign else "< 0",
-            "effect > 0" if sign else "effect < 0", effect_of(kind)(null), estimate, side(estimate, 0.0, sign),
-            f"{int(np.sum(trained.operator_type == kind))} trained sublayers of this type"))
+            f"cumulative_bottleneck{suffix}", "The cumulative Jacobian's rank collapses through depth",
+            f"{rank} of the product after the first map / after all maps", "about 436 / 7 = 62 (Llama 3.1 8B)",
+            rule("cumulative_bottleneck"), _compression(null, rank), estimate, side(estimate, 2.0, True),
+            f"trained: {_cumulative(trained, rank, 0):.1f} -> {_cumulative(trained, rank, -1):.1f}; null model: "
+            f"{_cumulative(null, rank, 0):.1f} -> {_cumulative(null, rank, -1):.1f} (d = {trained.d_model})",
+            primary, rule_version("cumulative_bottleneck")))
+        installed = _ratio_estimate(_cumulative(null, rank, -1), _cumulative(trained, rank, -1),
+                                    _full_depth_replicates(null, rank), _full_depth_replicates(trained, rank))
+        claims.append(Claim(
+            f"bottleneck_learned{suffix}", "The bottleneck is installed by training, not the architecture",
+            f"full-depth {rank}, null model / trained", "rank stays high at step 0", rule("bottleneck_learned"),
+            None, installed, side(installed, 2.0, True), "", primary, rule_version("bottleneck_learned")))
+    readings = [(PRIMARY_ORDERING, "effective_rank")] + [(o, "effective_rank") for o in ORDERINGS[1:]] + \
+               [(PRIMARY_ORDERING, r) for r in RANKS[1:]]
+    for ordering, rank in readings:
+        primary = (ordering, rank) == (PRIMARY_ORDERING, "effective_rank")
+        key = "surgery_dissolves" + ("" if primary else f"@{ordering}/{rank}")
+        recovered, note = _surgery_share(trained, ordering, rank)
+        claims.append(Claim(
+            key, "Removing the non-normal part N (alpha = 0) largely dissolves the bottleneck",
+            f"share of the {rank} lost through depth that alpha = 0 restores ({ordering} Schur ordering)",
+            "largely dissolved", rule("surgery_dissolves"), _surgery_share(null, ordering, rank)[0], recovered,
+            side(recovered, 0.5, True), note, primary, rule_version("surgery_dissolves")))
+    return claims
+
+
+def _surgery_share(data: CheckpointData, ordering: str, rank: str) -> tuple[Estimate | None, str]:
+    """(rank_0 - rank_1) / (single - rank_1) at full depth, with its samples' interval from the replicates."""
+    rank_0 = data.surgery_full_depth.get((ordering, 0.0, rank))
+    rank_1 = _cumulative(data, rank, -1)
+    single = _cumulative(data, rank, 0)
+    if rank_0 is None or not _finite(rank_1) or not single > rank_1:
+        return None, ""
+    value = (rank_0 - rank_1) / (single - rank_1)
+    note = f"full-depth {rank} at alpha = 0 / 1: {rank_0:.1f} / {rank_1:.1f}"
+    operated = data.surgery_replicates.get((ordering, rank))
+    measured = data.cumulative_replicates.get(rank)
+    if operated is None or measured is None or len(operated) < 2:
+        return Estimate(value), note
+    shares = (np.asarray(operated) - measured[:, -1]) / (measured[:, 0] - measured[:, -1])
+    low, high = _jackknife_bounds(value, shares)
+    return Estimate(value, sample_low=low, sample_high=high), note
+
+
+def _coupling_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
+    claims = []
+    readings = (("operator_type", {"near_symmetric": True, "rotation_dominated": False}, ""),
+                ("operator_type_henrici", {"near_normal": True, "rotational_non_normal": False}, "@henrici"))
+    for attribute, kinds, suffix in readings:
+        for kind, amplified in kinds.items():
+            def effect(data: CheckpointData, kind=kind, attribute=attribute):
+                mask = (getattr(data, attribute) == kind) & np.isfinite(data.coupling_effect)
+                return bootstrap(np.mean, data.coupling_effect[mask]) if mask.any() else None
+            base = "coupling_near_symmetric" if amplified else "coupling_rotation_dominated"
+            estimate = effect(trained)
+            verdict, note = _noise_gate(side(estimate, 0.0, amplified), trained)
+            count = int(np.sum(getattr(trained, attribute) == kind))
+            claims.append(Claim(
+                base + suffix, f"In {kind.replace('_', '-')} sublayers, boundary units are "
+                f"{'amplified' if amplified else 'de-amplified'}",
+                f"mean rank-biserial effect over {kind} sublayers ({attribute})", "> 0" if amplified else "< 0",
+                rule(base), effect(null), estimate, verdict, f"{count} trained sublayers of this type; {note}",
+                suffix == "", rule_version(base)))
 
     def significant_share(data: CheckpointData) -> Estimate:
         tested = np.isfinite(data.coupling_effect)
@@ -274,17 +553,76 @@ def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
     null_share, trained_share = significant_share(null), significant_share(trained)
     counts = {name: (int(np.sum(d.coupling_significant)), int(np.sum(np.isfinite(d.coupling_effect))))
               for name, d in (("null", null), ("trained", trained))}
+    verdict, note = _noise_gate(side(null_share, 0.05, False), null)
     claims.append(Claim(
         "coupling_absent_at_init", "The coupling is absent at initialisation",
-        "share of tested sublayers FDR-significant (BH q < 0.05)", "0 of 64 (OLMo step 0)", "null model < 0.05",
-        null_share, None, side(null_share, 0.05, False), f"null model: {counts['null'][0]} of {counts['null'][1]}"))
+        "share of tested sublayers FDR-significant (BH q < 0.05)", "0 of 64 (OLMo step 0)",
+        rule("coupling_absent_at_init"), null_share, None, verdict,
+        f"null model: {counts['null'][0]} of {counts['null'][1]}; {note}", True, rule_version("coupling_absent_at_init")))
     learned = Estimate(trained_share.value - null_share.value)
+    verdict, note = _noise_gate(side(learned, 0.1, True), null, trained)
     claims.append(Claim(
         "coupling_learned", "Training makes the coupling significant in many sublayers",
-        "FDR-significant share, trained - null", "0 -> 24 of 64 (0.375; OLMo 3 7B)", "difference > 0.1",
-        null_share, trained_share, side(learned, 0.1, True),
-        f"trained: {counts['trained'][0]} of {counts['trained'][1]} tested sublayers"))
+        "FDR-significant share, trained - null", "0 -> 24 of 64 (0.375; OLMo 3 7B)", rule("coupling_learned"),
+        null_share, trained_share, verdict, f"trained: {counts['trained'][0]} of {counts['trained'][1]} tested "
+        f"sublayers; {note}", True, rule_version("coupling_learned")))
     return claims
+
+
+def _community_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
+    """The paper's abstract states the coupling for communities: rho(position, gain) per sublayer
+    (resdyn/community_coupling.py), averaged by operator type; its significant share trained vs null."""
+    if trained.community_rho is None or null.community_rho is None:
+        return []
+    claims = []
+    for kind, amplified in (("near_symmetric", True), ("rotation_dominated", False)):
+        def mean_rho(data: CheckpointData, kind=kind):
+            mask = (data.operator_type == kind) & np.isfinite(data.community_rho)
+            return bootstrap(np.mean, data.community_rho[mask]) if mask.any() else None
+        key = f"community_coupling_{kind}"
+        estimate = mean_rho(trained)
+        verdict, note = _noise_gate(side(estimate, 0.0, amplified), trained)
+        claims.append(Claim(
+            key, f"In {kind.replace('_', '-')} sublayers, communities in boundary positions are "
+            f"{'amplified' if amplified else 'de-amplified'}",
+            f"mean Spearman rho(community participation, log ||J P_C||_F / ||P_C||_F) over {kind} sublayers",
+            "> 0" if amplified else "< 0", rule(key), mean_rho(null), estimate, verdict,
+            f"{int(np.sum(trained.operator_type == kind))} trained sublayers of this type; {note}", True,
+            rule_version(key)))
+
+    def share(data: CheckpointData) -> Estimate:
+        tested = np.isfinite(data.community_rho)
+        return Estimate(float(np.mean(data.community_significant[tested])) if tested.any() else float("nan"))
+    null_share, trained_share = share(null), share(trained)
+    verdict, note = _noise_gate(side(Estimate(trained_share.value - null_share.value), 0.1, True), null, trained)
+    claims.append(Claim(
+        "community_coupling_learned", "The community-level coupling is learned (absent at initialisation)",
+        "BH-significant share of community tests, trained - null", "absent at initialization",
+        rule("community_coupling_learned"), null_share, trained_share, verdict, note, True,
+        rule_version("community_coupling_learned")))
+    return claims
+
+
+def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
+    """Every claim of PAPER.md's headline results on this pair of checkpoints, every reading of each."""
+    return (_symmetry_and_rotation_claims(null, trained) + _bottleneck_claims(null, trained)
+            + _coupling_claims(null, trained) + _community_claims(null, trained))
+
+
+def with_quantization_control(claims: list[Claim], null_quantized: CheckpointData, trained: CheckpointData) -> list[Claim]:
+    """``claims`` with each one's quantization control: the same claims evaluated with the quantized null model in
+    the null model's place (its null-model measure where the claim has one, else its trained-vs-null estimate)."""
+    control = {claim.key: claim for claim in evaluate(null_quantized, trained)}
+    result = []
+    for claim in claims:
+        other = control.get(claim.key)
+        if other is None:
+            result.append(claim)
+        elif claim.null_model is not None or claim.key.startswith("init_near_symmetric"):
+            result.append(dataclasses.replace(claim, quantized_null_model=other.null_model))
+        else:
+            result.append(dataclasses.replace(claim, quantized_comparison=other.trained))
+    return result
 
 
 def diagnostics(null: CheckpointData, trained: CheckpointData) -> list[dict]:
@@ -295,7 +633,10 @@ def diagnostics(null: CheckpointData, trained: CheckpointData) -> list[dict]:
         rows.append({"checkpoint": label, "measure": "median |r| of the kNN graphs' edges vs independent units",
                      "value": data.median_edge_correlation, "noise": noise,
                      "ratio": data.median_edge_correlation / noise if noise and np.isfinite(noise) else float("nan"),
-                     "observations": data.n_observations, "units": data.d_model, "k": data.graph_k})
+                     "observations": data.n_observations, "units": data.d_model, "k": data.graph_k,
+                     "median_noise_to_signal": float(np.nanmedian(data.noise_to_signal))
+                     if data.noise_to_signal is not None and np.isfinite(data.noise_to_signal).any() else float("nan"),
+                     "n_folds": data.n_folds})
     return rows
 
 
@@ -311,19 +652,40 @@ class ClaimsReport:
     trained_checkpoint: str
     claims: list[Claim] = field(default_factory=list)
     diagnostics: list[dict] = field(default_factory=list)
+    quantized_checkpoint: str | None = None  # the quantization control's checkpoint, when there is one
 
     def markdown(self) -> str:
-        lines = ["| claim (PAPER.md) | measure | paper | rule | null model | trained | verdict |",
-                 "|---|---|---|---|---|---|---|"]
+        control = self.quantized_checkpoint is not None
+        lines = ["| claim (PAPER.md) | measure | paper | rule | null model | " + ("null model, quantized | " if control
+                                                                                  else "") + "trained | verdict |",
+                 "|---|---|---|---|---|" + ("---|" if control else "") + "---|---|"]
         for claim in self.claims:
+            if not claim.primary:
+                continue
             row = {key: markdown_cell(value) for key, value in claim.row().items()}
             note = f" ({row['note']})" if row["note"] else ""
+            quantized = f"{row['quantized_null_model']} | " if control else ""
             lines.append(f"| {row['claim']} | {row['measure']}{note} | {row['paper']} | {row['rule']} | "
-                         f"{row['null_model']} | {row['trained']} | **{row['verdict']}** |")
-        for row in self.diagnostics:
-            if not np.isfinite(row["noise"]):
+                         f"{row['null_model']} | {quantized}{row['trained']} | **{row['verdict']}** |")
+        lines += ["", "Every reading of the claims that depend on one (the first of each claim is the primary):", "",
+                  "| claim | reading (measure) | rule version | null model | trained | verdict |", "|---|---|---|---|---|---|"]
+        by_claim: dict[str, list[Claim]] = {}
+        for claim in self.claims:
+            by_claim.setdefault(claim.claim, []).append(claim)
+        for group in by_claim.values():
+            if len(group) < 2:
                 continue
-            lines.append(f"\nGraphs ({row['checkpoint']}): median kNN edge |r| {row['value']:.3f} against "
-                         f"{row['noise']:.3f} for independent units ({row['observations']} observations, "
-                         f"{row['units']} units, k = {row['k']}): {row['ratio']:.2f}x the noise level.")
+            for claim in group:
+                row = {key: markdown_cell(value) for key, value in claim.row().items()}
+                lines.append(f"| {row['claim']} | {row['measure']} | v{claim.rule_version} | {row['null_model']} | "
+                             f"{row['trained']} | {'**' + row['verdict'] + '**' if claim.primary else row['verdict']} |")
+        for row in self.diagnostics:
+            if np.isfinite(row["noise"]):
+                lines.append(f"\nGraphs ({row['checkpoint']}): median kNN edge |r| {row['value']:.3f} against "
+                             f"{row['noise']:.3f} for independent units ({row['observations']} observations, "
+                             f"{row['units']} units, k = {row['k']}): {row['ratio']:.2f}x the noise level.")
+            if np.isfinite(row.get("median_noise_to_signal", float("nan"))):
+                lines.append(f"\nMean Jacobians ({row['checkpoint']}): median noise-to-signal "
+                             f"||se(J)||_F / ||J - I||_F = {row['median_noise_to_signal']:.3f} over sublayers "
+                             f"({row['n_folds']} folds).")
         return "\n".join(lines)

@@ -222,17 +222,25 @@ def study_bars(groups: dict[str, dict[str, float]], directory: Path, *, name: st
 
 def claims_panels(checkpoints: dict[str, "CheckpointData"], directory: Path, *, title: str,  # noqa: F821
                   surgery_products: dict[str, dict[float, np.ndarray]] | None = None) -> Path:
-    """Four panels, one line per checkpoint against relative depth: non-normality dep/||J - I||_F, the complex
-    fraction, the cumulative effective rank (log y; dashed: Schur surgery at alpha = 0 where given) and the
-    coupling effect (filled: FDR-significant; the marker's shape: operator type)."""
+    """Four panels, one line per checkpoint against relative depth: symmetry (the asymmetry index of J - I, solid;
+    Henrici's dep/||J - I||_F, dotted), rotation (the rotation share, solid; the complex fraction, dotted), the
+    cumulative effective rank (log y; dashed: Schur surgery at alpha = 0 where given) and the coupling effect
+    (filled: FDR-significant; the marker's shape: operator type)."""
+    from .spectra import NEAR_SYMMETRIC_ASYMMETRY, ROTATION_DOMINATED_SHARE
+
     figure, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    markers = {"near_symmetric": "o", "rotational_non_normal": "s", "other": "^"}
+    markers = {"near_symmetric": "o", "rotation_dominated": "s", "other": "^"}
     for label, data in checkpoints.items():
         x = data.relative_depth
-        line, = axes[0].plot(x, data.henrici, lw=1.2, label=label)
-        axes[1].plot(x, data.complex_fraction, lw=1.2, color=line.get_color(), label=label)
-        depth_x = np.arange(len(data.cumulative_rank)) / max(1, len(data.cumulative_rank) - 1)
-        axes[2].plot(depth_x, data.cumulative_rank, lw=1.2, color=line.get_color(), label=f"{label}, alpha = 1")
+        line, = axes[0].plot(x, data.measure("asymmetry_index"), lw=1.2, label=f"{label}: asymmetry")
+        axes[0].plot(x, data.measure("henrici_rel_j_minus_i"), lw=0.9, ls=":", color=line.get_color(),
+                     label=f"{label}: dep / ||J - I||_F")
+        axes[1].plot(x, data.measure("rotation_share"), lw=1.2, color=line.get_color(), label=f"{label}: rotation share")
+        axes[1].plot(x, data.measure("frac_complex"), lw=0.9, ls=":", color=line.get_color(),
+                     label=f"{label}: complex fraction")
+        cumulative = data.cumulative["effective_rank"]
+        depth_x = np.arange(len(cumulative)) / max(1, len(cumulative) - 1)
+        axes[2].plot(depth_x, cumulative, lw=1.2, color=line.get_color(), label=f"{label}, alpha = 1")
         if surgery_products and label in surgery_products and 0.0 in surgery_products[label]:
             ranks = surgery_products[label][0.0]
             axes[2].plot(np.arange(len(ranks)) / max(1, len(ranks) - 1), ranks, lw=1.2, ls="--",
@@ -245,16 +253,17 @@ def claims_panels(checkpoints: dict[str, "CheckpointData"], directory: Path, *, 
             axes[3].scatter(x[significant], effect[significant], marker=marker, color=line.get_color(), s=22)
             axes[3].scatter(x[chosen & ~significant], effect[chosen & ~significant], marker=marker, s=22,
                             facecolors="none", edgecolors=line.get_color())
-    axes[0].axhline(0.5, color="0.6", lw=0.8, ls=":")
-    axes[0].set_ylabel("dep(J) / ||J - I||_F")
-    axes[1].set_ylabel("complex fraction")
+    axes[0].axhline(NEAR_SYMMETRIC_ASYMMETRY, color="0.6", lw=0.8, ls=":")
+    axes[0].set_ylabel("symmetry of J - I (0 = symmetric)")
+    axes[1].axhline(ROTATION_DOMINATED_SHARE, color="0.6", lw=0.8, ls=":")
+    axes[1].set_ylabel("rotation")
     axes[2].set_yscale("log")
     axes[2].set_ylabel("effective rank of J_l ... J_0")
     axes[3].axhline(0, color="0.6", lw=0.8)
-    axes[3].set_ylabel("boundary effect (rank-biserial)\no near-sym., s rot. non-normal, ^ other")
+    axes[3].set_ylabel("boundary effect (rank-biserial)\no near-sym., s rotation-dom., ^ other")
     for axis in axes:
         axis.set_xlabel("relative depth")
-        axis.legend(fontsize=6)
+        axis.legend(fontsize=5)
     figure.suptitle(title)
     figure.tight_layout()
     return _save(figure, directory, "claims")

@@ -15,8 +15,15 @@ import scipy.sparse.linalg
 
 COMPLEX_TOLERANCE = 1e-6
 NEUTRAL_TOLERANCE = 1e-6
-NEAR_SYMMETRIC_HENRICI = 0.5  # henrici_rel_j_minus_i below this (Ginibre matrices sit near 0.71)
+NEAR_NORMAL_HENRICI = 0.5  # operator_type_henrici: henrici_rel_j_minus_i below this (one Ginibre matrix sits near 0.71)
 ROTATIONAL_COMPLEX_FRACTION = 0.5
+# operator_type (the primary rule, issue 30): symmetry and rotation measured themselves, each threshold half the
+# value of a matrix of independent Gaussian entries (asymmetry 1/sqrt(2), rotation share 2/pi): below half the
+# random asymmetry the skew part carries under 1/8 of ||A||_F^2 (a random matrix: 1/2).
+NEAR_SYMMETRIC_ASYMMETRY = 1 / (2 * np.sqrt(2))
+ROTATION_DOMINATED_SHARE = 1 / np.pi
+GINIBRE_ASYMMETRY = 1 / np.sqrt(2)
+GINIBRE_ROTATION_SHARE = 2 / np.pi
 TRUNCATED_SVD_MIN_WIDTH = 256  # above this, the alignment metrics' top-k SVD of J - I by Lanczos (d = 1024: 0.05 s, a full SVD 0.34 s; equal to 6e-14)
 
 
@@ -43,10 +50,10 @@ def henrici_departure(matrix) -> float:
     which loses everything below ~1e-7 relative. Henrici (1962), Numer. Math. 4, 24-40.
     """
     schur_form, _ = scipy.linalg.schur(_float64(matrix), output="real")
-    return _departure_of_schur_form(schur_form)
+    return departure_of_schur_form(schur_form)
 
 
-def _departure_of_schur_form(schur_form: np.ndarray) -> float:
+def departure_of_schur_form(schur_form: np.ndarray) -> float:
     blocks = schur_blocks(schur_form)
     block_of = np.empty(len(schur_form), dtype=int)
     total = 0.0
@@ -190,13 +197,69 @@ def numerical_rank(singular_values) -> int:
     return int(np.sum(s > len(s) * np.finfo(np.float64).eps * s.max()))
 
 
-def operator_type(henrici_rel_j_minus_i: float, frac_complex: float) -> str:
-    """near_symmetric: dep/||J - I||_F < 0.5 and fewer than half the eigenvalues complex;
-    rotational_non_normal: dep/||J - I||_F >= 0.5 and at least half complex; other: the rest."""
-    non_normal = henrici_rel_j_minus_i >= NEAR_SYMMETRIC_HENRICI
+def asymmetry_index(update) -> float:
+    """||A - A^T||_F / (2 ||A||_F) of the update A = J - I: the norm of A's skew-symmetric part relative to A.
+
+    0 for a symmetric A, 1 for a skew-symmetric one, 1/sqrt(2) in expectation for independent Gaussian entries
+    (E ||A - A^T||_F^2 = 2 d (d - 1) against E ||A||_F^2 = d^2); also ~1/sqrt(2) for products of independent
+    Gaussian factors (E a_ij a_ji = 0 off the diagonal). Unlike Henrici's departure it separates a rotation
+    (normal, skew: 1) from a symmetric map (0). The decomposition A = (A + A^T)/2 + (A - A^T)/2 is orthogonal in
+    the Frobenius inner product, so asymmetry^2 is the share of ||A||_F^2 in the skew part. 0 for A = 0.
+    """
+    update = _float64(update)
+    norm = float(np.linalg.norm(update))
+    return float(np.linalg.norm(update - update.T)) / (2 * norm) if norm > 0 else 0.0
+
+
+def rotation_share(update_eigenvalues) -> float:
+    """sum |Im mu| / sum |mu| over the eigenvalues mu of the update A = J - I (mu = lambda - 1).
+
+    A graded rotation measure: 0 when every eigenvalue is real, 1 when every one is imaginary (a pure rotation
+    generator), 2/pi for eigenvalues uniform on a disc (the circular law of a Gaussian matrix:
+    E|Im z| / E|z| = (2/3)(2/pi) / (2/3)). Unlike the complex fraction it does not saturate when a small
+    non-symmetric perturbation splits real eigenvalues into pairs close to the axis. 0 for A = 0.
+    """
+    mu = np.asarray(update_eigenvalues)
+    total = float(np.sum(np.abs(mu)))
+    return float(np.sum(np.abs(mu.imag))) / total if total > 0 else 0.0
+
+
+def mean_absolute_argument(eigenvalues) -> float:
+    """Mean |arg lambda| (radians, in [0, pi]) over the eigenvalues of J: the mean rotation angle of one step of
+    the map (0 for positive real eigenvalues, pi for negative ones)."""
+    return float(np.mean(np.abs(np.angle(np.asarray(eigenvalues)))))
+
+
+def update_size(jacobian, update=None) -> float:
+    """||J - I||_F / ||J||_F: how far the sublayer moves the stream relative to the map itself (0 for the identity)."""
+    jacobian = _float64(jacobian)
+    update = jacobian - np.eye(len(jacobian)) if update is None else update
+    norm = float(np.linalg.norm(jacobian))
+    return float(np.linalg.norm(update)) / norm if norm > 0 else 0.0
+
+
+def operator_type(asymmetry: float, rotation: float) -> str:
+    """The primary operator type of a sublayer, from the update A = J - I (thresholds at the top of the module):
+
+    ``near_symmetric``: asymmetry_index < 1/(2 sqrt 2) (half a random matrix's); ``rotation_dominated``:
+    asymmetry at least that and rotation_share >= 1/pi (half the circular law's 2/pi); ``other``: the rest.
+    """
+    if asymmetry < NEAR_SYMMETRIC_ASYMMETRY:
+        return "near_symmetric"
+    if rotation >= ROTATION_DOMINATED_SHARE:
+        return "rotation_dominated"
+    return "other"
+
+
+def operator_type_henrici(henrici_rel_j_minus_i: float, frac_complex: float) -> str:
+    """The rule before issue 30 (kept beside the primary one): ``near_normal``: dep/||J - I||_F < 0.5 and fewer than
+    half the eigenvalues complex; ``rotational_non_normal``: dep/||J - I||_F >= 0.5 and at least half complex;
+    ``other``: the rest. Henrici's departure is 0 for every normal matrix, rotations included: this rule cannot
+    tell symmetric from rotating."""
+    non_normal = henrici_rel_j_minus_i >= NEAR_NORMAL_HENRICI
     rotational = frac_complex >= ROTATIONAL_COMPLEX_FRACTION
     if not non_normal and not rotational:
-        return "near_symmetric"
+        return "near_normal"
     if non_normal and rotational:
         return "rotational_non_normal"
     return "other"
@@ -254,7 +317,7 @@ def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True)
     deviation = jacobian - np.eye(d)
     k = k or default_alignment_rank(d)
     u, s, vt = top_singular_triplets(deviation, k)
-    henrici = _departure_of_schur_form(schur_form)
+    henrici = departure_of_schur_form(schur_form)
     radius = float(np.abs(eigenvalues).max())
     deviation_norm = float(np.linalg.norm(deviation))
     metrics = {
@@ -266,6 +329,10 @@ def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True)
         "henrici": henrici,
         "henrici_rel_j": henrici / float(np.linalg.norm(jacobian)),
         "henrici_rel_j_minus_i": henrici / deviation_norm if deviation_norm > 0 else 0.0,
+        "asymmetry_index": asymmetry_index(deviation),
+        "rotation_share": rotation_share(eigenvalues - 1.0),
+        "mean_absolute_argument": mean_absolute_argument(eigenvalues),
+        "update_size": deviation_norm / float(np.linalg.norm(jacobian)),
         "frac_complex": complex_fraction(eigenvalues),
         "frac_complex_1e8": complex_fraction(eigenvalues, 1e-8),
         "frac_complex_1e4": complex_fraction(eigenvalues, 1e-4),
@@ -281,7 +348,8 @@ def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True)
         "stable_rank": stable_rank(singular_values),
         "numerical_rank": numerical_rank(singular_values),
     }
-    metrics["operator_type"] = operator_type(metrics["henrici_rel_j_minus_i"], metrics["frac_complex"])
+    metrics["operator_type"] = operator_type(metrics["asymmetry_index"], metrics["rotation_share"])
+    metrics["operator_type_henrici"] = operator_type_henrici(metrics["henrici_rel_j_minus_i"], metrics["frac_complex"])
     if not keep_schur:
         schur_form = schur_basis = None
     return SublayerSpectrum(eigenvalues, singular_values, schur_form, schur_basis, metrics)

@@ -4,10 +4,11 @@
 --   study_tables(table_name, required)
 --
 -- checkpoint_order(checkpoint): the training order of a model's checkpoints: `init` (a null model) first, then
+-- `init-quantized` (that null model rounded through a GGUF file's types: a control, never the trained end), then
 -- the number the name ends with (`step-000400`, `stage1-step471000`), then names without one (`main`, `trained`,
 -- `local`: a published or final model), last.
 CREATE OR REPLACE MACRO checkpoint_order(checkpoint) AS
-    CASE WHEN checkpoint = 'init' THEN -1.0
+    CASE WHEN checkpoint = 'init' THEN -1.0 WHEN checkpoint = 'init-quantized' THEN -0.5
          ELSE coalesce(try_cast(regexp_extract(checkpoint, '(\d+)$', 1) AS DOUBLE), 'infinity'::DOUBLE) END;
 
 -- partitions: one row per partition that has published tables or a recorded run.

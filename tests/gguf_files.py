@@ -43,9 +43,11 @@ def llama_permute(weights: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write_gguf(model: torch.nn.Module, path: Path, *, quantize: tuple[str, ...] = (), name: str = "resdyn test model",
-               tie_embeddings: bool | None = None, leave_out: tuple[str, ...] = ()) -> Path:
+               tie_embeddings: bool | None = None, leave_out: tuple[str, ...] = (), types: dict | None = None) -> Path:
     """``model`` (a small HF causal LM) as a GGUF file. Tensors whose GGUF name contains one of ``quantize`` are
-    stored as Q8_0, the rest as F32; the GGUF names in ``leave_out`` are not written (an incomplete file)."""
+    stored as Q8_0, the rest as F32; the GGUF names in ``leave_out`` are not written (an incomplete file).
+    ``types``: GGUF-name part -> GGML type name, for 2-D tensors, before ``quantize``; a type the ``gguf`` package
+    cannot quantize (the K-quants) is written as zero blocks (valid: scale 0), for tests that read only the types."""
     config = model.config
     architecture = ARCHITECTURE[config.model_type.removesuffix("_text")]
     writer = gguf.GGUFWriter(str(path), architecture)
@@ -95,7 +97,14 @@ def write_gguf(model: torch.nn.Module, path: Path, *, quantize: tuple[str, ...] 
             data = llama_permute(data, config.num_key_value_heads)
         if architecture == "gemma3" and hf_name.endswith("norm.weight"):
             data = data + 1.0
-        if data.ndim == 2 and any(part in gguf_name for part in quantize):
+        kind = next((gguf.GGMLQuantizationType[t] for part, t in (types or {}).items() if part in gguf_name), None)
+        if data.ndim == 2 and kind is not None:
+            try:
+                stored = gguf.quants.quantize(data, kind)
+            except NotImplementedError:
+                stored = np.zeros(gguf.quant_shape_to_byte_shape(data.shape, kind), np.uint8)
+            writer.add_tensor(gguf_name, stored, raw_dtype=kind)
+        elif data.ndim == 2 and any(part in gguf_name for part in quantize):
             writer.add_tensor(gguf_name, gguf.quantize(data, gguf.GGMLQuantizationType.Q8_0),
                               raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:

@@ -84,7 +84,8 @@ _table("model_checkpoints", "model checkpoint", "inputs",
        _c("source_file", STR, "the GGUF file the weights were imported from (empty for other sources)"),
        _c("source_sha256", STR, "sha256 of that file"),
        _c("source_quantization", STR, "its GGML tensor types by count, e.g. `Q4_1:210,F32:61,Q8_0:1`"),
-       _c("initialization", STR, "for a null model (`init` checkpoint): how its weights were drawn; empty otherwise"))
+       _c("initialization", STR, "for a null model (`init` checkpoint): how its weights were drawn; for `init-quantized`, "
+         "also the GGUF file's tensor types they were rounded through; empty otherwise"))
 _table("training_loss", "tiny-suite training step up to this checkpoint", "inputs",
        _c("step", I32, "optimizer step"), _c("loss", F64, "training cross-entropy (nats/byte)"),
        _c("training_corpus", STR, "label of the training text"), required=False)
@@ -105,6 +106,11 @@ _table("jacobians", "row of a mean sublayer Jacobian", "measurements",
 _table("sample_jacobians", "row of a per-sample Jacobian (subsample)", "measurements",
        LAYER, SUBLAYER, DEPTH, ROW, _c("values", "float64[d]", "row of J for one observation"),
        _c("sample_id", I32, "sample"), _c("position", I32, "analysed position"))
+_table("jacobian_folds", "row of the mean Jacobian of one fold (a contiguous block of samples)", "measurements",
+       LAYER, SUBLAYER, DEPTH, _c("fold", I32, "block k of --folds: the samples i with i K // n = k (resdyn.jacobians.engine)"),
+       ROW, _c("values", "float32[d]", "row of the fold's mean Jacobian (float32: it enters only the spread between "
+                                       "folds, ~1e-7 relative, far below the sampling noise it measures)"),
+       _c("n_observations", I32, "observations averaged in the fold"), required=False)
 _table("finite_difference_probe", "(sublayer, probe direction)", "measurements",
        LAYER, SUBLAYER, DEPTH, _c("direction_index", I32, "probe direction"),
        _c("direction", "float64[d]", "random unit vector v (seeded)"),
@@ -128,6 +134,10 @@ _table("layer_metrics", "sublayer", "spectra",
        _c("log10_condition", F64, "log10(sigma_max / sigma_min)"),
        _c("henrici", F64, "Henrici departure from normality, from the real Schur form"),
        _c("henrici_rel_j", F64, "henrici / ||J||_F"), _c("henrici_rel_j_minus_i", F64, "henrici / ||J - I||_F"),
+       _c("asymmetry_index", F64, "||A - A^T||_F / (2 ||A||_F) of the update A = J - I: 0 symmetric, 1/sqrt(2) random, 1 skew"),
+       _c("rotation_share", F64, "sum |Im mu| / sum |mu| over the eigenvalues mu of A = J - I: 0 all real, 2/pi random, 1 all imaginary"),
+       _c("mean_absolute_argument", F64, "mean |arg lambda| (radians) over the eigenvalues of J"),
+       _c("update_size", F64, "||J - I||_F / ||J||_F"),
        _c("frac_complex", F64, "fraction of eigenvalues with |Im| > 1e-6 spectral radius"),
        _c("frac_complex_1e8", F64, "same at 1e-8"), _c("frac_complex_1e4", F64, "same at 1e-4"),
        _c("frac_complex_schur", F64, "fraction of eigenvalues in real-Schur 2x2 blocks"),
@@ -139,24 +149,43 @@ _table("layer_metrics", "sublayer", "spectra",
        _c("effective_rank", F64, "Roy & Vetterli exp(H(sigma / sum sigma))"),
        _c("participation_ratio", F64, "(sum sigma^2)^2 / sum sigma^4"), _c("stable_rank", F64, "||J||_F^2 / ||J||_2^2"),
        _c("numerical_rank", I32, "sigma > d eps sigma_max"),
-       _c("operator_type", STR, "`near_symmetric`, `rotational_non_normal` or `other` (README rule)"))
+       _c("operator_type", STR, "`near_symmetric` (asymmetry_index < 1/(2 sqrt 2)), `rotation_dominated` (not near-symmetric, "
+          "rotation_share >= 1/pi) or `other` (resdyn.spectra.operator_type)"),
+       _c("operator_type_henrici", STR, "the earlier rule by Henrici's departure: `near_normal` (henrici_rel_j_minus_i < 0.5, "
+          "frac_complex < 0.5), `rotational_non_normal` (both >= 0.5) or `other`"))
 _table("layer_metrics_per_sample", "(sublayer, metric)", "spectra",
        LAYER, SUBLAYER, DEPTH, _c("metric", STR, "a layer_metrics column (sigma_max = spectral norm) or numerical_abscissa"), _c("n_samples", I32, "per-sample Jacobians"),
        _c("mean", F64, "mean over them"), _c("std", F64, "standard deviation"),
        _c("ci_low", F64, "95% percentile-bootstrap interval of the mean, low"), _c("ci_high", F64, "high"),
        _c("value_of_mean_jacobian", F64, "the metric of E[J] (layer_metrics)"))
+_table("sampling_intervals", "(quantity, depth)", "spectra",
+       LAYER, SUBLAYER, DEPTH,
+       _c("quantity", STR, "a layer_metrics column; `noise_to_signal` (jackknife ||se(J)||_F / ||J - I||_F); "
+          "`noise_to_signal_per_sample` (RMS ||J_i - J||_F / (sqrt(n) ||J - I||_F) over the kept per-sample Jacobians); "
+          "`cumulative_<rank>` (the product up to this depth); `surgery_alpha0_<ordering>_<rank>`"),
+       _c("value", F64, "of the full-sample mean Jacobians (the published tables' number)"),
+       _c("standard_error", F64, "block-jackknife standard error over the folds (resdyn/sampling.py)"),
+       _c("ci_low", F64, "value - t_{K-1, 0.975} standard_error"), _c("ci_high", F64, "value + t_{K-1, 0.975} standard_error"),
+       _c("n_folds", I32, "K (replicates)"),
+       _c("replicates", pa.list_(F64), "the quantity of each leave-one-fold-out set of means, by fold"),
+       required=False)
 _table("cumulative_rank", "depth of the composed Jacobian J_depth ... J_0", "depth",
        DEPTH, _c("effective_rank", F64, "of the product"), _c("participation_ratio", F64, "of the product"),
        _c("stable_rank", F64, "of the product"), _c("numerical_rank", I32, "of the product"),
        _c("log_sigma_max", F64, "log of the product's largest singular value"),
        _c("cumulative_singular_values", pa.list_(F64), "every singular value of the product"))
-_table("schur_surgery", "(alpha, depth)", "depth",
-       _c("alpha", F64, "scale of the non-normal part (1 = the Jacobians as measured)"), DEPTH,
+_table("schur_surgery", "(schur_ordering, alpha, depth)", "depth",
+       _c("alpha", F64, "scale of the non-normal part (1 = the Jacobians as measured, under every ordering); "
+           "0.25, 0.5, 0.75 under `lapack-default` only"), DEPTH,
        _c("effective_rank", F64, "of the product of J(alpha)"), _c("participation_ratio", F64, "of the product"),
        _c("stable_rank", F64, "of the product"), _c("numerical_rank", I32, "of the product"),
        _c("log_sigma_max", F64, "log of the product's largest singular value"),
-       _c("max_eigenvalue_drift", F64, "largest move of an eigenvalue of a Schur block T(alpha) vs T, up to this depth"),
-       _c("block_rule", STR, "2x2 block rebalancing rule"), _c("schur_ordering", STR, "eigenvalue ordering of the Schur form"))
+       _c("max_eigenvalue_drift", F64, "largest move of an eigenvalue of a Schur block T(alpha) vs T (T in this "
+           "row's ordering), up to this depth"),
+       _c("block_rule", STR, "2x2 block rebalancing rule"),
+       _c("schur_ordering", STR, "eigenvalue ordering of the Schur form whose normal part is kept: `lapack-default` "
+           "(LAPACK's own, as before; alphas 0 to 1), `modulus-ascending` or `modulus-descending` (|lambda| along "
+           "the diagonal, reordered by LAPACK's DTREXC; alphas 0 and 1)"))
 _table("transient_dynamics", "sublayer", "transient",
        LAYER, SUBLAYER, DEPTH, _c("spectral_radius", F64, "rho(J) = max |lambda|"),
        _c("spectral_norm", F64, "||J||_2"),
@@ -214,6 +243,20 @@ _table("coupling_tests", "sublayer", "coupling",
        _c("q_value_by", F64, "Benjamini-Yekutieli"),
        _c("q_value_permutation", F64, "BH of the permutation p"),
        _c("significant", BOOL, "q_value < 0.05 (null when undefined: never 'not significant')"))
+_table("community_coupling", "sublayer", "coupling",
+       LAYER, SUBLAYER, DEPTH, BOUNDARY,
+       _c("n_communities", I32, "eligible communities of the boundary's partition (at least 3 units; the test needs 4)"),
+       _c("position_measure", STR, "community position tested: `mean_participation` (mean participation coefficient)"),
+       _c("rho", F64, "Spearman rho of position and log ||J P_C||_F / ||P_C||_F over the communities (null when undefined)"),
+       _c("p_permutation", F64, "two-sided permutation p, gains permuted over communities (1 when undefined)"),
+       _c("rho_symmetric", F64, "the same with S = (J + J^T) / 2 (null when undefined)"),
+       _c("p_symmetric", F64, "its permutation p (1 when undefined)"),
+       _c("rho_update", F64, "the same with A = J - I (null when undefined)"), _c("p_update", F64, "its permutation p"),
+       _c("q_value", F64, "Benjamini-Hochberg of p_permutation over the defined tests of the model checkpoint "
+                          "(null when undefined)"),
+       _c("significant", BOOL, "q_value < 0.05 (null when undefined)"),
+       _c("operator_type", STR, "from layer_metrics"),
+       _c("reason", STR, "why the test (or, prefixed, its symmetric or update variant) is undefined; null when defined"))
 
 
 _table("runs", "run of a partition (written when it starts and when it ends)", "provenance",

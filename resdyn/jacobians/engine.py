@@ -67,6 +67,11 @@ class MeasurementOptions:
     # position, matrix). Without one they are collected in LayerMeasurement.sample_jacobians, which at
     # d = 4096 holds 134 MB per matrix until the layer ends (2 GB for 8 samples x 2 sublayers).
     sample_jacobian_sink: Callable[[int, str, int, int, np.ndarray], None] | None = None
+    # Fold means for the sampling uncertainty of each mean (resdyn.sampling): the samples, in their order,
+    # cut into this many contiguous blocks of (nearly) equal size, each block's mean kept beside the overall
+    # one. 0 or 1: the overall mean only. A batch that straddles two blocks is split (LayerInputs.select),
+    # so the blocks do not depend on the batch size.
+    folds: int = 0
 
 
 @dataclass
@@ -84,6 +89,8 @@ class LayerMeasurement:
     probe_directions: np.ndarray | None = None  # (k, d)
     probe_differences: dict[str, np.ndarray] = field(default_factory=dict)  # sublayer -> (k, d) mean FD
     seconds: dict[str, float] = field(default_factory=dict)  # activations, mean_jacobians, subsample, probe, forward
+    fold_means: dict[str, list[np.ndarray]] = field(default_factory=dict)  # sublayer -> one mean per fold (folds > 1)
+    fold_counts: dict[str, list[int]] = field(default_factory=dict)  # sublayer -> observations per fold
 
 
 def sample_batches(samples: Sequence[Sample], batch_size: int) -> list[Sequence[Sample]]:
@@ -93,6 +100,28 @@ def sample_batches(samples: Sequence[Sample], batch_size: int) -> list[Sequence[
     if any(sample.positions != positions for sample in samples):
         raise ValueError("all samples must share the same analysed positions")
     return [samples[start : start + batch_size] for start in range(0, len(samples), batch_size)]
+
+
+def fold_of_samples(samples: Sequence[Sample], folds: int) -> dict[int, int]:
+    """sample_id -> fold: the samples in their given order cut into ``folds`` contiguous blocks of sizes
+    differing by at most one (block k holds the i-th sample with i folds // n = k). Contiguous blocks of windows
+    are blocks of text, so the spread between them includes the correlation of neighbouring windows (a block
+    jackknife, Kunsch 1989)."""
+    n, folds = len(samples), max(1, min(int(folds), len(samples)))
+    return {sample.sample_id: i * folds // n for i, sample in enumerate(samples)}
+
+
+def _batch_parts(batch: Sequence[Sample], inputs: LayerInputs, fold_of: dict[int, int]):
+    """[(fold, samples, inputs)] of one batch: itself when all its samples share a fold, else one part per fold
+    (LayerInputs.select); each part's inputs are made once so that the MLP step finds the attention step's rows."""
+    folds = [fold_of[sample.sample_id] for sample in batch]
+    if len(set(folds)) == 1:
+        return [(folds[0], batch, inputs)]
+    parts = []
+    for fold in sorted(set(folds)):
+        rows = [i for i, f in enumerate(folds) if f == fold]
+        parts.append((fold, [batch[i] for i in rows], inputs.select(rows)))
+    return parts
 
 
 def _token_ids(batch: Sequence[Sample], device=None) -> torch.Tensor:
@@ -114,7 +143,10 @@ def analyse_layer(
     check_attention_implementation(layer)
     d_model = batches[0][1].hidden.shape[-1]
     device = batches[0][1].hidden.device
-    moments = {sublayer: RunningMoments() for sublayer in SUBLAYERS}
+    all_samples = [sample for batch, _ in batches for sample in batch]
+    fold_of = fold_of_samples(all_samples, options.folds)
+    n_folds = len(set(fold_of.values()))
+    moments = {sublayer: [RunningMoments() for _ in range(n_folds)] for sublayer in SUBLAYERS}
     describe = getattr(backend, "backend_for", None)
     backends = {sublayer: describe(adapter, layer, sublayer) if describe else backend.name for sublayer in SUBLAYERS}
     kept: dict[str, list] = {sublayer: [] for sublayer in SUBLAYERS}
@@ -142,17 +174,22 @@ def analyse_layer(
                 activations[boundary].append(residual.to(torch.float32).cpu().numpy().reshape(-1, d_model))
         with float64_casts(inputs.hidden.dtype):  # a model's float32 casts of float64 data stay float64
             _measure_batch(clock, backend, adapter, layer, inputs, positions, moments, keep_one, batch, options,
-                           directions, torch_directions, sums, layer_index)
+                           directions, torch_directions, sums, layer_index, _batch_parts(batch, inputs, fold_of))
         if progress is not None:
             progress(layer_index, n_layers, batch_number + 1, len(batches))
     with clock("mean_jacobians"), float64_casts(batches[0][1].hidden.dtype):
         if hasattr(backend, "finish"):  # backends that defer their weight products to the end of the layer
             backend.finish()
+    by_fold = moments
+    moments = {sublayer: parts[0] if len(parts) == 1 else RunningMoments.merged(parts) for sublayer, parts in by_fold.items()}
     for sublayer, moment in moments.items():
         if not moment.mean_is_finite():
             _raise_non_finite(layer_index, sublayer, batches[-1][0])
+    folded = n_folds > 1
     return LayerMeasurement(
         layer=layer_index,
+        fold_means={sublayer: [part.mean for part in parts] for sublayer, parts in by_fold.items()} if folded else {},
+        fold_counts={sublayer: [part.count for part in parts] for sublayer, parts in by_fold.items()} if folded else {},
         means={sublayer: moment.mean for sublayer, moment in moments.items()},
         variances={sublayer: moment.variance for sublayer, moment in moments.items()},
         counts={sublayer: moment.count for sublayer, moment in moments.items()},
@@ -167,17 +204,20 @@ def analyse_layer(
 
 
 def _measure_batch(clock, backend, adapter, layer, inputs, positions, moments, keep_one, batch, options, directions,
-                   torch_directions, sums, layer_index) -> None:
-    """One batch's mean-Jacobian moments, kept per-sample matrices and probe sums, sublayer by sublayer."""
+                   torch_directions, sums, layer_index, parts) -> None:
+    """One batch's mean-Jacobian moments (per fold part), kept per-sample matrices and probe sums, sublayer by
+    sublayer."""
     for sublayer in SUBLAYERS:  # attn first: the structured MLP step reuses the attention's output rows
         for position in positions:
-            with clock("mean_jacobians"):
-                jacobians = backend.accumulate(adapter, layer, inputs, sublayer, position, moments[sublayer])
-                if not moments[sublayer].mean_is_finite():
-                    _raise_non_finite(layer_index, sublayer, batch)
-            with clock("subsample"):
-                _keep_subsample(keep_one[sublayer], batch, position, jacobians, backend, adapter, layer, inputs,
-                                sublayer, options.keep_sample_jacobians)
+            for fold, part, part_inputs in parts:
+                with clock("mean_jacobians"):
+                    jacobians = backend.accumulate(adapter, layer, part_inputs, sublayer, position,
+                                                   moments[sublayer][fold])
+                    if not moments[sublayer][fold].mean_is_finite():
+                        _raise_non_finite(layer_index, sublayer, part)
+                with clock("subsample"):
+                    _keep_subsample(keep_one[sublayer], part, position, jacobians, backend, adapter, layer,
+                                    part_inputs, sublayer, options.keep_sample_jacobians)
             if directions is not None:
                 with clock("probe"):
                     function, x0 = adapter.row_function(layer, inputs, sublayer, position)

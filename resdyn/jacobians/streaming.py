@@ -60,6 +60,29 @@ class RunningMoments:
         )
         self.count = total
 
+    @classmethod
+    def merged(cls, parts: list[RunningMoments]) -> RunningMoments:
+        """The moments of the union of disjoint streams (Chan, Golub & LeVeque's pairwise update, module
+        docstring); the variance is known only when every part knows it."""
+        total = cls()
+        for part in parts:
+            if part.count == 0:
+                continue
+            if total.count == 0:
+                total.count, total._mean = part.count, part._mean.clone()
+                total._sum_squared_deviations = (None if part._sum_squared_deviations is None
+                                                 else part._sum_squared_deviations.clone())
+            else:
+                count = total.count + part.count
+                delta = part._mean - total._mean
+                total._mean = total._mean + delta * (part.count / count)
+                if total._sum_squared_deviations is not None and part._sum_squared_deviations is not None:
+                    total._sum_squared_deviations = (total._sum_squared_deviations + part._sum_squared_deviations
+                                                     + delta**2 * (total.count * part.count / count))
+                total.count = count
+            total.has_variance = total.has_variance and part.has_variance
+        return total
+
     @property
     def mean(self) -> np.ndarray | None:
         return None if self._mean is None else self._mean.cpu().numpy()

@@ -261,6 +261,14 @@ def check_importable(path: str | os.PathLike) -> GGUFDescription:
     return description
 
 
+def hf_tensor_types(path: str | os.PathLike) -> tuple[GGUFDescription, dict[str, str]]:
+    """The file's description and the GGML type of each tensor an import writes, under its Hugging Face name (the
+    names as :func:`import_gguf` maps them)."""
+    reader, description = _open(Path(path).resolve())
+    plan = _plan(reader, description)
+    return description, {hf_name: tensor.tensor_type.name for tensor, hf_name, _ in plan.tensors}
+
+
 def _plan(reader, description: GGUFDescription) -> _Plan:
     path = Path(description.path)
     try:

@@ -6,9 +6,11 @@ Built-in entries live in ``registry.toml`` beside this file; entries a user adds
 
 A source is a hub id, a local checkpoint directory, ``tiny-suite``, a GGUF file, or a GGUF file
 inside an installed Python distribution (``package:DISTRIBUTION/PATH``, located through the
-distribution's installed metadata, without importing it). The checkpoints of a GGUF model are
-``gguf`` (the file, imported once) or ``init`` (the null model: the same config, freshly
-initialised); ``sha256`` and ``quantization`` record the registered file.
+distribution's installed metadata, without importing it), or one that ships in ``parts`` (concatenated once:
+resdyn.models.parts). The checkpoints of a GGUF model are
+``gguf`` (the file, imported once), ``init`` (the null model: the same config, freshly
+initialised) or ``init-quantized`` (the null model rounded through the file's own tensor types);
+``sha256`` and ``quantization`` record the registered file.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ TINY_SUITE_SOURCE = "tiny-suite"
 PACKAGE_PREFIX = "package:"
 GGUF_REVISION = "gguf"  # a GGUF model's checkpoint made from the file itself
 INIT_REVISION = "init"  # the same config, freshly initialised (resdyn.models.null_model)
+INIT_QUANTIZED_REVISION = "init-quantized"  # init rounded through the file's types (resdyn.models.quantized_null_model)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 BUILT_IN = Path(__file__).with_name("registry.toml")
 
@@ -38,6 +41,10 @@ class ModelSpec:
     sha256: str = ""  # GGUF sources: the registered file's sha256
     quantization: str = ""  # GGUF sources: tensor types by count, e.g. "Q4_1:210,F32:61,Q8_0:1"
     init_config: dict = field(default_factory=dict)  # config values for the null model the source does not carry
+    # a GGUF file that ships in parts: "package:DIST/PATH" of each, in order (resdyn.models.parts), and the whole
+    # file's size; ``source`` is then the file's name
+    parts: list[str] = field(default_factory=list)
+    size: int = 0
 
     @property
     def is_tiny(self) -> bool:
@@ -48,7 +55,11 @@ class ModelSpec:
         return self.source.lower().endswith(".gguf")
 
     def gguf_path(self) -> Path:
-        """The GGUF file of a GGUF source (a path, or a file of an installed distribution)."""
+        """The GGUF file of a GGUF source (a path, or a file of an installed distribution). A file in ``parts`` is
+        made by resdyn.models.parts.assembled_gguf, in a directory the caller names."""
+        if self.parts:
+            raise ValueError(f"model {self.name}'s GGUF file comes in parts: resdyn.models.parts.assembled_gguf "
+                             "concatenates them")
         return resolve_gguf_source(self.source)
 
 

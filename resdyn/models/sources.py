@@ -2,7 +2,9 @@
 
 A GGUF model's ``gguf`` checkpoint is the file imported once into the model store
 (:mod:`resdyn.models.gguf_import`); its ``init`` checkpoint is the null model made from the
-imported config (:mod:`resdyn.models.null_model`). Both live at ``<models>/<name>/<checkpoint>``.
+imported config (:mod:`resdyn.models.null_model`); its ``init-quantized`` checkpoint is that null model
+rounded through the file's own tensor types (:mod:`resdyn.models.quantized_null_model`). All live at
+``<models>/<name>/<checkpoint>``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .registry import GGUF_REVISION, INIT_REVISION, ModelSpec
+from .registry import GGUF_REVISION, INIT_QUANTIZED_REVISION, INIT_REVISION, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,11 @@ def store_directory(models_directory: Path, spec: ModelSpec, checkpoint: str) ->
     return Path(models_directory) / spec.name / checkpoint
 
 
+def source_cache_directory(models_directory: Path, spec: ModelSpec) -> Path:
+    """Where a GGUF file that ships in parts is concatenated (``_source``: no checkpoint label starts with '_')."""
+    return Path(models_directory) / spec.name / "_source"
+
+
 def gguf_checkpoint_label(spec: ModelSpec) -> str:
     """The checkpoint of ``spec`` that is the GGUF file itself."""
     labels = [label for label, revision in spec.checkpoints.items() if revision == GGUF_REVISION]
@@ -44,7 +51,9 @@ def registered_origin(spec: ModelSpec, checkpoint: str) -> CheckpointOrigin:
     if not spec.is_gguf:
         return CheckpointOrigin()
     revision = spec.checkpoints[checkpoint]
-    initialization = "the registered GGUF's config, freshly initialised" if revision == INIT_REVISION else ""
+    initialization = {INIT_REVISION: "the registered GGUF's config, freshly initialised",
+                      INIT_QUANTIZED_REVISION: "the registered GGUF's config, freshly initialised, then rounded "
+                                               "through the file's own tensor types"}.get(revision, "")
     return CheckpointOrigin(spec.source, spec.sha256, spec.quantization, initialization)
 
 
@@ -58,7 +67,13 @@ def ensure_local_checkpoint(spec: ModelSpec, checkpoint: str, models_directory: 
         raise ValueError(f"model {spec.name} ({spec.source}) is not a GGUF model")
     revision = spec.checkpoints[checkpoint]
     trained = store_directory(models_directory, spec, gguf_checkpoint_label(spec))
-    record = import_gguf(spec.gguf_path(), trained, progress=progress, expected_sha256=spec.sha256 or None)
+    if spec.parts:  # concatenated once, beside the model's checkpoints
+        from .parts import assembled_gguf
+
+        gguf_file = assembled_gguf(spec, source_cache_directory(models_directory, spec), progress=progress)
+    else:
+        gguf_file = spec.gguf_path()
+    record = import_gguf(gguf_file, trained, progress=progress, expected_sha256=spec.sha256 or None)
     origin = CheckpointOrigin(record.source, record.sha256, record.quantization_summary)
     if revision == GGUF_REVISION:
         return trained, origin
@@ -67,5 +82,18 @@ def ensure_local_checkpoint(spec: ModelSpec, checkpoint: str, models_directory: 
         made = initialised_checkpoint(trained, destination, config_values=spec.init_config)
         return destination, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
                                              f"{made['initialization']}; seed {made['seed']}")
+    if revision == INIT_QUANTIZED_REVISION:  # the null model (at its own label), rounded through the file's types
+        from .quantized_null_model import quantized_checkpoint
+
+        labels = [label for label, kind in spec.checkpoints.items() if kind == INIT_REVISION]
+        null_model = store_directory(models_directory, spec, labels[0] if labels else INIT_REVISION)
+        made = initialised_checkpoint(trained, null_model, config_values=spec.init_config)
+        destination = store_directory(models_directory, spec, checkpoint)
+        quantized = quantized_checkpoint(gguf_file, null_model, destination, expected_sha256=record.sha256,
+                                         progress=progress)
+        return destination, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
+                                             f"{made['initialization']}; seed {made['seed']}; "
+                                             f"{quantized['initialization']}")
     raise KeyError(f"model {spec.name}: checkpoint {checkpoint} has revision {revision!r}; a GGUF model's checkpoints "
-                   f"are {GGUF_REVISION!r} (the file) or {INIT_REVISION!r} (its null model)")
+                   f"are {GGUF_REVISION!r} (the file), {INIT_REVISION!r} (its null model) or "
+                   f"{INIT_QUANTIZED_REVISION!r} (the null model rounded through the file's types)")

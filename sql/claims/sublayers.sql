@@ -1,6 +1,10 @@
--- Per sublayer, what the claims need: non-normality, rotation, operator type and the coupling test (resdyn claims).
-SELECT l.model, l.checkpoint, l.depth, l.henrici_rel_j_minus_i AS henrici, l.frac_complex AS complex_fraction,
-       l.operator_type, c.effect AS coupling_effect, coalesce(c.significant, false) AS coupling_significant
+-- Per sublayer, what the claims need: symmetry, rotation and non-normality measures, operator types, the unit-level and
+-- community-level coupling tests (resdyn claims).
+SELECT l.model, l.checkpoint, l.depth, l.sublayer, l.asymmetry_index, l.rotation_share, l.henrici_rel_j_minus_i,
+       l.henrici_rel_j, l.frac_complex, l.update_size, l.mean_absolute_argument, l.operator_type, l.operator_type_henrici,
+       c.effect AS coupling_effect, coalesce(c.significant, false) AS coupling_significant,
+       cc.rho AS community_rho, coalesce(cc.significant, false) AS community_significant
 FROM layer_metrics l
 LEFT JOIN coupling_tests c USING (model, checkpoint, layer, sublayer)
+LEFT JOIN community_coupling cc USING (model, checkpoint, layer, sublayer)
 ORDER BY l.model, l.checkpoint, l.depth;

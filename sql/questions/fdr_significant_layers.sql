@@ -8,7 +8,7 @@ SELECT model, checkpoint,
        count(*) FILTER (WHERE significant AND direction = 'amplified')  AS n_amplified,
        count(*) FILTER (WHERE significant AND direction = 'suppressed') AS n_suppressed,
        count(*) FILTER (WHERE significant AND operator_type = 'near_symmetric')        AS n_sig_near_symmetric,
-       count(*) FILTER (WHERE significant AND operator_type = 'rotational_non_normal') AS n_sig_rotational_non_normal,
+       count(*) FILTER (WHERE significant AND operator_type = 'rotation_dominated')    AS n_sig_rotation_dominated,
        count(*) FILTER (WHERE significant AND operator_type = 'other')                 AS n_sig_other,
        count(*) FILTER (WHERE q_value_by < 0.05)                       AS n_significant_by
 FROM coupling_tests

@@ -1,7 +1,9 @@
--- Surgery effect: full-depth effective rank with the non-normal part removed (alpha = 0) vs kept (alpha = 1).
+-- Surgery effect: full-depth effective rank with the non-normal part removed (alpha = 0) vs kept (alpha = 1),
+-- LAPACK's Schur ordering.
 WITH last AS (
     SELECT model, checkpoint, alpha, arg_max(effective_rank, depth) AS full_depth_rank
     FROM schur_surgery
+    WHERE schur_ordering = 'lapack-default'
     GROUP BY model, checkpoint, alpha
 )
 SELECT model, checkpoint,

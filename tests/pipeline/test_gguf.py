@@ -227,22 +227,55 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_reimports_only_a_chang
     first = _cli(*arguments)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "tiny-gguf@local ok" in first.stdout and "tiny-gguf@init ok" in first.stdout
+    assert "tiny-gguf@init-quantized ok" in first.stdout  # the quantization control
     sha = describe_gguf(path).sha256
     spec = ModelRegistry(warehouse / "registry.json").get("tiny-gguf")
-    assert (spec.source, spec.sha256, spec.checkpoints) == (str(path.resolve()), sha, {"local": "gguf", "init": "init"})
+    assert (spec.source, spec.sha256, spec.checkpoints) == (str(path.resolve()), sha, {
+        "local": "gguf", "init": "init", "init-quantized": "init-quantized"})
     assert spec.quantization == "F32:15,Q8_0:5"
     store = Warehouse(warehouse)
     assert {r["checkpoint"]: r["status"] for r in store.query("SELECT * FROM partitions").to_pylist()} == \
-        {"local": "complete", "init": "complete"}
-    rows = store.query("SELECT checkpoint, source_sha256, source_quantization FROM model_checkpoints").to_pylist()
+        {"local": "complete", "init": "complete", "init-quantized": "complete"}
+    rows = store.query("SELECT checkpoint, source_sha256, source_quantization, initialization "
+                       "FROM model_checkpoints").to_pylist()
     assert all(r["source_sha256"] == sha and r["source_quantization"] == "F32:15,Q8_0:5" for r in rows)
+    initialization = {r["checkpoint"]: r["initialization"] for r in rows}
+    assert "seed 0" in initialization["init"] and initialization["init"] in initialization["init-quantized"]
+    assert "(F32:15,Q8_0:5)" in initialization["init-quantized"] and initialization["local"] == ""
+    # the control's weights: the null model's, Q8_0-rounded where the file is Q8_0, unchanged where it is F32
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    models = warehouse / "_models" / "tiny-gguf"
+    quantized, null = (load_file(models / c / "model.safetensors") for c in ("init-quantized", "init"))
+    reference = dequantized_reference(AutoModelForCausalLM.from_pretrained(models / "init", dtype=torch.float32),
+                                      QUANTIZED)
+    assert set(quantized) == set(null) and all(torch.equal(quantized[n], reference[n]) for n in quantized)
+    assert not torch.equal(quantized["model.layers.0.mlp.up_proj.weight"], null["model.layers.0.mlp.up_proj.weight"])
     assert all(sha in r["model_source"] for r in store.query("SELECT model_source FROM runs").to_pylist())
     # the claims of the paper on this pair (null model vs the file), recomputed here from the tables
     claims = _cli("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(warehouse))
     assert claims.returncode == 0, claims.stdout[-2000:] + claims.stderr[-2000:]
     claims_record = json.loads((warehouse / "_artefacts" / "claims" / "tiny-gguf" / "claims.json").read_text())
     verdicts = {claim["key"]: claim["verdict"] for claim in claims_record["claims"]}
-    assert len(verdicts) == 12 and set(verdicts.values()) <= {"holds", "does not hold", "undecided", "not testable"}
+    from resdyn.claims import RULES
+
+    assert set(verdicts.values()) <= {"holds", "does not hold", "undecided", "not testable"}
+    primary = {claim["key"] for claim in claims_record["claims"] if claim["primary"]}
+    assert {"early_rotation", "spectral_gradient_attn", "spectral_gradient_mlp", "late_near_symmetric",
+            "init_near_symmetric", "training_adds_rotation", "cumulative_bottleneck", "bottleneck_learned",
+            "surgery_dissolves", "coupling_near_symmetric", "coupling_rotation_dominated", "coupling_absent_at_init",
+            "coupling_learned", "community_coupling_near_symmetric", "community_coupling_rotation_dominated",
+            "community_coupling_learned"} == primary
+    assert claims_record["rules"] == {key: {"version": v, "rule": text} for key, (v, text) in RULES.items()}
+    assert set(claims_record["settings_hash"]) >= {"init", "local"}
+    # the quantization control is the third checkpoint: its measures beside the null model's
+    assert claims_record["quantized_null_checkpoint"] == "init-quantized"
+    init_symmetry = next(c for c in claims_record["claims"] if c["key"] == "init_near_symmetric")
+    assert init_symmetry["quantized_null_estimate"]["value"] != init_symmetry["null_estimate"]["value"]
+    # every verdict that rests on the samples carries their interval (the tiny model runs with folds)
+    rotation = next(c for c in claims_record["claims"] if c["key"] == "early_rotation")["trained_estimate"]
+    assert rotation["sample_low"] is not None and rotation["sample_low"] <= rotation["value"] <= rotation["sample_high"]
     ranks = {r["checkpoint"]: r for r in store.query(
         "SELECT checkpoint, arg_min(effective_rank, depth) AS first, arg_max(effective_rank, depth) AS last "
         "FROM cumulative_rank GROUP BY checkpoint").to_pylist()}

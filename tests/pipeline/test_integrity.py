@@ -132,7 +132,7 @@ def test_a_selection_without_its_inputs_is_refused_before_the_first_step_naming_
     examples = readme_selections()
     assert examples[0] == "group:inputs or group:measurements" and len(examples) >= 3, examples
     measured = {"model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians",
-                "finite_difference_probe"}
+                "finite_difference_probe", "jacobian_folds"}
     for selection in examples:
         check_inputs(selection, partition_asset_keys(selection), measured if selection != examples[0] else set(),
                      "m@local")

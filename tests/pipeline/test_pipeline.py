@@ -11,7 +11,8 @@ from ..pipeline_helpers import materialize_partition
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "eigenvalues",
           "singular_values", "schur_forms", "layer_metrics", "cumulative_rank", "schur_surgery", "layer_metrics_per_sample",
           "graph_edges", "communities", "gamma_scan", "unit_amplification", "coupling_tests",
-          "transient_dynamics", "pseudospectra", "transient_growth"]
+          "transient_dynamics", "pseudospectra", "transient_growth", "jacobian_folds", "sampling_intervals",
+          "community_coupling"]
 
 
 def test_every_asset_and_check_succeeds(warehouse):
@@ -225,3 +226,51 @@ def test_every_analysis_stage_logs_its_progress_item_by_item(warehouse):
         assert len(totals) == 1 and [done for done, _ in counts] == list(range(1, totals.pop() + 1)), (stage, counts)
         assert counts[-1][1] >= 2 * n_layers if stage != "per-sample metrics" else counts[-1][1] > 2 * n_layers
     assert sum("spectra of depth" in message for message in messages) == 2 * n_layers
+
+
+def test_sampling_intervals_are_the_jackknife_of_the_stored_fold_means(warehouse):
+    """The fold means average back to the mean Jacobian (to float32), and each stored replicate of a measure, a
+    cumulative rank and the noise-to-signal ratio equals its recomputation from the stored matrices in numpy."""
+    import scipy.linalg
+
+    from resdyn import sampling, spectra
+
+    store, _, _ = warehouse
+    model = "tiny-olmo3"
+    query = "SELECT layer, sublayer, {extra} row, values FROM {table} WHERE model = '{m}' ORDER BY layer, sublayer, {order} row"
+
+    def matrices(table, extra="", order=""):
+        rows = store.query(query.format(table=table, extra=extra, order=order, m=model)).to_pylist()
+        grouped = {}
+        for r in rows:
+            key = (r["layer"], r["sublayer"]) + ((r["fold"],) if "fold" in r else ())
+            grouped.setdefault(key, []).append(r["values"])
+        return {key: np.asarray(values, dtype=np.float64) for key, values in grouped.items()}
+    means = matrices("jacobians")
+    folds = matrices("jacobian_folds", "fold, n_observations,", "fold,")
+    counts = {(r["layer"], r["sublayer"], r["fold"]): r["n"] for r in store.query(
+        "SELECT layer, sublayer, fold, any_value(n_observations) AS n FROM jacobian_folds GROUP BY ALL").to_pylist()}
+    intervals = {(r["layer"], r["sublayer"], r["quantity"]): r for r in store.query(
+        "SELECT * FROM sampling_intervals").to_pylist()}
+    n_folds = len({key[2] for key in folds})
+    assert n_folds >= 2
+    order = sorted(means, key=lambda key: 2 * key[0] + (key[1] == "mlp"))
+    product = np.eye(len(means[order[0]]))
+    loo_products = [np.eye(len(product)) for _ in range(n_folds)]
+    for layer, sublayer in order:
+        fold_means = [folds[(layer, sublayer, k)] for k in range(n_folds)]
+        fold_counts = [counts[(layer, sublayer, k)] for k in range(n_folds)]
+        weighted = sum(c * m for c, m in zip(fold_counts, fold_means)) / sum(fold_counts)
+        np.testing.assert_allclose(weighted, means[(layer, sublayer)], rtol=1e-5, atol=1e-6)
+        loo = sampling.leave_one_out_means(means[(layer, sublayer)], fold_means, fold_counts)
+        row = intervals[(layer, sublayer, "asymmetry_index")]
+        expected = [spectra.asymmetry_index(m - np.eye(len(m))) for m in loo]
+        np.testing.assert_allclose(row["replicates"], expected, rtol=1e-6)
+        assert row["value"] == pytest.approx(spectra.asymmetry_index(means[(layer, sublayer)] - np.eye(len(product))))
+        assert row["ci_low"] <= row["value"] <= row["ci_high"] and row["n_folds"] == n_folds
+        ratio = intervals[(layer, sublayer, "noise_to_signal")]["value"]
+        assert ratio == pytest.approx(sampling.noise_to_signal(means[(layer, sublayer)], loo), rel=1e-5)
+        loo_products = [m @ p for m, p in zip(loo, loo_products)]
+        s = scipy.linalg.svdvals(loo_products[0])
+        assert intervals[(layer, sublayer, "cumulative_effective_rank")]["replicates"][0] == pytest.approx(
+            spectra.effective_rank(s), rel=1e-6)

@@ -51,3 +51,23 @@ def test_byte_tokenizer_round_trips_text(tmp_path):
     ids = reloaded(text, add_special_tokens=False)["input_ids"]
     assert ids == list(text.encode("utf-8"))
     assert reloaded.decode(ids) == text
+
+
+def test_windows_start_with_the_beginning_of_sequence_token_where_the_tokenizer_adds_one(fresh_seed):
+    """A tokenizer whose post-processor adds BOS (as Gemma's and Llama 3's do) gives its id; the byte tokenizer adds
+    none. With a prefix every window is BOS + sequence_length - 1 consecutive text tokens, the last one analysed."""
+    from tokenizers import processors
+
+    plain = build_byte_tokenizer()
+    assert corpus.beginning_of_sequence(plain) is None
+    with_bos = build_byte_tokenizer()
+    bos = with_bos.convert_tokens_to_ids(with_bos.bos_token)
+    with_bos.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{with_bos.bos_token} $A", special_tokens=[(with_bos.bos_token, bos)])
+    assert with_bos("ab")["input_ids"] == [bos, ord("a"), ord("b")]
+    assert corpus.beginning_of_sequence(with_bos) == bos
+    tokens = np.arange(1000, 6000)
+    windows = corpus.sample_windows(tokens, n_samples=12, sequence_length=16, seed=fresh_seed, prefix=7)
+    for sample in windows:
+        assert sample.token_ids[0] == 7 and len(sample.token_ids) == 16 and sample.positions == (15,)
+        assert list(sample.token_ids[1:]) == list(range(sample.token_ids[1], sample.token_ids[1] + 15))

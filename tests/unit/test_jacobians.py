@@ -138,3 +138,50 @@ def test_chunked_vmap_equals_one_chunk_and_the_chunk_bound_sees_attention_width(
     monkeypatch.setattr(autodiff, "VMAP_FLOATS", 2 * autodiff.widest_intermediate(layer, sublayer, 10, d) * 3)
     chunked = AutodiffBackend().sample_jacobians(adapter, layer, inputs, sublayer, 6)  # chunks of 3 cotangents
     assert _relative(chunked, whole) < 1e-13
+
+
+def test_merged_running_moments_equal_one_stream(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    data = rng.normal(size=(23, 4, 4)) * rng.uniform(0.1, 10)
+    parts = []
+    for chunk in np.array_split(data, [5, 6, 17]):
+        part = RunningMoments()
+        part.update(chunk)
+        parts.append(part)
+    merged = RunningMoments.merged(parts)
+    assert merged.count == 23
+    np.testing.assert_allclose(merged.mean, data.mean(0), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(merged.variance, data.var(0), rtol=1e-10, atol=1e-14)
+    sums_only = RunningMoments()
+    sums_only.add_sum(data[:5].sum(0), 5)
+    assert RunningMoments.merged([sums_only, parts[1]]).variance is None  # a part without variance: unknown
+
+
+@pytest.mark.parametrize("backend_name", ["structured", "autodiff"])
+def test_fold_means_are_the_means_of_contiguous_sample_blocks_whatever_the_batch_size(backend_name, fresh_seed):
+    """Fold k's mean equals the mean of the per-sample Jacobians (float64 autodiff) of the k-th contiguous block of
+    samples, with batches that straddle blocks (batch 3, blocks of 3-4 of 10 samples); the overall mean is the
+    no-fold mean to rounding."""
+    from resdyn.jacobians import make_backend
+    from resdyn.jacobians.engine import MeasurementOptions, fold_of_samples, measure_whole_model
+
+    model = random_tiny_model("llama", fresh_seed)
+    adapter = adapter_for("llama")
+    rng = np.random.default_rng(fresh_seed)
+    samples = [Sample(i, tuple(int(t) for t in rng.integers(0, 256, 8)), (7,)) for i in range(10)]
+    fold_of = fold_of_samples(samples, 3)
+    assert [fold_of[i] for i in range(10)] == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+    folded = list(measure_whole_model(model, adapter, samples, backend=make_backend(backend_name),
+                                      options=MeasurementOptions(batch_size=3, folds=3, keep_sample_jacobians=10,
+                                                                 probe_directions=0)))
+    plain = list(measure_whole_model(model, adapter, samples, backend=make_backend(backend_name),
+                                     options=MeasurementOptions(batch_size=4, probe_directions=0)))
+    for with_folds, without in zip(folded, plain):
+        for sublayer in ("attn", "mlp"):
+            per_sample = {sample_id: matrix for sample_id, _, matrix in with_folds.sample_jacobians[sublayer]}
+            assert with_folds.fold_counts[sublayer] == [4, 3, 3]
+            for fold, mean in enumerate(with_folds.fold_means[sublayer]):
+                block = np.stack([per_sample[i] for i in range(10) if fold_of[i] == fold])
+                np.testing.assert_allclose(mean, block.mean(0), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(with_folds.means[sublayer], without.means[sublayer], rtol=1e-12, atol=1e-13)
+            assert without.fold_means == {}

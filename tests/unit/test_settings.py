@@ -24,6 +24,9 @@ def test_readme_settings_table_is_generated_from_settings():
     assert block == settings.readme_table(), "regenerate docs/configuration.md's settings table from dagster_project/settings.py"
     for setting in settings.SETTINGS:  # and every flag is one the CLI accepts
         assert setting.flag in block and setting.variable in block
+    begin = text.index("<!-- presets:begin")
+    block = text[text.index("\n", begin) + 1 : text.index("<!-- presets:end -->")]
+    assert block == settings.presets_table(), "regenerate docs/configuration.md's presets table from settings.py"
 
 
 def test_warehouse_readme_tables_are_generated_from_the_schema():

@@ -93,8 +93,10 @@ def test_sublayer_metrics_agree_with_numpy(fresh_seed):
     assert metrics["self_alignment_k"] == 6
     symmetric = spectra.sublayer_metrics(np.eye(24) + 0.1 * (jacobian + jacobian.T))
     assert symmetric["operator_type"] == "near_symmetric" and symmetric["henrici"] < 1e-10
+    assert symmetric["operator_type_henrici"] == "near_normal"
     skew = spectra.sublayer_metrics(np.eye(24) + np.triu(rng.normal(size=(24, 24)), 1) * 2 - np.eye(24, k=-1) * 3)
-    assert skew["operator_type"] in ("rotational_non_normal", "other")
+    assert skew["operator_type_henrici"] in ("rotational_non_normal", "other")
+    assert skew["operator_type"] in ("rotation_dominated", "other")
     with pytest.raises(FloatingPointError, match="rematerialize"):
         spectra.sublayer_metrics(np.full((3, 3), np.nan))
 
@@ -118,7 +120,7 @@ def test_lanczos_top_singular_triplets_and_basis_free_schur_match_the_dense_path
     np.testing.assert_allclose(np.sort_complex(spectra.eigenvalues_of_schur_form(form)),
                                np.sort_complex(scipy.linalg.eigvals(jacobian)), atol=1e-10)
     with_basis, _ = scipy.linalg.schur(jacobian, output="real")
-    assert spectra._departure_of_schur_form(form) == pytest.approx(spectra._departure_of_schur_form(with_basis),
+    assert spectra.departure_of_schur_form(form) == pytest.approx(spectra.departure_of_schur_form(with_basis),
                                                                    rel=1e-10)
     truncated = spectra.sublayer_metrics(jacobian)
     for name, value in reference.items():
@@ -126,3 +128,66 @@ def test_lanczos_top_singular_triplets_and_basis_free_schur_match_the_dense_path
             assert truncated[name] == value
         else:
             assert truncated[name] == pytest.approx(value, rel=1e-10, abs=1e-12), name
+
+
+def _rotation_generator(rng, d: int) -> np.ndarray:
+    """A real normal matrix whose eigenvalues are all imaginary pairs: Q blockdiag([[0, -w], [w, 0]]) Q^T."""
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    blocks = scipy.linalg.block_diag(*[[[0.0, -w], [w, 0.0]] for w in rng.uniform(0.1, 1.0, d // 2)])
+    return q @ blocks @ q.T
+
+
+def test_symmetry_and_rotation_measures_known_answers(fresh_seed):
+    """Symmetric update: asymmetry 0, rotation 0. A rotation generator (normal, skew): Henrici 0 but asymmetry 1
+    and rotation share 1, where the Henrici rule alone calls it near-normal."""
+    rng = np.random.default_rng(fresh_seed)
+    d = 40
+    x = rng.normal(size=(d, d))
+    symmetric_update = 0.2 * (x + x.T)
+    metrics = spectra.sublayer_metrics(np.eye(d) + symmetric_update)
+    assert metrics["asymmetry_index"] == pytest.approx(0.0, abs=1e-15)
+    assert metrics["rotation_share"] == pytest.approx(0.0, abs=1e-12)
+    assert metrics["operator_type"] == "near_symmetric"
+    assert metrics["update_size"] == pytest.approx(np.linalg.norm(symmetric_update) / np.linalg.norm(np.eye(d) + symmetric_update))
+    generator = _rotation_generator(rng, d)
+    rotating = spectra.sublayer_metrics(np.eye(d) + generator)
+    assert rotating["henrici"] == pytest.approx(0.0, abs=1e-10)
+    assert rotating["asymmetry_index"] == pytest.approx(1.0, rel=1e-12)
+    assert rotating["rotation_share"] == pytest.approx(1.0, rel=1e-10)
+    assert rotating["operator_type"] == "rotation_dominated"
+    assert rotating["operator_type_henrici"] == "other"  # normal but all complex: the Henrici rule has no name for it
+    # mean |arg| of the eigenvalues 1 +- i w of J: arctan(w), against numpy's eigenvalues
+    assert rotating["mean_absolute_argument"] == pytest.approx(
+        np.mean(np.abs(np.angle(np.linalg.eigvals(np.eye(d) + generator)))), rel=1e-10)
+    # the measures against their definitions on a random matrix (independent references: numpy)
+    a = rng.normal(size=(d, d))
+    assert spectra.asymmetry_index(a) == pytest.approx(np.linalg.norm((a - a.T) / 2) / np.linalg.norm(a), rel=1e-12)
+    mu = np.linalg.eigvals(a)
+    assert spectra.rotation_share(mu) == pytest.approx(np.abs(mu.imag).sum() / np.abs(mu).sum(), rel=1e-12)
+    assert spectra.asymmetry_index(np.zeros((3, 3))) == 0.0 and spectra.rotation_share(np.zeros(3)) == 0.0
+
+
+def test_gaussian_matrices_sit_at_the_stated_random_values(fresh_seed):
+    """Asymmetry of a Gaussian matrix: 1/sqrt(2) (sqrt(2 d (d - 1)) / (2 d) in expectation); rotation share of its
+    eigenvalues: 2/pi in the circular-law limit (finite d sits slightly below: real eigenvalues, ~sqrt(2d/pi))."""
+    rng = np.random.default_rng(fresh_seed)
+    d = 400
+    a = rng.normal(size=(d, d))
+    assert spectra.asymmetry_index(a) == pytest.approx(np.sqrt(2 * d * (d - 1)) / (2 * d), abs=0.01)
+    assert spectra.asymmetry_index(a) == pytest.approx(spectra.GINIBRE_ASYMMETRY, abs=0.01)
+    assert spectra.rotation_share(np.linalg.eigvals(a)) == pytest.approx(spectra.GINIBRE_ROTATION_SHARE, abs=0.02)
+
+
+def test_a_small_skew_perturbation_fills_the_complex_fraction_but_not_the_rotation_share(fresh_seed):
+    """The count saturates (issue 30): a symmetric update plus 10% non-symmetric noise makes most eigenvalues
+    complex, while the graded share stays small and the matrix stays near-symmetric by the primary rule."""
+    rng = np.random.default_rng(fresh_seed)
+    d = 200
+    x = rng.normal(size=(d, d))
+    symmetric = (x + x.T) / 2
+    noise = rng.normal(size=(d, d))
+    update = symmetric + 0.1 * np.linalg.norm(symmetric) / np.linalg.norm(noise) * noise
+    metrics = spectra.sublayer_metrics(np.eye(d) + update)
+    assert metrics["frac_complex"] > 0.3
+    assert metrics["rotation_share"] < 0.05
+    assert metrics["operator_type"] == "near_symmetric"

@@ -19,6 +19,48 @@ def test_a_flag_beats_its_variable_which_beats_the_default(tmp_path):
     assert StudyConfig.resolve({}, environment).warehouse == str((tmp_path / "from-env").resolve())
 
 
+def test_a_preset_sits_below_flags_and_variables_and_above_the_defaults(tmp_path):
+    from resdyn.dagster_project.settings import BY_NAME, PRESETS
+
+    assert PRESETS["paper"]["n_samples"] == 1000  # the paper's "1,000 samples of WikiText-2"
+    defaults = StudyConfig.resolve({}, {}).settings
+    for chosen in (StudyConfig.resolve({"preset": "paper"}, {}), StudyConfig.resolve({}, {"RESDYN_PRESET": "paper"})):
+        assert chosen.settings == {**defaults, **PRESETS["paper"]}  # every other setting at its default
+    assert StudyConfig.resolve({"preset": "paper"}, {"RESDYN_SAMPLES": "7"}).settings["n_samples"] == 7  # env > preset
+    assert StudyConfig.resolve({"preset": "paper", "n_samples": 5}, {"RESDYN_SAMPLES": "7"}).settings["n_samples"] == 5
+    assert StudyConfig.resolve({"n_samples": 5}, {"RESDYN_PRESET": "paper"}).settings["n_samples"] == 5  # flag > preset
+    assert StudyConfig.resolve({}, {}).settings["n_samples"] == BY_NAME["n_samples"].default  # no preset: the default
+    with pytest.raises(SettingError) as error:
+        StudyConfig.resolve({}, {"RESDYN_PRESET": "papr"})
+    assert "RESDYN_PRESET='papr'" in str(error.value) and "paper" in str(error.value)
+    with pytest.raises(SettingError, match="--preset='nope'"):
+        StudyConfig.resolve({"preset": "nope"}, {"RESDYN_PRESET": "paper"})  # the flag names the preset, not the env
+    exported = StudyConfig.resolve({"preset": "paper", "warehouse": str(tmp_path)}, {})
+    assert StudyConfig.resolve({}, exported.environment()) == exported  # a child process gets the preset's values
+
+
+def test_resume_skips_only_partitions_complete_at_the_same_settings(tmp_path):
+    import pyarrow as pa
+
+    from resdyn.dagster_project.cli import _not_yet_complete
+    from resdyn.dagster_project.settings import settings_hash
+
+    settings = StudyConfig.resolve({"preset": "paper"}, {}).settings
+    rows = [{"model": "m", "checkpoint": "init", "settings_hash": settings_hash(dict(settings))},
+            {"model": "m", "checkpoint": "trained", "settings_hash": "another-hash"}]
+
+    class Store:  # the partitions view of a warehouse holding m@init complete at these settings
+        root = tmp_path
+
+        def query(self, sql):
+            assert "status = 'complete'" in sql
+            return pa.Table.from_pylist(rows)
+
+    keys = ["m@init", "m@trained", "n@init"]
+    assert _not_yet_complete(Store(), keys, settings, None) == ["m@trained", "n@init"]
+    assert _not_yet_complete(Store(), keys, settings, "group:inputs") == keys  # a partial run: run what was asked
+
+
 def test_it_is_frozen_and_survives_json():
     config = StudyConfig.resolve({"n_samples": 9, "ray_address": "http://127.0.0.1:8265"},
                                  {"RESDYN_RAY_NODE_CPUS": "6", "RESDYN_RAY_GPUS": "1"})

@@ -1,0 +1,88 @@
+"""A GGUF file that ships in parts (resdyn.models.parts): concatenated once, checked, reused."""
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from resdyn.models import parts as parts_module
+from resdyn.models.parts import AssembledFileError, assembled_gguf, check_gguf_source
+from resdyn.models.registry import MissingPackageError, ModelRegistry, ModelSpec
+
+
+def _spec(tmp_path, *, sha256=None, size=None, names=("a.part00", "a.part01", "a.part02")) -> ModelSpec:
+    contents = [bytes([n]) * (1000 + 7 * n) for n in range(len(names))]
+    for name, content in zip(names, contents):
+        (tmp_path / name).write_bytes(content)
+    whole = b"".join(contents)
+    return ModelSpec("fake", "llama", "fake.gguf", {"trained": "gguf"},
+                     sha256=sha256 or hashlib.sha256(whole).hexdigest(), size=len(whole) if size is None else size,
+                     parts=[str(tmp_path / name) for name in names])
+
+
+def test_the_parts_are_concatenated_once_and_checked(tmp_path):
+    spec = _spec(tmp_path)
+    target = assembled_gguf(spec, tmp_path / "cache")
+    assert target == tmp_path / "cache" / "fake.gguf"
+    assert target.read_bytes() == b"".join((tmp_path / f"a.part0{n}").read_bytes() for n in range(3))
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == spec.sha256
+    assert not list((tmp_path / "cache").glob("*.inprogress"))
+
+
+def test_a_valid_cache_file_is_reused_without_reading_the_parts(tmp_path, monkeypatch):
+    spec = _spec(tmp_path)
+    target = assembled_gguf(spec, tmp_path / "cache")
+    mtime = target.stat().st_mtime_ns
+    for part in spec.parts:  # the parts are gone (the wheels uninstalled): the verified cache still serves
+        Path(part).unlink()
+
+    def no_hashing(*arguments):
+        raise AssertionError("the parts were read again")
+
+    monkeypatch.setattr(parts_module, "locate_parts", no_hashing)
+    monkeypatch.setattr(parts_module.hashlib, "sha256", no_hashing)
+    assert assembled_gguf(spec, tmp_path / "cache") == target and target.stat().st_mtime_ns == mtime
+
+
+def test_a_changed_cache_file_is_made_again(tmp_path):
+    spec = _spec(tmp_path)
+    target = assembled_gguf(spec, tmp_path / "cache")
+    good = target.read_bytes()
+    target.write_bytes(b"x" * len(good))  # same size, other bytes: its stamp no longer matches (mtime)
+    os.utime(target, ns=(target.stat().st_atime_ns, target.stat().st_mtime_ns + 10**9))
+    assert assembled_gguf(spec, tmp_path / "cache").read_bytes() == good
+
+
+def test_a_wrong_sha256_is_refused_and_leaves_no_file(tmp_path):
+    spec = _spec(tmp_path, sha256="0" * 64)
+    with pytest.raises(AssembledFileError, match="make install") as error:
+        assembled_gguf(spec, tmp_path / "cache")
+    assert "0000000000000000" in str(error.value) and "\n" not in str(error.value)
+    assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")]
+
+
+def test_a_wrong_size_is_refused_before_anything_is_read(tmp_path):
+    spec = _spec(tmp_path, size=12)
+    with pytest.raises(AssembledFileError, match="not the registered 12"):
+        assembled_gguf(spec, tmp_path / "cache")
+
+
+def test_a_missing_part_names_make_install(tmp_path):
+    spec = _spec(tmp_path)
+    (tmp_path / "a.part01").unlink()
+    with pytest.raises(MissingPackageError, match="part 2/3 .*`make install`"):
+        assembled_gguf(spec, tmp_path / "cache")
+    with pytest.raises(MissingPackageError, match="make install"):
+        check_gguf_source(spec)  # what `resdyn run` checks before it starts
+    uninstalled = ModelSpec("fake", "llama", "fake.gguf", sha256="0" * 64,
+                            parts=["package:resdyn-no-such-distribution/data/fake.gguf.part00"])
+    with pytest.raises(MissingPackageError, match="resdyn-no-such-distribution.*`make install`"):
+        check_gguf_source(uninstalled)
+
+
+def test_the_registered_gemma3_entry_lists_its_four_parts():
+    spec = ModelRegistry().get("gemma3-270m")
+    assert spec.is_gguf and spec.family == "gemma3" and len(spec.parts) == 4 and spec.size == 253_113_024
+    assert spec.sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    assert ModelRegistry().suite("study") == ["smollm2-135m", "gemma3-270m"]

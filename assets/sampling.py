@@ -94,6 +94,7 @@ def _intervals(context, settings, store) -> pa.Table:
     tasks = [(path, index, folds_path, fold_groups[(layer, sublayer)], fold_counts[(layer, sublayer)])
              for index, layer, sublayer in order]
     d = len(read_matrix(path, order[0][0]))
+    # the workers run ahead (lookahead) while this process carries the folds' products through depth
     workers = (settings.workers or default_workers()) if d >= PARALLEL_MIN_WIDTH else 1
     progress = StageProgress(context, "sampling intervals", len(order))
     rows = []
@@ -101,7 +102,7 @@ def _intervals(context, settings, store) -> pa.Table:
         "jacobians", model, checkpoint, columns=["layer", "sublayer", "n_observations"]).to_pylist()}
     kept = _kept_sample_noise(store, model, checkpoint, n_observations)
     for (_, layer, sublayer), (spectra_by_fold, ratio) in zip(
-            order, ordered_parallel_map(fold_metrics_of_row_groups, tasks, workers=workers)):
+            order, ordered_parallel_map(fold_metrics_of_row_groups, tasks, workers=workers, lookahead=2 * workers)):
         mean_metrics = of_mean[(layer, sublayer)]
         for name, value in mean_metrics.items():
             if name in ("layer", "sublayer", "depth", "run_id", "settings_hash") or isinstance(value, str) or value is None:

@@ -147,11 +147,14 @@ def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_che
             trained_checkpoint: data[trained_checkpoint]}
     figure = claims_panels(pair, output, title=f"{model}: {null_checkpoint} vs {trained_checkpoint}",
                            surgery_products=products)
-    runs = store.query("SELECT model, checkpoint, arg_max(settings, started_at) AS settings, "
-                       "arg_max(settings_hash, started_at) AS settings_hash, arg_max(git_commit, started_at) AS git_commit, "
-                       "arg_max(resdyn_version, started_at) AS resdyn_version FROM runs "
-                       "WHERE status = 'success' GROUP BY ALL").to_pylist()
-    runs = [r for r in runs if r["model"] == model]
+    # the runs that made the tables the claims read (their provenance columns), not merely the latest runs
+    runs = store.query(
+        "SELECT t.model, t.checkpoint, t.settings_hash, any_value(r.settings) AS settings, "
+        "any_value(r.git_commit) AS git_commit, any_value(r.resdyn_version) AS resdyn_version "
+        "FROM (SELECT DISTINCT model, checkpoint, run_id, settings_hash FROM layer_metrics) t "
+        "LEFT JOIN runs r ON r.run_id = t.run_id AND r.model = t.model AND r.checkpoint = t.checkpoint "
+        "AND r.settings IS NOT NULL GROUP BY ALL", complete_only=True).to_pylist()
+    runs = [r for r in runs if r["model"] == model and r["settings"] is not None]
     record = {"model": model, "null_checkpoint": null_checkpoint, "trained_checkpoint": trained_checkpoint,
               "quantized_null_checkpoint": control,
               "d_model": data[trained_checkpoint].d_model, "n_samples": data[trained_checkpoint].n_samples,

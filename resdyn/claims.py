@@ -13,7 +13,9 @@ or by Henrici's departure, which is 0 for rotations too).
   correlation graphs within ``TOPOLOGY_NOISE_FACTOR`` of independent units' noise level);
 - ``not testable``: the measure is undefined here (e.g. no sublayer of an operator type).
 
-Two intervals, and a verdict needs both on its side (their hull is what ``side`` reads):
+Two intervals, and a verdict needs every interval it has on its side (their hull is what ``side`` reads).
+Spectral and depth verdicts have the samples' interval whenever the folds ran (a note says when they did not);
+topology verdicts rest on the bootstrap over sublayers, their tests' own p-values and the noise gate:
 - **samples**: the block jackknife over the fold means (resdyn/sampling.py): how much the number moves
   with the samples behind each mean Jacobian. Every statistic, a mean over sublayers, a rank of the
   product through depth or a surgery share, is recomputed on each leave-one-fold-out set (the folds hold
@@ -46,6 +48,7 @@ N_BOOTSTRAP = 2000
 BOOTSTRAP_SEED = 0
 N_PERMUTATIONS = 10000
 EARLY, LATE = 1 / 3, 2 / 3  # relative depth: the first and last thirds of the network
+NOISE_OBSERVATIONS_CAP = 2048  # simulated observations of the noise level (d = 4096: a 2048 x 4096 draw, 64 MB)
 TOPOLOGY_NOISE_FACTOR = 1.5  # graphs whose median kNN |r| is below this multiple of independent units' are noise
 RANKS = ("effective_rank", "participation_ratio", "stable_rank")
 PRIMARY_ORDERING = "lapack-default"
@@ -120,9 +123,12 @@ def noise_knn_correlation(n_observations: int, n_units: int, k: int, *, seed: in
 
     if n_observations <= 3 or n_units <= 1 or k <= 0:
         return float("nan")
-    noise = np.random.default_rng(seed).standard_normal((n_observations, n_units))
+    simulated = min(n_observations, NOISE_OBSERVATIONS_CAP)
+    noise = np.random.default_rng(seed).standard_normal((simulated, n_units))
     edges = signed_graph(correlation_matrix(noise), "knn", k=k)
-    return float(np.median(np.abs(edges.weight)))
+    median = float(np.median(np.abs(edges.weight)))
+    # beyond the cap, Fisher's z carries the level over: atanh(r) sqrt(n - 3) has the same law at every n
+    return float(np.tanh(np.arctanh(median) * np.sqrt((simulated - 3) / (n_observations - 3))))
 
 
 def _finite(value) -> bool:
@@ -329,8 +335,10 @@ def _over_sublayers(data: CheckpointData, name: str, mask: np.ndarray) -> Estima
 
 
 def _paired_difference(trained: CheckpointData, null: CheckpointData, name: str, mask_of) -> Estimate | None:
-    """Mean over sublayers (of the trained model's mask) of trained - null at the same depth; the samples' interval
-    combines both models' jackknife standard errors (independent samples of two models)."""
+    """Mean over sublayers (of the trained model's mask) of trained - null at the same depth. The samples' interval
+    jackknifes the difference fold by fold: both models draw the same windows (same seed, n and, within a model's
+    checkpoints, tokenizer), so fold k holds the same text in both and the pairing is exact; were the folds
+    unrelated, the paired jackknife would still be valid."""
     if len(trained.depth) != len(null.depth) or not np.array_equal(trained.depth, null.depth):
         return None
     mask = mask_of(trained)
@@ -339,39 +347,49 @@ def _paired_difference(trained: CheckpointData, null: CheckpointData, name: str,
     if not keep.any():
         return None
     estimate = bootstrap(np.mean, difference[keep])
-    errors = []
-    for data in (trained, null):
-        replicates = data.replicates.get(name)
-        if replicates is not None and len(replicates) >= 2:
-            mean = float(np.mean(data.measure(name)[keep]))
-            errors.append(jackknife(mean, [float(np.mean(r[keep])) for r in replicates]))
-    if len(errors) == 2:
-        se = float(np.hypot(errors[0].standard_error, errors[1].standard_error))
-        half = float(scipy.stats.t.ppf(0.975, min(e.n_folds for e in errors) - 1)) * se
-        return Estimate(estimate.value, estimate.low, estimate.high, estimate.value - half, estimate.value + half)
-    return estimate
+    ours, theirs = trained.replicates.get(name), null.replicates.get(name)
+    if ours is None or theirs is None or len(ours) != len(theirs) or len(ours) < 2:
+        return estimate
+    low, high = _jackknife_bounds(estimate.value, [float(np.mean(a[keep] - b[keep])) for a, b in zip(ours, theirs)])
+    return Estimate(estimate.value, estimate.low, estimate.high, low, high)
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    return float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 and np.ptp(x) > 0 and np.ptp(y) > 0 else float("nan")
 
 
 def _by_depth_gradient(data: CheckpointData, name: str, sublayer: str) -> Estimate | None:
-    """Spearman rho of measure ``name`` with depth over one sublayer type, its permutation p, and the samples'
-    interval of rho (jackknife over folds)."""
+    """Spearman rho of measure ``name`` with depth over one sublayer type and its permutation p; the samples' interval
+    is that of Pearson's r of the same pairs (jackknife over folds): rho is a step function of the values, so its
+    own replicates are often all equal, while r moves smoothly with them and has rho's sign wherever the trend is
+    clear. The note says which correlation the interval is of."""
     mask = data.sublayer == sublayer
     if mask.sum() < 3:
         return None
-    rho, p = spearman_with_permutation(data.depth[mask], data.measure(name)[mask])
+    values = data.measure(name)
+    keep = mask & np.isfinite(values)
+    rho, p = spearman_with_permutation(data.depth[keep], values[keep])
     if not _finite(rho):
         return Estimate(rho)
     replicates = data.replicates.get(name)
-    sample_low, sample_high = _jackknife_bounds(
-        rho, None if replicates is None else
-        [float(scipy.stats.spearmanr(data.depth[mask], r[mask]).statistic) for r in replicates])
+    sample_low = sample_high = None
+    if replicates is not None:
+        r = pearson(data.depth[keep], values[keep])
+        sample_low, sample_high = _jackknife_bounds(r, [pearson(data.depth[keep], rep[keep]) for rep in replicates])
     return Estimate(rho, sample_low=sample_low, sample_high=sample_high, p_value=p)
 
 
 def _gradient_verdict(estimate: Estimate | None) -> str:
+    """holds: rho < 0 with permutation p < 0.05 and the samples' interval (of r) below 0; does not hold: rho > 0
+    with p < 0.05 (a significant rise) and the interval above 0; undecided otherwise (no trend distinguishable from
+    a random order of the sublayers, or one the samples do not carry)."""
     verdict = side(estimate, 0.0, False)
-    if verdict == "holds" and not (estimate.p_value is not None and estimate.p_value < 0.05):
-        return "undecided"  # negative but not distinguishable from a random order of the sublayers
+    significant = estimate is not None and estimate.p_value is not None and estimate.p_value < 0.05
+    if verdict in ("holds", "does not hold") and not significant:
+        return "undecided"
+    if verdict == "does not hold" and not estimate.value > 0:
+        return "undecided"  # rho = 0 exactly: no trend either way
     return verdict
 
 
@@ -381,23 +399,23 @@ def _cumulative(data: CheckpointData, rank: str, index: int) -> float:
 
 
 def _ratio_estimate(numerator: float, denominator: float, numerator_replicates, denominator_replicates) -> Estimate:
-    """numerator / denominator with the samples' interval of the ratio, from replicates of both (each a sequence
-    over folds, or None: that side held fixed); when the two come from different models (independent folds) the
-    log-ratio's jackknife standard errors add in quadrature."""
+    """numerator / denominator with the samples' interval of the ratio from its log's jackknife: the replicates of
+    both (sequences over folds, or None: that side held fixed) are paired fold by fold (the same windows, as in
+    :func:`_paired_difference`)."""
     value = numerator / denominator if denominator > 0 else float("nan")
     if not _finite(value):
         return Estimate(value)
     if numerator_replicates is None and denominator_replicates is None:
         return Estimate(value)
-    pairs = []
-    for reference, replicates in ((numerator, numerator_replicates), (denominator, denominator_replicates)):
-        if replicates is not None and len(replicates) >= 2 and reference > 0:
-            pairs.append(jackknife(np.log(reference), np.log(np.asarray(replicates, float))))
-    if not pairs:
+    size = len(numerator_replicates if numerator_replicates is not None else denominator_replicates)
+    top = np.full(size, numerator) if numerator_replicates is None else np.asarray(numerator_replicates, float)
+    bottom = np.full(size, denominator) if denominator_replicates is None else np.asarray(denominator_replicates, float)
+    if len(top) != len(bottom) or size < 2 or np.any(top <= 0) or np.any(bottom <= 0):
         return Estimate(value, sample_low=float("nan"), sample_high=float("nan"))
-    se = float(np.sqrt(sum(p.standard_error ** 2 for p in pairs)))
-    half = float(scipy.stats.t.ppf(0.975, min(p.n_folds for p in pairs) - 1)) * se
-    return Estimate(value, sample_low=float(np.exp(np.log(value) - half)), sample_high=float(np.exp(np.log(value) + half)))
+    interval = jackknife(np.log(value), np.log(top) - np.log(bottom))
+    if not _finite(interval.low):
+        return Estimate(value, sample_low=float("nan"), sample_high=float("nan"))
+    return Estimate(value, sample_low=float(np.exp(interval.low)), sample_high=float(np.exp(interval.high)))
 
 
 def _noise_gate(verdict: str, *checkpoints: CheckpointData) -> tuple[str, str]:
@@ -604,9 +622,20 @@ def _community_claims(null: CheckpointData, trained: CheckpointData) -> list[Cla
 
 
 def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
-    """Every claim of PAPER.md's headline results on this pair of checkpoints, every reading of each."""
-    return (_symmetry_and_rotation_claims(null, trained) + _bottleneck_claims(null, trained)
-            + _coupling_claims(null, trained) + _community_claims(null, trained))
+    """Every claim of PAPER.md's headline results on this pair of checkpoints, every reading of each. A spectral
+    or depth claim without the samples' interval (folds off: ``--folds 0`` or wider than ``--fold-max-width``)
+    says so in its note: its verdict then rests on the bootstrap over sublayers or on the bare number."""
+    spectral = _symmetry_and_rotation_claims(null, trained) + _bottleneck_claims(null, trained)
+    marked = []
+    for claim in spectral:
+        estimate = claim.trained or claim.null_model
+        if estimate is not None and estimate.sample_low is None and _finite(estimate.value):
+            claim = dataclasses.replace(claim, note="; ".join(filter(None, [claim.note, "no samples interval (folds off)"])))
+        marked.append(claim)
+    return marked + _coupling_claims(null, trained) + _community_claims(null, trained)
+
+
+COMPARISONS = {"training_adds_rotation", "bottleneck_learned"}  # claims whose trained estimate is trained vs null
 
 
 def with_quantization_control(claims: list[Claim], null_quantized: CheckpointData, trained: CheckpointData) -> list[Claim]:
@@ -618,10 +647,10 @@ def with_quantization_control(claims: list[Claim], null_quantized: CheckpointDat
         other = control.get(claim.key)
         if other is None:
             result.append(claim)
-        elif claim.null_model is not None or claim.key.startswith("init_near_symmetric"):
-            result.append(dataclasses.replace(claim, quantized_null_model=other.null_model))
-        else:
+        elif claim.claim in COMPARISONS:
             result.append(dataclasses.replace(claim, quantized_comparison=other.trained))
+        else:
+            result.append(dataclasses.replace(claim, quantized_null_model=other.null_model))
     return result
 
 

@@ -19,9 +19,9 @@ at most one sample; the equal-size formula is used (the weighted one, Busing, Me
 1999, differs by O(1/n)). Because every sublayer's blocks hold the same samples, a statistic of many
 sublayers has exact replicates: evaluate it on the K leave-one-out sets of matrices (:func:`replicate`).
 
-Cost: K more factorizations per sublayer (the spectral stage's Schur form, SVD and surgery on each
-J_(-k)), i.e. about (K + 1)/1 times the spectral stage; at d = 4096 that is hours on two cores, so the
-folds run by default up to d = 1024 (settings ``folds``, ``fold_max_width``).
+Cost: K more analyses per sublayer (each fold's Schur form, SVD and the alpha = 0 surgery under three
+orderings), i.e. about K times the spectral stage; at d = 4096 that is hours on two cores, so the folds
+run by default up to d = 1024 (settings ``folds``, ``fold_max_width``).
 """
 
 from __future__ import annotations

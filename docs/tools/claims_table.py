@@ -29,11 +29,18 @@ def _cell(text: str) -> str:
 
 
 def table(claims: dict) -> str:
-    lines = ["| claim (PAPER.md) | paper | null model (`init`) | trained | verdict |", "|---|---|---|---|---|"]
+    """The primary reading of every claim: the measure its verdict rests on, the null model's and the trained
+    model's numbers with their intervals (and the quantization control's, when the model has one)."""
+    control = claims.get("quantized_null_checkpoint")
+    head = "| claim (PAPER.md) | paper | null model (`init`) | " + ("null model, quantized | " if control else "")
+    lines = [head + "trained | verdict |", "|---|---|---|" + ("---|" if control else "") + "---|---|"]
     for claim in claims["claims"]:
+        if not claim.get("primary", True):
+            continue
         measure = re.sub(r" \(.*$", "", claim["measure"]) if "(" in claim["measure"] else claim["measure"]
+        quantized = f"{_cell(claim.get('quantized_null_model', 'n/a'))} | " if control else ""
         lines.append(f"| {_cell(claim['claim'])} ({_cell(measure)}) | {_cell(claim['paper'])} | "
-                     f"{_cell(claim['null_model'])} | {_cell(claim['trained'])} | **{claim['verdict']}** |")
+                     f"{_cell(claim['null_model'])} | {quantized}{_cell(claim['trained'])} | **{claim['verdict']}** |")
     return "\n".join(lines)
 
 

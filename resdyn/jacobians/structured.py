@@ -269,7 +269,8 @@ class StructuredBackend:
 
     def accumulate(self, adapter, layer, inputs, sublayer: str, position: int, moments) -> torch.Tensor | None:
         """Add this batch to ``moments``: at once through the fallback, or as a factored sum that
-        :meth:`finish` turns into the mean (the d x d_ff x d weight products happen there, once)."""
+        :meth:`finish` turns into the mean (the d x d_ff x d weight products happen there, once per ``moments``:
+        with fold means on, once per fold)."""
         closed_form = self._closed_form(adapter, layer, sublayer)
         if closed_form is None:
             kind = (adapter.family, sublayer)

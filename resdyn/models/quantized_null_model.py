@@ -41,14 +41,15 @@ QUANTIZER_VERSION = "1"
 # maximum; Q4_K's 4.5 bits per weight against Q4_1's 5.0 is only its 6-bit storage of those two), else the nearest
 # in bits per weight (bpw) among the package's integer-grid types Q4_0 (4.5), Q4_1 (5.0), Q5_0 (5.5), Q5_1 (6.0) and
 # Q8_0 (8.5). Not TQ1_0/TQ2_0 (ternary grids, for ternary-trained weights) nor MXFP4 (a floating-point grid) for
-# integer-grid types. Below 4 bits the control rounds more finely than the file did: it understates quantization.
+# integer-grid types. Below 4 bits the control rounds more finely than the file did: it understates quantization;
+# Q6_K -> Q5_1 rounds more coarsely (32 levels for 64): there it overstates it.
 SUBSTITUTES: dict[str, tuple[str, str]] = {
     "Q2_K": ("Q4_0", "2.625 bpw: no 2- or 3-bit integer type; Q4_0 (4.5 bpw) is the package's fewest bits"),
     "Q3_K": ("Q4_0", "3.44 bpw: no 3-bit integer type; Q4_0 (4.5 bpw) is the package's fewest bits"),
     "Q4_K": ("Q4_1", "same grid: 16 levels between a minimum and a maximum per 32 weights (4.5 vs 5.0 bpw: 6-bit vs "
                      "f16 storage of the two)"),
     "Q5_K": ("Q5_1", "same grid: 32 levels between a minimum and a maximum per 32 weights (5.5 vs 6.0 bpw)"),
-    "Q6_K": ("Q5_1", "6.5625 bpw: no 6-bit type; nearest in bits per weight is Q5_1 (6.0; Q8_0 is 8.5)"),
+    "Q6_K": ("Q5_1", "6.5625 bpw: no 6-bit type; nearest in bits per weight is Q5_1 (6.0; Q8_0 is 8.5): coarser than the file, so this control overstates Q6_K's rounding"),
     "IQ1_S": ("Q4_0", "1.56 bpw codebook: Q4_0 (4.5 bpw) is the package's fewest-bit integer type"),
     "IQ1_M": ("Q4_0", "1.75 bpw codebook: Q4_0 (4.5 bpw) is the package's fewest-bit integer type"),
     "IQ2_XXS": ("Q4_0", "2.06 bpw codebook: Q4_0 (4.5 bpw) is the package's fewest-bit integer type"),

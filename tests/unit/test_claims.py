@@ -205,3 +205,28 @@ def test_the_quantization_control_is_the_claims_with_the_quantized_null_model_in
     assert all(c.verdict == p.verdict for c, p in zip(controlled.values(), plain))  # the control decides nothing
     report = claims.ClaimsReport("m", "init", "trained", list(controlled.values()), [], "init-quantized")
     assert "null model, quantized" in report.markdown().splitlines()[0]
+
+
+def test_the_noise_level_beyond_the_simulation_cap_follows_fishers_z(monkeypatch):
+    """Above the cap the level is carried over by Fisher's z; it agrees with a full simulation at that n."""
+    full = claims.noise_knn_correlation.__wrapped__(600, 80, 10)
+    monkeypatch.setattr(claims, "NOISE_OBSERVATIONS_CAP", 200)
+    assert claims.noise_knn_correlation.__wrapped__(600, 80, 10) == pytest.approx(full, rel=0.05)
+
+
+def test_differences_between_models_pair_their_folds(fresh_seed):
+    """Both models' fold k holds the same windows: when the trained model's replicates move with the null model's
+    (shared sampling noise), the paired difference is as precise as the shift itself, where adding the two standard
+    errors in quadrature would call a clear gain undecided."""
+    rng = np.random.default_rng(fresh_seed)
+    n = 24
+    kinds = ["rotation_dominated"] * n
+    null = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.7, rotation=0.3, ranks=np.linspace(62, 58, n),
+                       significant=[False] * n, kinds=kinds, effects=np.zeros(n), folds=8, fold_noise=0.3)
+    trained = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.7, rotation=0.35, ranks=np.geomspace(60, 3, n),
+                          significant=[False] * n, kinds=kinds, effects=np.zeros(n), folds=8, fold_noise=0.3)
+    trained.replicates["rotation_share"] = null.replicates["rotation_share"] + 0.05  # the same noise, shifted
+    gain = {c.key: c for c in claims.evaluate(null, trained)}["training_adds_rotation"]
+    assert gain.trained.value == pytest.approx(0.05)
+    assert gain.trained.sample_low == pytest.approx(0.05) and gain.trained.sample_high == pytest.approx(0.05)
+    assert gain.verdict == "holds"

@@ -60,11 +60,12 @@ def leave_one_out_of_row_groups(task: tuple) -> tuple[list, list[int]]:
 
 
 def fold_metrics_of_row_groups(task: tuple) -> list:
-    """The SublayerSpectrum (Schur form and basis kept, for the surgery) of every leave-one-fold-out mean of one
-    sublayer (:func:`leave_one_out_of_row_groups`), and the noise-to-signal ratio of its mean."""
+    """The SublayerSpectrum (Schur form and basis kept, for the surgery; no alignment metrics, which no claim reads)
+    of every leave-one-fold-out mean of one sublayer (:func:`leave_one_out_of_row_groups`), and the noise-to-signal
+    ratio of its mean."""
     from resdyn.sampling import noise_to_signal
 
     leave_one_out, _ = leave_one_out_of_row_groups(task)
     path, row_group = task[0], task[1]
     ratio = noise_to_signal(read_matrix(path, row_group), leave_one_out)
-    return [analyse_sublayer(matrix) for matrix in leave_one_out], ratio
+    return [analyse_sublayer(matrix, alignment=False) for matrix in leave_one_out], ratio

@@ -228,10 +228,12 @@ def _partitions_for(arguments, registry: ModelRegistry) -> list[str]:
             names = registry.suite(arguments.suite)
         except KeyError as error:
             raise UsageError(error.args[0]) from None
-        for name in names:
-            _check_gguf_source(registry.get(name))
-        return [key for key in registry.partition_keys(names)
-                if not arguments.checkpoint or key.split("@")[1] in arguments.checkpoint]
+        keys = []
+        for name in names:  # a model (every checkpoint it registers) or one model@checkpoint
+            model = name.split("@", 1)[0]
+            _check_gguf_source(registry.get(model))
+            keys += [name] if "@" in name else registry.partition_keys([name])
+        return [key for key in keys if not arguments.checkpoint or key.split("@")[1] in arguments.checkpoint]
     keys = []
     for model in arguments.model:
         keys += _partitions_of_model(model, arguments, registry)

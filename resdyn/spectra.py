@@ -299,13 +299,14 @@ class SublayerSpectrum:
     metrics: dict
 
 
-def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True) -> SublayerSpectrum:
+def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True, alignment: bool = True
+                     ) -> SublayerSpectrum:
     """Every per-sublayer metric of the study for one (mean) Jacobian J, from three factorizations:
 
     the real Schur form of J (eigenvalues, Henrici departure, complex blocks; reused by Schur
     surgery; without its basis when ``keep_schur`` is false), the singular values of J (conditioning,
     ranks), and the top-k singular triplets of J - I (both self-alignment metrics; a full SVD up to
-    TRUNCATED_SVD_MIN_WIDTH, Lanczos beyond).
+    TRUNCATED_SVD_MIN_WIDTH, Lanczos beyond; skipped, and the two metrics left out, without ``alignment``).
     """
     jacobian = _float64(jacobian)
     if not np.isfinite(jacobian).all():
@@ -316,7 +317,7 @@ def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True)
     singular_values = scipy.linalg.svdvals(jacobian)
     deviation = jacobian - np.eye(d)
     k = k or default_alignment_rank(d)
-    u, s, vt = top_singular_triplets(deviation, k)
+    u, s, vt = top_singular_triplets(deviation, k) if alignment else (None, None, None)
     henrici = departure_of_schur_form(schur_form)
     radius = float(np.abs(eigenvalues).max())
     deviation_norm = float(np.linalg.norm(deviation))
@@ -339,10 +340,8 @@ def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True)
         "frac_complex_schur": 2 * sum(size == 2 for _, size in schur_blocks(schur_form)) / d,
         "frac_expanding": expanding_fraction(eigenvalues),
         "frac_neutral": neutral_fraction(eigenvalues),
-        "self_alignment": _overlap_of_svd(u, vt, k),
-        "self_alignment_signed": _signed_alignment_of_svd(u, s, vt, k),
-        "self_alignment_k": k,
-        "self_alignment_baseline": k / d,
+        **({"self_alignment": _overlap_of_svd(u, vt, k), "self_alignment_signed": _signed_alignment_of_svd(u, s, vt, k),
+            "self_alignment_k": k, "self_alignment_baseline": k / d} if alignment else {}),
         "effective_rank": effective_rank(singular_values),
         "participation_ratio": participation_ratio(singular_values),
         "stable_rank": stable_rank(singular_values),

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from resdyn.coupling import false_discovery
+from resdyn.coupling import SignedTestResult, false_discovery
 from resdyn.topology import SignedEdges, participation_coefficient
 
 # The smallest community tested. A community of one or two units has a "mean" participation that is one or two
@@ -153,21 +153,15 @@ def community_log_gains(jacobian: np.ndarray, membership: np.ndarray) -> dict[st
 
 
 @dataclass(frozen=True)
-class CommunityCouplingResult:
+class CommunityCouplingResult(SignedTestResult):
     n_communities: int  # eligible communities (at least min_size units, finite position and gain)
     rho: float  # Spearman rank correlation of position and log gain; nan when undefined
     p_permutation: float  # two-sided permutation p; 1 when undefined
     reason: str = ""  # why the test is undefined; empty when it is defined
 
     @property
-    def defined(self) -> bool:
-        return not self.reason
-
-    @property
-    def direction(self) -> str:
-        if not self.defined:
-            return "undefined"
-        return "amplified" if self.rho > 0 else "suppressed"
+    def effect(self) -> float:
+        return self.rho
 
 
 def _standardised_ranks(values: np.ndarray) -> np.ndarray:

@@ -38,15 +38,12 @@ def unit_amplification(jacobian: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-@dataclass(frozen=True)
-class CouplingResult:
-    n_boundary: int
-    n_interior: int
-    u_statistic: float
-    effect: float  # nan when undefined
-    p_value: float
-    p_permutation: float
-    reason: str = ""  # why the test is undefined; empty when it is defined
+class SignedTestResult:
+    """What a test result with a ``reason`` (why it is undefined; empty when defined) and a signed ``effect``
+    says: defined or not, and which way."""
+
+    reason: str
+    effect: float
 
     @property
     def defined(self) -> bool:
@@ -57,6 +54,17 @@ class CouplingResult:
         if not self.defined:
             return "undefined"
         return "amplified" if self.effect > 0 else "suppressed"
+
+
+@dataclass(frozen=True)
+class CouplingResult(SignedTestResult):
+    n_boundary: int
+    n_interior: int
+    u_statistic: float
+    effect: float  # nan when undefined
+    p_value: float
+    p_permutation: float
+    reason: str = ""  # why the test is undefined; empty when it is defined
 
 
 def undefined_reason(n_boundary: int, n_interior: int) -> str:

@@ -86,3 +86,19 @@ def test_the_registered_gemma3_entry_lists_its_four_parts():
     assert spec.is_gguf and spec.family == "gemma3" and len(spec.parts) == 4 and spec.size == 253_113_024
     assert spec.sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert ModelRegistry().suite("study") == ["smollm2-135m", "gemma3-270m"]
+
+
+def test_a_suite_names_whole_models_or_single_checkpoints():
+    """The study runs every checkpoint of both models (null model, its quantization control, trained); the demo
+    names SmolLM2's two checkpoints and leaves its quantization control to the study."""
+    import argparse
+
+    from resdyn.dagster_project.cli import _partitions_for
+
+    registry = ModelRegistry()
+    study = _partitions_for(argparse.Namespace(suite="study", checkpoint=None), registry)
+    assert study == [f"{model}@{c}" for model in ("smollm2-135m", "gemma3-270m")
+                     for c in ("init", "init-quantized", "trained")]
+    default = _partitions_for(argparse.Namespace(suite="default", checkpoint=None), registry)
+    assert [k for k in default if k.startswith("smollm2")] == ["smollm2-135m@init", "smollm2-135m@trained"]
+    assert len(default) == 11

@@ -374,9 +374,11 @@ def _by_depth_gradient(data: CheckpointData, name: str, sublayer: str) -> Estima
         return Estimate(rho)
     replicates = data.replicates.get(name)
     sample_low = sample_high = None
-    if replicates is not None:
-        r = pearson(data.depth[keep], values[keep])
-        sample_low, sample_high = _jackknife_bounds(r, [pearson(data.depth[keep], rep[keep]) for rep in replicates])
+    if replicates is not None:  # on Fisher's z = atanh r, so that the interval stays inside (-1, 1)
+        z = np.arctanh(np.clip(pearson(data.depth[keep], values[keep]), -1 + 1e-12, 1 - 1e-12))
+        low, high = _jackknife_bounds(z, [np.arctanh(np.clip(pearson(data.depth[keep], rep[keep]), -1 + 1e-12,
+                                                                1 - 1e-12)) for rep in replicates])
+        sample_low, sample_high = (np.tanh(low), np.tanh(high)) if _finite(low) and _finite(high) else (low, high)
     return Estimate(rho, sample_low=sample_low, sample_high=sample_high, p_value=p)
 
 
@@ -451,7 +453,8 @@ def _symmetry_and_rotation_claims(null: CheckpointData, trained: CheckpointData)
             claims.append(Claim(key, f"The spectral gradient is monotonic through depth ({sublayer} sublayers)",
                                 f"Spearman rho(depth, {name})", "falls with depth (non-normal, rotating early; "
                                 "near-symmetric late)", rule("spectral_gradient"), _by_depth_gradient(null, name, sublayer),
-                                estimate, _gradient_verdict(estimate), "", primary, rule_version("spectral_gradient")))
+                                estimate, _gradient_verdict(estimate), "the samples' interval is of Pearson's r "
+                                "(rho is a step function of the values)", primary, rule_version("spectral_gradient")))
     for key, name, bound, primary in (("late_near_symmetric", "asymmetry_index", NEAR_SYMMETRIC_ASYMMETRY, True),
                                       ("late_near_symmetric@henrici", "henrici_rel_j_minus_i", 0.5, False)):
         estimate = _over_sublayers(trained, name, late(trained))

@@ -1,8 +1,9 @@
 """Stage 6b: every measure's interval from the samples themselves (block jackknife over fold means).
 
-For each sublayer the K leave-one-fold-out means J_(-k) (``jacobian_folds``, resdyn.sampling) get the
-spectral stage's analysis (Schur form, SVD, every layer_metrics measure), and their depth-ordered
-products the cumulative ranks and the Schur surgery at alpha = 0 under each ordering. One row per
+Each fold k is carried through depth by one worker: per sublayer the leave-one-fold-out mean
+J_(-k) = (n J - n_k J_k) / (n - n_k) (``jacobian_folds``, resdyn.sampling) gets the spectral stage's
+analysis (Schur form with its basis, SVD, every layer_metrics measure but the alignment ones), and the
+products of the J_(-k) and of their alpha = 0 Schur surgery (LAPACK's ordering) their ranks. One row per
 (quantity, depth): the full-sample value (from layer_metrics, cumulative_rank, schur_surgery), the
 jackknife standard error, the 95% t interval and the K replicates, from which any statistic over
 sublayers gets its own interval (resdyn/claims.py).
@@ -13,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn import sampling
+from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.metadata import preview
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
@@ -20,17 +22,16 @@ from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.dagster_project.store.io_manager import table_output
 from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
-from resdyn.depth import SCHUR_ORDERING, CumulativeProduct, SchurSurgery, rank_summary
+from resdyn.depth import SCHUR_ORDERING
 from resdyn.naming import sublayer_depth
 
 from .common import PARTITIONS, StageProgress, iter_matrices, partition
 from .spectra import PARALLEL_MIN_WIDTH, sublayers_in_depth_order
-from .spectral_worker import fold_metrics_of_row_groups, read_matrix
+from .spectral_worker import fold_through_depth, read_matrix
 
 RANKS = ("effective_rank", "participation_ratio", "stable_rank")
-# The samples' interval of the surgery under LAPACK's ordering only: the two reordered ones cost 2 dtrexc passes
+# The samples' interval of the surgery is under LAPACK's ordering only: the two reordered ones cost 2 dtrexc passes
 # and 2 more product chains per fold (at d = 576 they were 60% of this stage); their readings carry no interval.
-SURGERY_ORDERINGS = (SCHUR_ORDERING,)
 
 
 def cumulative_quantity(rank: str) -> str:
@@ -91,44 +92,40 @@ def _intervals(context, settings, store) -> pa.Table:
     surgery = {(r["schur_ordering"], r["depth"]): r for r in store.read("schur_surgery", model, checkpoint).to_pylist()
                if r["alpha"] == 0.0}
     n_folds = len(next(iter(fold_groups.values())))
-    products = [CumulativeProduct() for _ in range(n_folds)]
-    operated = [SchurSurgery((0.0,), orderings=SURGERY_ORDERINGS, reordered_alphas=(0.0,)) for _ in range(n_folds)]
-    tasks = [(path, index, folds_path, fold_groups[(layer, sublayer)], fold_counts[(layer, sublayer)])
-             for index, layer, sublayer in order]
+    steps = {fold: [(index, fold_groups[(layer, sublayer)][fold], sum(fold_counts[(layer, sublayer)]),
+                     fold_counts[(layer, sublayer)][fold]) for index, layer, sublayer in order] for fold in range(n_folds)}
     d = len(read_matrix(path, order[0][0]))
-    # the workers run ahead (lookahead) while this process carries the folds' products through depth
-    workers = (settings.workers or default_workers()) if d >= PARALLEL_MIN_WIDTH else 1
-    progress = StageProgress(context, "sampling intervals", len(order))
-    rows = []
+    workers = min(n_folds, settings.workers or default_workers()) if d >= PARALLEL_MIN_WIDTH else 1
+    progress = StageProgress(context, "sampling intervals (folds through depth)", n_folds)
+    by_fold = []
+    for fold, result in enumerate(ordered_parallel_map(fold_through_depth, [(path, folds_path, fold, steps[fold])
+                                                                           for fold in range(n_folds)], workers=workers)):
+        by_fold.append(result)
+        progress.done(f"fold {fold}")
     n_observations = {(r["layer"], r["sublayer"]): r["n_observations"] for r in store.read(
         "jacobians", model, checkpoint, columns=["layer", "sublayer", "n_observations"]).to_pylist()}
     kept = _kept_sample_noise(store, model, checkpoint, n_observations)
-    for (_, layer, sublayer), (spectra_by_fold, ratio) in zip(
-            order, ordered_parallel_map(fold_metrics_of_row_groups, tasks, workers=workers, lookahead=2 * workers)):
-        mean_metrics = of_mean[(layer, sublayer)]
-        for name, value in mean_metrics.items():
-            if name not in spectra_by_fold[0].metrics or isinstance(value, str) or value is None:
+    rows = []
+    for position, (index, layer, sublayer) in enumerate(order):
+        interrupts.check(f"sampling_intervals of {context.partition_key}")
+        fold_results = [by_fold[fold][position] for fold in range(n_folds)]
+        for name, value in of_mean[(layer, sublayer)].items():
+            if name not in fold_results[0]["metrics"] or isinstance(value, str) or value is None:
                 continue  # keys, strings and the alignment metrics (not computed for the folds)
-            rows.append(_row(layer, sublayer, name, float(value), [s.metrics[name] for s in spectra_by_fold]))
-        rows.append(_row(layer, sublayer, "noise_to_signal", ratio, []))
+            rows.append(_row(layer, sublayer, name, float(value), [r["metrics"][name] for r in fold_results]))
+        leave_one_out = sampling.leave_one_out_means(
+            read_matrix(path, index), [read_matrix(folds_path, g) for g in fold_groups[(layer, sublayer)]],
+            fold_counts[(layer, sublayer)])
+        rows.append(_row(layer, sublayer, "noise_to_signal", sampling.noise_to_signal(read_matrix(path, index),
+                                                                                      leave_one_out), []))
         rows.append(_row(layer, sublayer, "noise_to_signal_per_sample", kept.get((layer, sublayer), float("nan")), []))
         depth = sublayer_depth(layer, sublayer)
-        fold_ranks = []
-        fold_surgery = []
-        for fold, result in enumerate(spectra_by_fold):
-            matrix = result.schur_basis @ result.schur_form @ result.schur_basis.T
-            fold_ranks.append(rank_summary(products[fold].push(matrix)))
-            fold_surgery.append({row["schur_ordering"]: row for row in operated[fold].push(result.schur_form,
-                                                                                          result.schur_basis)})
         for rank in RANKS:
             rows.append(_row(layer, sublayer, cumulative_quantity(rank), cumulative[depth][rank],
-                             [r[rank] for r in fold_ranks]))
-            for ordering in SURGERY_ORDERINGS:
-                if (ordering, depth) in surgery:
-                    rows.append(_row(layer, sublayer, surgery_quantity(ordering, rank), surgery[(ordering, depth)][rank],
-                                     [r[ordering][rank] for r in fold_surgery]))
-        progress.done(f"{layer}/{sublayer}")
-        del spectra_by_fold
+                             [r["cumulative"][rank] for r in fold_results]))
+            if (SCHUR_ORDERING, depth) in surgery:
+                rows.append(_row(layer, sublayer, surgery_quantity(SCHUR_ORDERING, rank),
+                                 surgery[(SCHUR_ORDERING, depth)][rank], [r["surgery"][rank] for r in fold_results]))
     return pa.Table.from_pylist(rows, schema=schema)
 
 

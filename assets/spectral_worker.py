@@ -49,23 +49,22 @@ def transient_of_row_group(task: tuple):
                              real_schur_form=read_matrix(schur_path, schur_row_group), spectral_norm=spectral_norm)
 
 
-def leave_one_out_of_row_groups(task: tuple) -> tuple[list, list[int]]:
-    """(jacobians file, its row group, folds file, the fold row groups, fold counts) -> ([J_(-k)], counts): the
-    leave-one-fold-out means of one sublayer (resdyn.sampling.leave_one_out_means)."""
-    from resdyn.sampling import leave_one_out_means
+def fold_through_depth(task: tuple) -> list[dict]:
+    """One fold carried through depth: (jacobians file, folds file, fold, [(row group of J, row group of J_k,
+    n, n_k)] by depth) -> per depth the layer_metrics of the leave-one-fold-out mean J_(-k) = (n J - n_k J_k) /
+    (n - n_k) (no alignment metrics, which no claim reads), the ranks of their product so far and of the product
+    of their alpha = 0 Schur surgery under LAPACK's ordering. Each fold is independent of the others, so the folds
+    run in parallel and nothing larger than one depth's numbers leaves the worker."""
+    from resdyn.depth import SCHUR_ORDERING, CumulativeProduct, SchurSurgery, rank_summary
 
-    path, row_group, folds_path, fold_row_groups, counts = task
-    folds = [read_matrix(folds_path, index) for index in fold_row_groups]
-    return leave_one_out_means(read_matrix(path, row_group), folds, counts), counts
-
-
-def fold_metrics_of_row_groups(task: tuple) -> list:
-    """The SublayerSpectrum (Schur form and basis kept, for the surgery; no alignment metrics, which no claim reads)
-    of every leave-one-fold-out mean of one sublayer (:func:`leave_one_out_of_row_groups`), and the noise-to-signal
-    ratio of its mean."""
-    from resdyn.sampling import noise_to_signal
-
-    leave_one_out, _ = leave_one_out_of_row_groups(task)
-    path, row_group = task[0], task[1]
-    ratio = noise_to_signal(read_matrix(path, row_group), leave_one_out)
-    return [analyse_sublayer(matrix, alignment=False) for matrix in leave_one_out], ratio
+    path, folds_path, fold, steps = task
+    product, surgery = CumulativeProduct(), SchurSurgery((0.0,), orderings=(SCHUR_ORDERING,), reordered_alphas=())
+    results = []
+    for mean_group, fold_group, n, n_k in steps:
+        matrix = (n * read_matrix(path, mean_group) - n_k * read_matrix(folds_path, fold_group)) / (n - n_k)
+        spectrum = analyse_sublayer(matrix, alignment=False)
+        operated = surgery.push(spectrum.schur_form, spectrum.schur_basis)[0]
+        results.append({"metrics": spectrum.metrics, "cumulative": rank_summary(product.push(matrix)),
+                        "surgery": {key: operated[key] for key in ("effective_rank", "participation_ratio", "stable_rank")}})
+        del matrix, spectrum
+    return results

@@ -153,7 +153,7 @@ def _community_coupling(context, settings, store) -> dg.Output:
         progress.done(f"{layer}/{sublayer}")
     rows.sort(key=lambda row: row["depth"])
     # BH over the defined tests only (resdyn/community_coupling.py: an undefined test is not a test)
-    q = community_level.benjamini_hochberg([r["p_permutation"] if r["defined"] else np.nan for r in rows])
+    q = coupling.false_discovery([r["p_permutation"] if r["defined"] else np.nan for r in rows])
     for row, value in zip(rows, q):
         defined = row.pop("defined")
         row.update(q_value=float(value) if defined else None,

@@ -140,7 +140,7 @@ def _measure(context, warehouse, settings, store):
                 for fold, (fold_mean, count) in enumerate(zip(measurement.fold_means.get(sublayer, []),
                                                               measurement.fold_counts.get(sublayer, []))):
                     writers["jacobian_folds"].write(_matrix_batch(
-                        "jacobian_folds", layer, sublayer, fold_mean.astype(np.float32), width, fold=fold,
+                        "jacobian_folds", layer, sublayer, fold_mean, width, fold=fold,
                         n_observations=count))
                 thumbnails[(layer, sublayer)] = _thumbnail(mean)
                 backends[f"{layer}/{sublayer}"] = measurement.backends[sublayer]

@@ -9,6 +9,8 @@ jackknife standard error, the 95% t interval and the K replicates, from which an
 sublayers gets its own interval (resdyn/claims.py).
 """
 
+from dataclasses import dataclass
+
 import dagster as dg
 import numpy as np
 import pyarrow as pa
@@ -16,30 +18,21 @@ import pyarrow as pa
 from resdyn import sampling
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.metadata import preview
-from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
+from resdyn.dagster_project.parallel import ordered_parallel_map
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
 from resdyn.dagster_project.store.io_manager import table_output
 from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
-from resdyn.depth import SCHUR_ORDERING
+from resdyn.depth import RANK_DEFINITIONS, SCHUR_ORDERING
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, StageProgress, iter_matrices, partition
-from .spectra import PARALLEL_MIN_WIDTH, sublayers_in_depth_order
+from .common import PARTITIONS, StageProgress, partition
+from .spectra import jacobians_in_depth_order
 from .spectral_worker import fold_through_depth, read_matrix
 
-RANKS = ("effective_rank", "participation_ratio", "stable_rank")
 # The samples' interval of the surgery is under LAPACK's ordering only: the two reordered ones cost 2 dtrexc passes
 # and 2 more product chains per fold (at d = 576 they were 60% of this stage); their readings carry no interval.
-
-
-def cumulative_quantity(rank: str) -> str:
-    return f"cumulative_{rank}"
-
-
-def surgery_quantity(ordering: str, rank: str) -> str:
-    return f"surgery_alpha0_{ordering}_{rank}"
 
 
 @dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="spectra",
@@ -79,32 +72,28 @@ def _row(layer, sublayer, quantity, value, replicates) -> dict:
 
 def _intervals(context, settings, store) -> pa.Table:
     model, checkpoint = partition(context)
-    order = sublayers_in_depth_order(store, model, checkpoint)
     fold_groups, fold_counts = _fold_index(store, model, checkpoint)
     schema = spec("sampling_intervals").schema()
     if not fold_groups:  # folds off (--folds 0, or wider than --fold-max-width): an empty table says so
         context.log.info(f"{context.partition_key}: no fold means (folds off at this width): no sampling intervals")
         return schema.empty_table()
-    path = str(store.table_path("jacobians", model, checkpoint))
+    path, order, _, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
     folds_path = str(store.table_path("jacobian_folds", model, checkpoint))
     of_mean = {(r["layer"], r["sublayer"]): r for r in store.read("layer_metrics", model, checkpoint).to_pylist()}
     cumulative = {r["depth"]: r for r in store.read("cumulative_rank", model, checkpoint).to_pylist()}
-    surgery = {(r["schur_ordering"], r["depth"]): r for r in store.read("schur_surgery", model, checkpoint).to_pylist()
-               if r["alpha"] == 0.0}
+    surgery = {r["depth"]: r for r in store.read("schur_surgery", model, checkpoint).to_pylist()
+               if r["alpha"] == 0.0 and r["schur_ordering"] == SCHUR_ORDERING}
     n_folds = len(next(iter(fold_groups.values())))
     steps = {fold: [(index, fold_groups[(layer, sublayer)][fold], sum(fold_counts[(layer, sublayer)]),
                      fold_counts[(layer, sublayer)][fold]) for index, layer, sublayer in order] for fold in range(n_folds)}
-    d = len(read_matrix(path, order[0][0]))
-    workers = min(n_folds, settings.workers or default_workers()) if d >= PARALLEL_MIN_WIDTH else 1
     progress = StageProgress(context, "sampling intervals (folds through depth)", n_folds)
     by_fold = []
     for fold, result in enumerate(ordered_parallel_map(fold_through_depth, [(path, folds_path, fold, steps[fold])
-                                                                           for fold in range(n_folds)], workers=workers)):
+                                                                           for fold in range(n_folds)],
+                                                       workers=min(n_folds, workers))):
         by_fold.append(result)
         progress.done(f"fold {fold}")
-    n_observations = {(r["layer"], r["sublayer"]): r["n_observations"] for r in store.read(
-        "jacobians", model, checkpoint, columns=["layer", "sublayer", "n_observations"]).to_pylist()}
-    kept = _kept_sample_noise(store, model, checkpoint, n_observations)
+    kept = _kept_samples_by_sublayer(store, model, checkpoint)
     rows = []
     for position, (index, layer, sublayer) in enumerate(order):
         interrupts.check(f"sampling_intervals of {context.partition_key}")
@@ -113,37 +102,32 @@ def _intervals(context, settings, store) -> pa.Table:
             if name not in fold_results[0]["metrics"] or isinstance(value, str) or value is None:
                 continue  # keys, strings and the alignment metrics (not computed for the folds)
             rows.append(_row(layer, sublayer, name, float(value), [r["metrics"][name] for r in fold_results]))
+        mean, counts = read_matrix(path, index), fold_counts[(layer, sublayer)]
         leave_one_out = sampling.leave_one_out_means(
-            read_matrix(path, index), [read_matrix(folds_path, g) for g in fold_groups[(layer, sublayer)]],
-            fold_counts[(layer, sublayer)])
-        rows.append(_row(layer, sublayer, "noise_to_signal", sampling.noise_to_signal(read_matrix(path, index),
-                                                                                      leave_one_out), []))
-        rows.append(_row(layer, sublayer, "noise_to_signal_per_sample", kept.get((layer, sublayer), float("nan")), []))
+            mean, [read_matrix(folds_path, group) for group in fold_groups[(layer, sublayer)]], counts)
+        rows.append(_row(layer, sublayer, "noise_to_signal", sampling.noise_to_signal(mean, leave_one_out), []))
+        per_sample = sampling.per_sample_noise_to_signal(
+            mean, (read_matrix(kept.path, group) for group in kept.groups.get((layer, sublayer), [])), sum(counts))
+        rows.append(_row(layer, sublayer, "noise_to_signal_per_sample", per_sample, []))
         depth = sublayer_depth(layer, sublayer)
-        for rank in RANKS:
-            rows.append(_row(layer, sublayer, cumulative_quantity(rank), cumulative[depth][rank],
+        for rank in RANK_DEFINITIONS:
+            rows.append(_row(layer, sublayer, sampling.cumulative_quantity(rank), cumulative[depth][rank],
                              [r["cumulative"][rank] for r in fold_results]))
-            if (SCHUR_ORDERING, depth) in surgery:
-                rows.append(_row(layer, sublayer, surgery_quantity(SCHUR_ORDERING, rank),
-                                 surgery[(SCHUR_ORDERING, depth)][rank], [r["surgery"][rank] for r in fold_results]))
+            if depth in surgery:
+                rows.append(_row(layer, sublayer, sampling.surgery_quantity(SCHUR_ORDERING, rank), surgery[depth][rank],
+                                 [r["surgery"][rank] for r in fold_results]))
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def _kept_sample_noise(store, model: str, checkpoint: str, n_observations: dict) -> dict:
-    """(layer, sublayer) -> resdyn.sampling.per_sample_noise_to_signal from the kept per-sample Jacobians, one
-    matrix in memory at a time beside its sublayer's mean."""
-    path = str(store.table_path("jacobians", model, checkpoint))
-    mean_groups = {(layer, sublayer): index for index, layer, sublayer in sublayers_in_depth_order(store, model, checkpoint)}
-    squared: dict[tuple, list[float]] = {}
-    current_key, mean = None, None
-    for key, matrix in iter_matrices(store, "sample_jacobians", model, checkpoint):
-        if key != current_key:
-            current_key, mean = key, read_matrix(path, mean_groups[key])
-        squared.setdefault(key, []).append(float(np.linalg.norm(matrix - mean) ** 2))
-    ratios = {}
-    for key, values in squared.items():
-        mean = read_matrix(path, mean_groups[key])
-        update = float(np.linalg.norm(mean - np.eye(len(mean))))
-        ratios[key] = (float(np.sqrt(np.mean(values)) / (np.sqrt(n_observations[key]) * update))
-                       if update > 0 else float("nan"))
-    return ratios
+@dataclass(frozen=True)
+class _KeptSamples:
+    path: str
+    groups: dict  # (layer, sublayer) -> row groups of its kept per-sample Jacobians
+
+
+def _kept_samples_by_sublayer(store, model: str, checkpoint: str) -> _KeptSamples:
+    """Where each sublayer's kept per-sample Jacobians are (read one at a time by the caller)."""
+    groups: dict[tuple, list[int]] = {}
+    for index, group in enumerate(store.row_groups("sample_jacobians", model, checkpoint, columns=["layer", "sublayer"])):
+        groups.setdefault((group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py()), []).append(index)
+    return _KeptSamples(str(store.table_path("sample_jacobians", model, checkpoint)), groups)

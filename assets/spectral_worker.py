@@ -55,7 +55,7 @@ def fold_through_depth(task: tuple) -> list[dict]:
     (n - n_k) (no alignment metrics, which no claim reads), the ranks of their product so far and of the product
     of their alpha = 0 Schur surgery under LAPACK's ordering. Each fold is independent of the others, so the folds
     run in parallel and nothing larger than one depth's numbers leaves the worker."""
-    from resdyn.depth import SCHUR_ORDERING, CumulativeProduct, SchurSurgery, rank_summary
+    from resdyn.depth import RANK_DEFINITIONS, SCHUR_ORDERING, CumulativeProduct, SchurSurgery, rank_summary
 
     path, folds_path, fold, steps = task
     product, surgery = CumulativeProduct(), SchurSurgery((0.0,), orderings=(SCHUR_ORDERING,), reordered_alphas=())
@@ -65,6 +65,6 @@ def fold_through_depth(task: tuple) -> list[dict]:
         spectrum = analyse_sublayer(matrix, alignment=False)
         operated = surgery.push(spectrum.schur_form, spectrum.schur_basis)[0]
         results.append({"metrics": spectrum.metrics, "cumulative": rank_summary(product.push(matrix)),
-                        "surgery": {key: operated[key] for key in ("effective_rank", "participation_ratio", "stable_rank")}})
+                        "surgery": {rank: operated[rank] for rank in RANK_DEFINITIONS}})
         del matrix, spectrum
     return results

@@ -6,6 +6,7 @@ import numpy as np
 
 from resdyn.assets.common import iter_matrices, partition
 from resdyn.dagster_project.store.arrow_tables import matrix_rows
+from resdyn.depth import SCHUR_ORDERING
 
 from .resources import AnalysisSettings, WarehouseResource
 
@@ -109,7 +110,7 @@ def surgery_identity_reproduces_cumulative_rank(context, warehouse: WarehouseRes
     surgery = store.read("schur_surgery", model, checkpoint).to_pylist()
     orderings = sorted({r["schur_ordering"] for r in surgery})
     identity = {(r["schur_ordering"], r["depth"]): r["effective_rank"] for r in surgery if r["alpha"] == 1.0}
-    complete = "lapack-default" in orderings and set(identity) == {(o, d) for o in orderings for d in plain}
+    complete = SCHUR_ORDERING in orderings and set(identity) == {(o, d) for o in orderings for d in plain}
     worst = max((abs(rank - plain[d]) / plain[d] for (_, d), rank in identity.items() if d in plain), default=np.inf)
     drift = max(r["max_eigenvalue_drift"] for r in surgery)
     return _result(context, passed=complete and worst < 1e-8 and drift < 1e-8,

@@ -15,8 +15,6 @@ import numpy as np
 import polars as pl
 
 from resdyn.claims import (
-    ORDERINGS,
-    RANKS,
     RULES,
     CheckpointData,
     ClaimsReport,
@@ -24,7 +22,11 @@ from resdyn.claims import (
     evaluate,
     with_quantization_control,
 )
+from resdyn.depth import RANK_DEFINITIONS as RANKS
+from resdyn.depth import SCHUR_ORDERING
+from resdyn.depth import SCHUR_ORDERINGS as ORDERINGS
 from resdyn.models.registry import INIT_QUANTIZED_REVISION as QUANTIZED_CHECKPOINT
+from resdyn.sampling import cumulative_quantity, surgery_quantity
 
 from .config import SQL_DIRECTORY
 from .store.warehouse import Warehouse
@@ -49,13 +51,16 @@ MEASURES = ("asymmetry_index", "rotation_share", "henrici_rel_j_minus_i", "henri
             "mean_absolute_argument")
 
 
+def _by_depth(intervals: pl.DataFrame, quantity: str, column: str) -> dict:
+    """depth -> ``column`` of the sampling_intervals rows of ``quantity``."""
+    rows = intervals.filter(pl.col("quantity") == quantity)
+    return dict(zip(rows["depth"].to_list(), rows[column].to_list()))
+
+
 def _replicates(intervals: pl.DataFrame, quantity: str, depths: np.ndarray) -> np.ndarray | None:
     """(folds x depths) leave-one-fold-out values of ``quantity`` in the order of ``depths``; None without folds."""
-    rows = intervals.filter(pl.col("quantity") == quantity)
-    if rows.is_empty():
-        return None
-    by_depth = dict(zip(rows["depth"].to_list(), rows["replicates"].to_list()))
-    if any(by_depth.get(int(depth)) is None or len(by_depth[int(depth)]) < 2 for depth in depths):
+    by_depth = _by_depth(intervals, quantity, "replicates")
+    if not by_depth or any(by_depth.get(int(depth)) is None or len(by_depth[int(depth)]) < 2 for depth in depths):
         return None
     return np.asarray([by_depth[int(depth)] for depth in depths], dtype=np.float64).T
 
@@ -67,7 +72,7 @@ def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointD
     sizes, graphs = _by_checkpoint(_frame(store, "checkpoints", model)), _by_checkpoint(_frame(store, "graphs", model))
     surgery_by_depth = pl.from_arrow(store.query(
         "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
-        "WHERE schur_ordering = 'lapack-default' ORDER BY depth", complete_only=True)).filter(pl.col("model") == model)
+        f"WHERE schur_ordering = '{SCHUR_ORDERING}' ORDER BY depth", complete_only=True)).filter(pl.col("model") == model)
     data, products = {}, {}
     for checkpoint in sorted(set(sublayers["checkpoint"].to_list())):
         rows = sublayers.filter(pl.col("checkpoint") == checkpoint)
@@ -84,7 +89,7 @@ def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointD
         surgery_replicates = {}
         for ordering in ORDERINGS:
             for rank in RANKS:
-                replicates = _replicates(folds, f"surgery_alpha0_{ordering}_{rank}", rank_depths[-1:])
+                replicates = _replicates(folds, surgery_quantity(ordering, rank), rank_depths[-1:])
                 if replicates is not None:
                     surgery_replicates[(ordering, rank)] = replicates[:, -1]
         data[checkpoint] = CheckpointData(
@@ -95,7 +100,7 @@ def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointD
             operator_type_henrici=np.asarray(rows["operator_type_henrici"].fill_null("other").to_list()),
             cumulative={rank: _floats(ranks, rank) for rank in RANKS},
             cumulative_replicates={rank: r for rank in RANKS
-                                   if (r := _replicates(folds, f"cumulative_{rank}", rank_depths)) is not None},
+                                   if (r := _replicates(folds, cumulative_quantity(rank), rank_depths)) is not None},
             surgery_full_depth=surgery_full, surgery_replicates=surgery_replicates,
             coupling_effect=_floats(rows, "coupling_effect"),
             coupling_significant=rows["coupling_significant"].fill_null(False).to_numpy().astype(bool),
@@ -113,11 +118,8 @@ def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointD
 
 
 def _noise(intervals: pl.DataFrame, depths: np.ndarray) -> np.ndarray | None:
-    rows = intervals.filter(pl.col("quantity") == "noise_to_signal")
-    if rows.is_empty():
-        return None
-    by_depth = dict(zip(rows["depth"].to_list(), rows["value"].to_list()))
-    return np.asarray([by_depth.get(int(d), float("nan")) for d in depths], dtype=np.float64)
+    by_depth = _by_depth(intervals, "noise_to_signal", "value")
+    return np.asarray([by_depth.get(int(d), float("nan")) for d in depths], dtype=np.float64) if by_depth else None
 
 
 def claim_pairs(store: Warehouse) -> list[dict]:

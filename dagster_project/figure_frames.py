@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from resdyn import figures
+from resdyn.depth import SCHUR_ORDERING
 
 DEPTH_CURVES = ("henrici_rel_j_minus_i", "frac_complex", "self_alignment", "effective_rank",
                 "log10_condition", "spectral_radius")
@@ -44,7 +45,7 @@ def cumulative_rank_figure(model: str, cumulative_rank: dict[str, pl.DataFrame],
 def schur_surgery_figure(partition: str, schur_surgery: pl.DataFrame, directory: Path | None):
     """Effective rank of the cumulative product of J(alpha) vs depth, one line per alpha (LAPACK's Schur ordering)."""
     curves = {"effective_rank": {}}
-    schur_surgery = schur_surgery.filter(pl.col("schur_ordering") == "lapack-default")
+    schur_surgery = schur_surgery.filter(pl.col("schur_ordering") == SCHUR_ORDERING)
     for (alpha,), rows in schur_surgery.sort("alpha", "depth").group_by("alpha", maintain_order=True):
         curves["effective_rank"][f"alpha={alpha}"] = (rows["depth"].to_list(), rows["effective_rank"].to_list())
     return figures.metrics_by_depth(curves, directory, title=f"{partition}: Schur surgery", name="schur_surgery",

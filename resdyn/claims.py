@@ -41,6 +41,10 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
+from .coupling import rank_correlation_test
+from .depth import RANK_DEFINITIONS as RANKS
+from .depth import SCHUR_ORDERING as PRIMARY_ORDERING
+from .depth import SCHUR_ORDERINGS as ORDERINGS
 from .sampling import jackknife
 from .spectra import NEAR_SYMMETRIC_ASYMMETRY, ROTATION_DOMINATED_SHARE
 
@@ -50,9 +54,6 @@ N_PERMUTATIONS = 10000
 EARLY, LATE = 1 / 3, 2 / 3  # relative depth: the first and last thirds of the network
 NOISE_OBSERVATIONS_CAP = 2048  # simulated observations of the noise level (d = 4096: a 2048 x 4096 draw, 64 MB)
 TOPOLOGY_NOISE_FACTOR = 1.5  # graphs whose median kNN |r| is below this multiple of independent units' are noise
-RANKS = ("effective_rank", "participation_ratio", "stable_rank")
-PRIMARY_ORDERING = "lapack-default"
-ORDERINGS = ("lapack-default", "modulus-ascending", "modulus-descending")
 
 # Every rule, its version and when it was fixed (docs/study.md keeps the history): v1 rules are those of
 # the first claims table (henrici / complex-fraction readings, slope), v2 those of issue 30, committed
@@ -283,21 +284,14 @@ def bootstrap(statistic: Callable[..., float], *arrays: np.ndarray, n: int = N_B
 
 def spearman_with_permutation(x: np.ndarray, y: np.ndarray, *, n_permutations: int = N_PERMUTATIONS,
                               seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
-    """(Spearman's rho of x and y, two-sided permutation p = (1 + #{|rho_perm| >= |rho|}) / (1 + permutations));
-    rho is scipy.stats.spearmanr's. NaN and p = 1 with fewer than three finite pairs or a constant variable."""
+    """(Spearman's rho, two-sided permutation p) of the finite pairs (resdyn.coupling.rank_correlation_test); NaN
+    and p = 1 with fewer than three finite pairs or a constant variable."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan"), 1.0
-    rho = float(scipy.stats.spearmanr(x, y).statistic)
-    rank_x, rank_y = scipy.stats.rankdata(x), scipy.stats.rankdata(y)
-    rank_x, rank_y = rank_x - rank_x.mean(), rank_y - rank_y.mean()
-    rng = np.random.default_rng(seed)
-    permuted = np.array([rng.permutation(rank_y) for _ in range(n_permutations)])
-    rhos = permuted @ rank_x / (np.linalg.norm(rank_x) * np.linalg.norm(rank_y))
-    p = (1 + int(np.sum(np.abs(rhos) >= abs(rho) - 1e-12))) / (1 + n_permutations)
-    return rho, float(p)
+    return rank_correlation_test(x, y, n_permutations=n_permutations, seed=seed)
 
 
 def side(estimate: Estimate | None, bound: float, holds_above: bool) -> str:
@@ -479,16 +473,11 @@ def _symmetry_and_rotation_claims(null: CheckpointData, trained: CheckpointData)
 
 
 def _compression(data: CheckpointData, rank: str) -> Estimate:
-    """Rank after the first map / after all maps, with the samples' interval of its log from the replicates."""
+    """Rank after the first map / after all maps, with the samples' interval from the replicates (paired by fold)."""
     replicates = data.cumulative_replicates.get(rank)
-    single, full = _cumulative(data, rank, 0), _cumulative(data, rank, -1)
-    value = single / full if full > 0 else float("nan")
-    if replicates is None or len(replicates) < 2 or not _finite(value):
-        return Estimate(value)
-    interval = jackknife(np.log(value), np.log(replicates[:, 0] / replicates[:, -1]))
-    if not _finite(interval.low):
-        return Estimate(value, sample_low=float("nan"), sample_high=float("nan"))
-    return Estimate(value, sample_low=float(np.exp(interval.low)), sample_high=float(np.exp(interval.high)))
+    return _ratio_estimate(_cumulative(data, rank, 0), _cumulative(data, rank, -1),
+                           None if replicates is None else replicates[:, 0],
+                           None if replicates is None else replicates[:, -1])
 
 
 def _full_depth_replicates(data: CheckpointData, rank: str) -> np.ndarray | None:

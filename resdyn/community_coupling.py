@@ -27,9 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
 
-from resdyn.coupling import SignedTestResult, false_discovery
+from resdyn.coupling import SignedTestResult, rank_correlation_test
 from resdyn.topology import SignedEdges, participation_coefficient
 
 # The smallest community tested. A community of one or two units has a "mean" participation that is one or two
@@ -43,7 +42,7 @@ POSITION_MEASURE = "mean_participation"  # the primary position (community_posit
 GAIN_OPERATORS = ("jacobian", "symmetric", "update")
 
 __all__ = ["GAIN_OPERATORS", "MIN_COMMUNITIES", "MIN_SIZE", "POSITION_MEASURE", "CommunityCouplingResult",
-           "CommunityPosition", "benjamini_hochberg", "community_coupling_test", "community_log_gains",
+           "CommunityPosition", "community_coupling_test", "community_log_gains",
            "community_position", "inter_community_share", "log_gain"]
 
 
@@ -164,12 +163,6 @@ class CommunityCouplingResult(SignedTestResult):
         return self.rho
 
 
-def _standardised_ranks(values: np.ndarray) -> np.ndarray:
-    ranks = scipy.stats.rankdata(values)
-    ranks -= ranks.mean()
-    return ranks / np.linalg.norm(ranks)
-
-
 def community_coupling_test(position: np.ndarray, log_gain: np.ndarray, size: np.ndarray, *,
                             min_size: int = MIN_SIZE, n_permutations: int = 1000,
                             seed: int = 0) -> CommunityCouplingResult:
@@ -184,7 +177,8 @@ def community_coupling_test(position: np.ndarray, log_gain: np.ndarray, size: np
 
     (two-sided; Phipson & Smyth 2010, Stat. Appl. Genet. Mol. Biol. 9:39, never 0). The permuted rho
     is the inner product of the standardised ranks (ranks are a permutation of the same values, so
-    nothing is re-ranked).
+    nothing is re-ranked: resdyn.coupling.rank_correlation_test). Across sublayers: Benjamini-Hochberg by
+    resdyn.coupling.false_discovery.
 
     Undefined (p = 1, rho nan, ``reason`` set) when fewer than :data:`MIN_COMMUNITIES` communities are
     eligible or when the position or the gain is constant over them.
@@ -201,16 +195,5 @@ def community_coupling_test(position: np.ndarray, log_gain: np.ndarray, size: np
     for values, name in ((x, "position"), (y, "gain")):
         if np.all(values == values[0]):
             return CommunityCouplingResult(n, float("nan"), 1.0, f"the {name} is the same in every eligible community")
-    rho = float(scipy.stats.spearmanr(x, y).statistic)
-    rx, ry = _standardised_ranks(x), _standardised_ranks(y)
-    rng = np.random.default_rng(seed)
-    permuted = rng.permuted(np.broadcast_to(ry, (n_permutations, n)), axis=1) @ rx
-    extreme = int(np.sum(np.abs(permuted) >= abs(rho) - 1e-12))
-    return CommunityCouplingResult(n, rho, (1 + extreme) / (1 + n_permutations))
-
-
-def benjamini_hochberg(p_values) -> np.ndarray:
-    """Benjamini-Hochberg q-values across the sublayers of a model checkpoint (Benjamini & Hochberg 1995,
-    J. R. Stat. Soc. B 57:289), by :func:`resdyn.coupling.false_discovery`: nan entries (undefined tests)
-    stay nan and are not counted among the tests."""
-    return false_discovery(p_values, "bh")
+    rho, p = rank_correlation_test(x, y, n_permutations=n_permutations, seed=seed)
+    return CommunityCouplingResult(n, rho, p)

@@ -67,6 +67,23 @@ class CouplingResult(SignedTestResult):
     reason: str = ""  # why the test is undefined; empty when it is defined
 
 
+def rank_correlation_test(x: np.ndarray, y: np.ndarray, *, n_permutations: int, seed: int) -> tuple[float, float]:
+    """(rho, p): Spearman's rank correlation (scipy.stats.spearmanr; Spearman 1904) of two non-constant samples and
+    its two-sided permutation p = (1 + #{b : |rho_b| >= |rho|}) / (1 + B) over B permutations of y by
+    ``numpy.random.default_rng(seed)`` (Phipson & Smyth 2010: never 0). A permuted rho is the inner product of the
+    standardised ranks, which a permutation only reorders, so nothing is ranked again."""
+    rho = float(scipy.stats.spearmanr(x, y).statistic)
+    rx, ry = (_standardised_ranks(values) for values in (x, y))
+    permuted = np.random.default_rng(seed).permuted(np.broadcast_to(ry, (n_permutations, len(ry))), axis=1) @ rx
+    return rho, (1 + int(np.sum(np.abs(permuted) >= abs(rho) - 1e-12))) / (1 + n_permutations)
+
+
+def _standardised_ranks(values: np.ndarray) -> np.ndarray:
+    ranks = scipy.stats.rankdata(values)
+    ranks -= ranks.mean()
+    return ranks / np.linalg.norm(ranks)
+
+
 def undefined_reason(n_boundary: int, n_interior: int) -> str:
     if n_boundary == 0 and n_interior == 0:
         return "no unit with a finite amplification"

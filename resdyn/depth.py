@@ -42,6 +42,7 @@ SCHUR_ORDERING = "lapack-default"  # scipy.linalg.schur(output='real', sort=None
 MODULUS_ASCENDING = "modulus-ascending"  # |lambda| non-decreasing down the diagonal (reorder_real_schur)
 MODULUS_DESCENDING = "modulus-descending"  # |lambda| non-increasing down the diagonal
 SCHUR_ORDERINGS = (SCHUR_ORDERING, MODULUS_ASCENDING, MODULUS_DESCENDING)
+RANK_DEFINITIONS = ("effective_rank", "participation_ratio", "stable_rank")  # of a product: rank_summary's real-valued ranks
 REORDERED_ALPHAS = (0.0, 1.0)  # the alphas SchurSurgery runs on a reordered form (alpha = 1: a check)
 
 

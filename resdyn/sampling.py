@@ -26,13 +26,23 @@ run by default up to d = 1024 (settings ``folds``, ``fold_max_width``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.stats
 
 CONFIDENCE = 0.95
+
+
+def cumulative_quantity(rank: str) -> str:
+    """The ``sampling_intervals.quantity`` of a rank of the cumulative product."""
+    return f"cumulative_{rank}"
+
+
+def surgery_quantity(ordering: str, rank: str) -> str:
+    """The ``sampling_intervals.quantity`` of a rank of the alpha = 0 surgery product under ``ordering``."""
+    return f"surgery_alpha0_{ordering}_{rank}"
 
 
 def leave_one_out_means(mean: np.ndarray, fold_means: Sequence[np.ndarray], fold_counts: Sequence[int]) -> list[np.ndarray]:
@@ -84,13 +94,15 @@ def noise_to_signal(mean: np.ndarray, leave_one_out: Sequence[np.ndarray]) -> fl
     return float(se / update) if update > 0 else float("nan")
 
 
-def per_sample_noise_to_signal(mean: np.ndarray, samples: Sequence[np.ndarray], n_observations: int) -> float:
-    """RMS_i ||J_i - J||_F / (sqrt(n) ||J - I||_F) from kept per-sample Jacobians J_i: the same ratio as
-    :func:`noise_to_signal` under independent samples (the standard error of a mean of n is the per-sample
-    spread over sqrt(n)). Blind to correlation between samples, which the block jackknife sees."""
+def per_sample_noise_to_signal(mean: np.ndarray, samples: Iterable[np.ndarray], n_observations: int) -> float:
+    """RMS_i ||J_i - J||_F / (sqrt(n) ||J - I||_F) from kept per-sample Jacobians J_i (any iterable: one matrix in
+    memory at a time): the same ratio as :func:`noise_to_signal` under independent samples (the standard error of
+    a mean of n is the per-sample spread over sqrt(n)). Blind to correlation between samples, which the block
+    jackknife sees."""
     mean = np.asarray(mean, dtype=np.float64)
-    if len(samples) == 0 or n_observations <= 0:
+    squared = [float(np.linalg.norm(np.asarray(s, dtype=np.float64) - mean) ** 2) for s in samples]
+    if not squared or n_observations <= 0:
         return float("nan")
-    spread = np.sqrt(np.mean([np.linalg.norm(np.asarray(s, dtype=np.float64) - mean) ** 2 for s in samples]))
+    spread = np.sqrt(np.mean(squared))
     update = np.linalg.norm(mean - np.eye(len(mean)))
     return float(spread / (np.sqrt(n_observations) * update)) if update > 0 else float("nan")

@@ -146,7 +146,7 @@ def analyse_layer(
     all_samples = [sample for batch, _ in batches for sample in batch]
     fold_of = fold_of_samples(all_samples, options.folds)
     n_folds = len(set(fold_of.values()))
-    moments = {sublayer: [RunningMoments() for _ in range(n_folds)] for sublayer in SUBLAYERS}
+    by_fold = {sublayer: [RunningMoments() for _ in range(n_folds)] for sublayer in SUBLAYERS}
     describe = getattr(backend, "backend_for", None)
     backends = {sublayer: describe(adapter, layer, sublayer) if describe else backend.name for sublayer in SUBLAYERS}
     kept: dict[str, list] = {sublayer: [] for sublayer in SUBLAYERS}
@@ -173,15 +173,14 @@ def analyse_layer(
                 residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
                 activations[boundary].append(residual.to(torch.float32).cpu().numpy().reshape(-1, d_model))
         with float64_casts(inputs.hidden.dtype):  # a model's float32 casts of float64 data stay float64
-            _measure_batch(clock, backend, adapter, layer, inputs, positions, moments, keep_one, batch, options,
+            _measure_batch(clock, backend, adapter, layer, inputs, positions, by_fold, keep_one, batch, options,
                            directions, torch_directions, sums, layer_index, _batch_parts(batch, inputs, fold_of))
         if progress is not None:
             progress(layer_index, n_layers, batch_number + 1, len(batches))
     with clock("mean_jacobians"), float64_casts(batches[0][1].hidden.dtype):
         if hasattr(backend, "finish"):  # backends that defer their weight products to the end of the layer
             backend.finish()
-    by_fold = moments
-    moments = {sublayer: parts[0] if len(parts) == 1 else RunningMoments.merged(parts) for sublayer, parts in by_fold.items()}
+    moments = {sublayer: RunningMoments.merged(parts) for sublayer, parts in by_fold.items()}
     for sublayer, moment in moments.items():
         if not moment.mean_is_finite():
             _raise_non_finite(layer_index, sublayer, batches[-1][0])

@@ -26,8 +26,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "tokenizer.model", "vocab.json", "merges.txt")
 
 
-def read_null_model_record(directory: str | os.PathLike) -> dict | None:
-    path = Path(directory) / NULL_MODEL_RECORD
+def read_null_model_record(directory: str | os.PathLike, name: str = NULL_MODEL_RECORD) -> dict | None:
+    """The JSON record ``name`` a made checkpoint keeps of how it was made (None when absent or unreadable)."""
+    path = Path(directory) / name
     try:
         return json.loads(path.read_text()) if path.is_file() else None
     except (OSError, ValueError):

@@ -64,14 +64,6 @@ SUBSTITUTES: dict[str, tuple[str, str]] = {
 }
 
 
-def read_quantized_record(directory: str | os.PathLike) -> dict | None:
-    path = Path(directory) / QUANTIZED_NULL_MODEL_RECORD
-    try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
-
-
 def can_quantize(kind: str) -> bool:
     """Does ``gguf.quants.quantize`` implement GGML type ``kind``? (Tried on one zero block: the package raises
     NotImplementedError for the types it only dequantizes.)"""
@@ -136,7 +128,7 @@ def quantized_checkpoint(gguf_file: str | os.PathLike, null_model: str | os.Path
                   "null_model_of": {key: null_record.get(key) for key in ("seed", "config_json", "config_values")},
                   "quantizer_version": QUANTIZER_VERSION, "gguf_version": importlib.metadata.version("gguf"),
                   "substitutes": {kind: used for kind, (used, _) in SUBSTITUTES.items()}}
-        existing = read_quantized_record(destination)
+        existing = read_null_model_record(destination, QUANTIZED_NULL_MODEL_RECORD)
         if existing is not None and all(existing.get(key) == value for key, value in wanted.items()) \
                 and (destination / "config.json").is_file():
             return existing

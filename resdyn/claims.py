@@ -56,21 +56,24 @@ NOISE_OBSERVATIONS_CAP = 2048  # simulated observations of the noise level (d = 
 TOPOLOGY_NOISE_FACTOR = 1.5  # graphs whose median kNN |r| is below this multiple of independent units' are noise
 
 # Every rule, its version and when it was fixed (docs/study.md keeps the history): v1 rules are those of
-# the first claims table (henrici / complex-fraction readings, slope), v2 those of issue 30, committed
-# before Gemma 3 270M's numbers at n = 1000 were seen.
+# the first claims table (henrici / complex-fraction readings, slope), v2 those of issue 30 (commit 84afd5b),
+# v3 the three whose samples' interval or decision changed after review (commits 323b2c8, 3c97167): all before
+# any v2 claim on SmolLM2's trained model or any number of Gemma 3 270M had been seen.
 RULES = {
     "early_rotation": (2, "trained mean rotation_share, first third of depth > 1/pi (half a random matrix's 2/pi)"),
     "early_rotation@frac_complex": (1, "trained mean complex fraction, first third > 0.5"),
-    "spectral_gradient": (2, "Spearman rho(depth, measure) < 0 per sublayer type: permutation p < 0.05 and the "
-                             "samples' interval below 0"),
+    "spectral_gradient": (3, "Spearman rho(depth, measure) < 0 per sublayer type: permutation p < 0.05 and the "
+                             "samples' interval (of Pearson's r, on Fisher's z) below 0; does not hold only on a "
+                             "significant rise"),
     "late_near_symmetric": (2, "trained mean asymmetry_index, last third < 1/(2 sqrt 2) (half a random matrix's)"),
     "late_near_symmetric@henrici": (1, "trained mean dep/||J - I||_F, last third < 0.5"),
     "init_near_symmetric": (2, "null model mean asymmetry_index over all sublayers < 1/(2 sqrt 2)"),
     "init_near_symmetric@henrici": (1, "null model mean dep/||J - I||_F < 0.5"),
-    "training_adds_rotation": (2, "trained - null rotation_share, first two thirds, paired by depth > 0"),
+    "training_adds_rotation": (3, "trained - null rotation_share, first two thirds, paired by depth > 0 (samples' "
+                                  "interval paired by fold)"),
     "training_adds_rotation@frac_complex": (1, "trained - null complex fraction, first two thirds > 0"),
     "cumulative_bottleneck": (2, "trained rank after the first map / after all maps > 2 (interval from the samples)"),
-    "bottleneck_learned": (2, "full-depth rank, null / trained > 2 (interval from both models' samples)"),
+    "bottleneck_learned": (3, "full-depth rank, null / trained > 2 (samples' interval paired by fold)"),
     "surgery_dissolves": (2, "share of the rank lost through depth that alpha = 0 restores > 0.5"),
     "coupling_near_symmetric": (2, "mean rank-biserial effect over near-symmetric sublayers > 0; undecided on noise "
                                    "graphs"),

@@ -188,6 +188,7 @@ def test_a_small_skew_perturbation_fills_the_complex_fraction_but_not_the_rotati
     noise = rng.normal(size=(d, d))
     update = symmetric + 0.1 * np.linalg.norm(symmetric) / np.linalg.norm(noise) * noise
     metrics = spectra.sublayer_metrics(np.eye(d) + update)
-    assert metrics["frac_complex"] > 0.3
-    assert metrics["rotation_share"] < 0.05
+    # at d = 200, over 40 seeds: complex fraction 0.27-0.40 (mean 0.32), rotation share at most 0.004
+    assert metrics["frac_complex"] > 0.2
+    assert metrics["rotation_share"] < 0.01 and metrics["frac_complex"] > 20 * metrics["rotation_share"]
     assert metrics["operator_type"] == "near_symmetric"

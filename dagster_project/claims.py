@@ -131,14 +131,43 @@ def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_che
                  output: Path | None = None) -> tuple[ClaimsReport, Path]:
     from resdyn.figures import claims_panels
 
+    if null_checkpoint == trained_checkpoint:
+        raise ValueError(f"--null and --trained both name {model}@{null_checkpoint}: a claim compares two checkpoints "
+                         "(the null model's and the trained one's); `resdyn models` lists them")
+    partitions = {row["checkpoint"]: row for row in store.query(
+        "SELECT checkpoint, status, source_sha256, registered_sha256, d_model FROM partitions WHERE model = $model",
+        parameters={"model": model}).to_pylist()}
+    if not partitions:
+        from resdyn.models.registry import ModelRegistry
+
+        registered = model in ModelRegistry(store.registry_file).specs
+        models = sorted({row["model"] for row in store.query("SELECT DISTINCT model FROM partitions").to_pylist()})
+        raise ValueError(f"{model} has no partition in {store.root}" + (
+            f": run it first (`resdyn run --model {model}`)" if registered else
+            f" and is not a registered model; the models there: {', '.join(models) or 'none'} (`resdyn models`)"))
     data, products = checkpoint_data(store, model)
+    control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
+    compared = [null_checkpoint, trained_checkpoint, *([control] if control else [])]
+    stale = [c for c in compared if partitions.get(c, {}).get("status") == "stale"]
+    if stale:
+        row = partitions[stale[0]]
+        raise ValueError(f"{model}@{', '.join(stale)} was made from a file (sha256 {row['source_sha256'][:12]}) that is no "
+                         f"longer the one {model} is registered with ({row['registered_sha256'][:12]}): rerun it "
+                         f"(`resdyn run --model {model} --checkpoint {' --checkpoint '.join(stale)}`)")
     missing = [c for c in (null_checkpoint, trained_checkpoint) if c not in data]
     if missing:
         known = ", ".join(sorted(data)) or "none"
         raise ValueError(f"{model}: no complete partition for checkpoint(s) {', '.join(missing)} (complete: {known}); "
-                         f"run `resdyn run --model {model}` first")
+                         f"run `resdyn run --model {model} --checkpoint {' --checkpoint '.join(missing)}` first")
+    sources = {c: (partitions.get(c) or {}).get("source_sha256") or "" for c in compared}
+    widths = {c: data[c].d_model for c in compared}
+    if len(set(widths.values())) > 1 or len({sha for sha in sources.values() if sha}) > 1:
+        described = ", ".join(f"{c}: d = {widths[c]}" + (f", sha256 {sources[c][:12]}" if sources[c] else "")
+                              for c in compared)
+        raise ValueError(f"{model}'s checkpoints were made from different models ({described}): a claim compares one "
+                         f"architecture before and after training; rerun the odd one out (`resdyn run --model {model} "
+                         "--checkpoint NAME`)")
     claims = evaluate(data[null_checkpoint], data[trained_checkpoint])
-    control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
     if control is not None:
         claims = with_quantization_control(claims, data[control], data[trained_checkpoint])
     report = ClaimsReport(model, null_checkpoint, trained_checkpoint, claims,

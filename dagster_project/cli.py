@@ -212,10 +212,16 @@ def command_ui(arguments) -> int:
 
 
 def command_check(arguments) -> int:
-    """Read every published file's footer and schema, and list damaged, missing or stray files."""
+    """Read every published file's footer and schema, and list damaged, missing, stale or unpublished files."""
     from .store.integrity import scan
+    from .store.leftovers import describe, reclaim, unpublished_files
 
-    problems = scan(Warehouse(arguments.warehouse).require_existing())
+    store = Warehouse(arguments.warehouse).require_existing()
+    if arguments.reclaim:
+        leftovers = unpublished_files(store)
+        freed = reclaim(store, leftovers)
+        print(f"resdyn check --reclaim: removed {len(leftovers)} unpublished file(s), {freed} bytes")
+    problems = scan(store) + describe(unpublished_files(store))
     for problem in problems:
         print(problem)
     print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")
@@ -265,13 +271,29 @@ def _register_gguf(path: Path, arguments, registry: ModelRegistry) -> list[str]:
         checkpoints[INIT_REVISION] = INIT_REVISION
         checkpoints[INIT_QUANTIZED_REVISION] = INIT_QUANTIZED_REVISION  # the quantization control
     previous = registry.specs.get(name)
+    changed = bool(previous is not None and previous.sha256 and previous.sha256 != description.sha256)
     registry.add(ModelSpec(name, description.family, str(path), checkpoints, description.sha256,
-                           description.quantization_summary))
-    changed = previous is not None and previous.sha256 and previous.sha256 != description.sha256
+                           description.quantization_summary))  # the checkpoints registered before stay
+    # what was made from another file (its null model, their quantized control) is stale: this run remakes it
+    stale = _stale_checkpoints(arguments.warehouse, name)
+    rerun = [label for label, revision in (previous.checkpoints.items() if previous is not None else ())
+             if revision in (INIT_REVISION, INIT_QUANTIZED_REVISION) and label not in checkpoints and label in stale]
     print(f"registered {name} -> {path} (GGUF {description.architecture}, {description.quantization_summary}, sha256 "
           f"{description.sha256[:12]}{'; changed since last registered: it will be imported again' if changed else ''}"
-          f"), checkpoints {list(checkpoints)}")
-    return [partition_key(name, c) for c in checkpoints]
+          f"), checkpoints {list(checkpoints) + rerun}"
+          + (f"; {', '.join(rerun)} made from another file: remade from this one" if rerun else ""))
+    return [partition_key(name, c) for c in [*checkpoints, *rerun]]
+
+
+def _stale_checkpoints(warehouse: str | None, model: str) -> set[str]:
+    """The checkpoints of ``model`` whose published partition was made from another source file than the one
+    registered now (``partitions.status = 'stale'``)."""
+    store = Warehouse(warehouse)
+    if not store.root.is_dir():
+        return set()
+    rows = store.query("SELECT checkpoint FROM partitions WHERE model = $model AND status = 'stale'",
+                       parameters={"model": model}).to_pylist()
+    return {row["checkpoint"] for row in rows}
 
 
 def _partitions_of_model(model: str, arguments, registry: ModelRegistry) -> list[str]:
@@ -665,6 +687,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="read every published file's footer and schema; list problems")
     check.add_argument("--warehouse")
+    check.add_argument("--reclaim", action="store_true", help="first remove the unpublished files that failed or "
+                       "killed runs left (a live run's are kept)")
     check.set_defaults(handler=command_check)
 
     ui = commands.add_parser("ui", help="the Dagster UI with figures inline (webserver + daemon; needs DAGSTER_HOME)")

@@ -33,17 +33,57 @@ SQL_DIRECTORY = REPOSITORY_ROOT / "sql"  # views.sql, the named questions, the c
 # the repository's warehouse/ in a checkout, else ./warehouse (never inside site-packages)
 DEFAULT_WAREHOUSE = REPOSITORY_ROOT / "warehouse" if IS_SOURCE_CHECKOUT else Path("warehouse")
 
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A run setting outside the analysis settings (those are dagster_project/settings.py): its StudyConfig field,
+    environment variable, flag, default as the docs say it, and meaning."""
+
+    field: str
+    variable: str
+    flag: str
+    default: str
+    meaning: str
+
+
+ENVIRONMENT = (
+    Variable("warehouse", "RESDYN_WAREHOUSE", "--warehouse", "`warehouse/` (in a checkout; else `./warehouse`)",
+             "warehouse root: a directory, made by the first `resdyn run`"),
+    Variable("executor", "RESDYN_EXECUTOR", "--executor", "`in_process`",
+             "Dagster executor: `in_process`, `multiprocess` or `ray`"),
+    Variable("ray_address", "RESDYN_RAY_ADDRESS", "--ray-address", "`RAY_ADDRESS`, else none",
+             "the Ray cluster: dashboard URL `http://HOST:8265`, GCS `HOST:6379` or `ray://HOST:10001`"),
+    Variable("ray_node_cpus", "RESDYN_RAY_NODE_CPUS", "", "`0` (asked of the cluster)",
+             "cores of the Ray cluster's largest node: a whole number >= 0"),
+    Variable("ray_gpus", "RESDYN_RAY_GPUS", "", "`false`",
+             "with `--device auto`: the Ray cluster has GPUs for the model steps (`1`/`true`/`yes`/`on` or "
+             "`0`/`false`/`no`/`off`)"),
+    Variable("model_runners", "RESDYN_MODEL_RUNNERS", "", "`1`",
+             "steps that may run a model at once (the `model_runner` pool): a whole number >= 1"),
+    Variable("wikitext_directory", "RESDYN_WIKITEXT_DIR", "", "the Makefile: `../shared/data/wikitext-2-raw` "
+             "when present", "directory holding `wiki.test.raw` (WikiText-2 raw)"),
+    Variable("wikitext_tokenized_directory", "RESDYN_WIKITEXT_TOKENIZED_DIR", "", "the Makefile: "
+             "`../shared/data/wikitext-2-tokenized` when present", "directory holding `valid.txt`, the tiny suite's "
+             "training text"),
+)
 # field of StudyConfig -> its environment variable
-VARIABLES = {
-    "warehouse": "RESDYN_WAREHOUSE",
-    "executor": "RESDYN_EXECUTOR",
-    "ray_address": "RESDYN_RAY_ADDRESS",
-    "ray_node_cpus": "RESDYN_RAY_NODE_CPUS",
-    "ray_gpus": "RESDYN_RAY_GPUS",
-    "model_runners": "RESDYN_MODEL_RUNNERS",
-    "wikitext_directory": "RESDYN_WIKITEXT_DIR",
-    "wikitext_tokenized_directory": "RESDYN_WIKITEXT_TOKENIZED_DIR",
-}
+VARIABLES = {variable.field: variable.variable for variable in ENVIRONMENT}
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def environment_table() -> str:
+    """The markdown table of :data:`ENVIRONMENT` (docs/configuration.md)."""
+    from .settings import PRESET_FLAG, PRESET_VARIABLE, PRESETS
+
+    preset = Variable("", PRESET_VARIABLE, PRESET_FLAG, "none", "a named set of analysis settings below the flags "
+                      f"and variables ({', '.join(sorted(PRESETS))}; the table below)")
+    lines = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
+    for variable in (*ENVIRONMENT, preset):
+        flag = f"`{variable.flag}`" if variable.flag else "-"
+        lines.append(f"| `{variable.variable}` | {flag} | {variable.default} | {variable.meaning} |")
+    return "\n".join(lines) + "\n"
+
 # what a step on a Ray worker needs from the submitting environment when it loads the definitions
 # module itself (a run launched from the UI), besides the variables above
 FORWARDED_VARIABLES = ("DAGSTER_HOME", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_VERBOSITY",
@@ -89,7 +129,8 @@ class StudyConfig:
                 return str(environment[VARIABLES[name]]).strip(), VARIABLES[name]
             return None
 
-        values: dict = {"settings": settings, "warehouse": str(warehouse_root(flags.get("warehouse"), environment))}
+        values: dict = {"settings": settings, "warehouse": str(_warehouse_directory(
+            flags.get("warehouse"), environment, given("warehouse")))}
         for name in ("wikitext_directory", "wikitext_tokenized_directory"):
             if (found := given(name)) is not None:
                 values[name] = str(Path(found[0]).expanduser().resolve())
@@ -104,7 +145,7 @@ class StudyConfig:
             if (found := given(name)) is not None:
                 values[name] = _whole_number(*found, minimum, meaning)
         if (found := given("ray_gpus")) is not None:
-            values["ray_gpus"] = found[0].lower() in ("1", "true", "yes")
+            values["ray_gpus"] = _yes_or_no(*found)
         return cls(**values)
 
     def replace(self, **changes) -> StudyConfig:
@@ -143,6 +184,13 @@ def _executor_name(value: str, source: str) -> str:
     return name
 
 
+def _yes_or_no(raw: str, source: str) -> bool:
+    word = raw.strip().lower()
+    if word not in TRUE_WORDS + FALSE_WORDS:
+        raise ConfigError(f"{source}={raw!r} must be one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}")
+    return word in TRUE_WORDS
+
+
 def _whole_number(raw: str, source: str, minimum: int, meaning: str) -> int:
     try:
         number = int(raw)
@@ -159,6 +207,18 @@ def warehouse_root(given: str | os.PathLike | None = None, environment: Mapping 
     environment = os.environ if environment is None else environment
     chosen = given or str(environment.get(VARIABLES["warehouse"], "")).strip() or DEFAULT_WAREHOUSE
     return Path(chosen).expanduser().resolve()
+
+
+def _warehouse_directory(flag, environment: Mapping, found: tuple[str, str] | None) -> Path:
+    """The warehouse root, refused when it (or a folder above it) is there but is not a directory."""
+    root = warehouse_root(flag, environment)
+    blocking = next((path for path in (root, *root.parents) if path.exists() and not path.is_dir()), None)
+    if blocking is not None:
+        source = f"{found[1]}={found[0]}" if found else f"the default warehouse {root}"
+        what = "is not a directory" if blocking == root else f"lies under {blocking}, which is not a directory"
+        raise ConfigError(f"{source} {what}: give --warehouse (or RESDYN_WAREHOUSE) a directory, new or a "
+                          "warehouse `resdyn run` made")
+    return root
 
 
 def dagster_home() -> str | None:

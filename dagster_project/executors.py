@@ -19,6 +19,7 @@ import http.client
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -60,21 +61,32 @@ def ray_address(value: str, timeout: float = 20.0) -> str:
                             f"{ADDRESS_FORMS}")
     if scheme == "" and _job_api_error(f"http://{address}", timeout=3) is None:
         return f"http://{address}"  # HOST:8265 without its scheme
-    try:
-        # on loopback, else Ray swaps 127.0.0.1 for the routable address
-        loopback = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if rest.split(":")[0] in ("127.0.0.1", "localhost") else {}
-        environment = child_environment(loopback, drop=("RAY_ADDRESS",))
-        found = subprocess.run([sys.executable, "-c", _DASHBOARD_LOOKUP, address], capture_output=True, text=True,
-                               timeout=timeout, env=environment)
-    except subprocess.TimeoutExpired:
-        found = None
-    lines = found.stdout.strip().splitlines() if found is not None and found.returncode == 0 else []
-    if not lines or "://" not in lines[-1]:
-        raise ExecutorError(f"no Ray cluster answers at {address} (asked for its dashboard address"
-                            f"{' for ' + str(int(timeout)) + ' s' if found is None else ''}); start one "
-                            f"(`ray start --head`) or pass one of {ADDRESS_FORMS}")
-    return lines[-1].rstrip("/")
+    # on loopback, else Ray swaps 127.0.0.1 for the routable address
+    loopback = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if rest.split(":")[0] in ("127.0.0.1", "localhost") else {}
+    environment = child_environment(loopback, drop=("RAY_ADDRESS",))
+    url, reason = ask_until_answered([sys.executable, "-c", _DASHBOARD_LOOKUP, address], timeout, environment)
+    if url is None:
+        raise ExecutorError(f"no Ray cluster answers at {address} (asked for its dashboard address: {reason}); start "
+                            f"one (`ray start --head`) or pass one of {ADDRESS_FORMS}")
+    return url
 
+
+def ask_until_answered(command: list[str], timeout: float, environment: dict | None = None) -> tuple[str | None, str]:
+    """Run ``command`` until its last output line is a URL or ``timeout`` seconds have passed: a busy cluster can
+    refuse one Ray Client connection and take the next. Returns (the URL or None, why the last try failed)."""
+    deadline, reason = time.monotonic() + timeout, f"no answer for {int(timeout)} s"
+    while (left := deadline - time.monotonic()) > 1:
+        try:
+            found = subprocess.run(command, capture_output=True, text=True, timeout=left, env=environment)
+        except subprocess.TimeoutExpired:
+            return None, f"no answer for {int(timeout)} s"
+        lines = found.stdout.strip().splitlines() if found.returncode == 0 else []
+        if lines and "://" in lines[-1]:
+            return lines[-1].rstrip("/"), ""
+        errors = found.stderr.strip().splitlines()
+        reason = errors[-1][:200] if errors else f"the lookup exited with {found.returncode}"
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic() - 1)))
+    return None, reason
 
 def _job_api_error(url: str, timeout: float) -> str | None:
     """Why the job API at ``url`` does not answer, or None when it does."""

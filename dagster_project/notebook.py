@@ -110,11 +110,6 @@ class Study:
             return pl.from_arrow(_empty(name)).lazy()
         return frames[0] if len(frames) == 1 else pl.concat(_comparable(frames), how="diagonal_relaxed")
 
-    def _frame(self, name: str, model: str, checkpoint: str | None = None) -> dict[str, pl.DataFrame]:
-        """Table ``name`` of ``model``, collected, by checkpoint."""
-        frame = self.table(name, model, checkpoint).collect()
-        return {key: part for (key,), part in frame.partition_by("checkpoint", as_dict=True).items()}
-
     def jacobian(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
         """The mean Jacobian of the sublayer at ``depth`` (float64, d x d, a writable copy), from its row group."""
         for group in self._matrix_groups("jacobians", model, checkpoint, depth):
@@ -178,21 +173,38 @@ class Plots:
         self._study = study
 
     def metrics_by_depth(self, model: str):
-        return figure_frames.metrics_figure(model, self._study._frame("layer_metrics", model), None)
+        return figure_frames.metrics_figure(model, self._by_checkpoint("layer_metrics", model), None)
 
     def cumulative_rank(self, model: str):
-        return figure_frames.cumulative_rank_figure(model, self._study._frame("cumulative_rank", model), None)
+        return figure_frames.cumulative_rank_figure(model, self._by_checkpoint("cumulative_rank", model), None)
 
     def schur_surgery(self, model: str, checkpoint: str):
-        frame = self._study.table("schur_surgery", model, checkpoint).collect()
+        frame = self._rows("schur_surgery", model, checkpoint)
         return figure_frames.schur_surgery_figure(f"{model}@{checkpoint}", frame, None)
 
     def eigenvalue_clouds(self, model: str, checkpoint: str):
-        frame = self._study.table("eigenvalues", model, checkpoint).collect()
+        frame = self._rows("eigenvalues", model, checkpoint)
         return figure_frames.eigenvalue_figure(f"{model}@{checkpoint}", frame, None)
 
     def coupling_by_depth(self, model: str):
-        return figure_frames.coupling_figure(model, self._study._frame("coupling_tests", model), None)
+        return figure_frames.coupling_figure(model, self._by_checkpoint("coupling_tests", model), None)
+
+    def _rows(self, table: str, model: str, checkpoint: str | None = None) -> pl.DataFrame:
+        """The published rows a figure is drawn from; none is an error naming what is published (never an empty
+        figure)."""
+        frame = self._study.table(table, model, checkpoint).collect()
+        if frame.is_empty():
+            wanted = f"{model}@{checkpoint}" if checkpoint else f"model {model}"
+            partitions = self._study.partitions()
+            published = [f"{row['model']}@{row['checkpoint']} ({row['status']})"
+                         for row in partitions.iter_rows(named=True)]
+            raise KeyError(f"{wanted} has no published rows of {table} in {self._study.store.root}; published: "
+                           f"{', '.join(published) or 'nothing'} (`resdyn check` names damaged files)")
+        return frame
+
+    def _by_checkpoint(self, table: str, model: str) -> dict[str, pl.DataFrame]:
+        frame = self._rows(table, model)
+        return {key: part for (key,), part in frame.partition_by("checkpoint", as_dict=True).items()}
 
 
 def _sql_text(query: str) -> str:

@@ -82,6 +82,16 @@ def _with_stylesheet(send):
     return wrapped
 
 
+def _figure_under(root: Path, relative: str) -> Path | None:
+    """The PNG file ``relative`` names under ``root``, or None: outside it, not a PNG, missing, or a name the
+    file system refuses (a NUL byte, an over-long name)."""
+    try:
+        target = (root / relative).resolve()
+        return target if target.suffix == ".png" and target.is_relative_to(root) and target.is_file() else None
+    except (ValueError, OSError):
+        return None
+
+
 def with_artefacts(dagster_app, warehouse_root: Path, groups: list[str] | None = None):
     """An ASGI app: GET ``/resdyn/artefacts/...png`` from ``<warehouse>/_artefacts``; everything else to
     Dagster, with STYLESHEET in its pages and ``/asset-groups`` opening on expanded ``groups``."""
@@ -100,8 +110,8 @@ def with_artefacts(dagster_app, warehouse_root: Path, groups: list[str] | None =
         if not path.startswith(ARTEFACT_ROUTE + "/"):
             await dagster_app(scope, receive, _with_stylesheet(send))
             return
-        target = (root / path[len(ARTEFACT_ROUTE) + 1:]).resolve()
-        if target.suffix != ".png" or not target.is_relative_to(root) or not target.is_file():
+        target = _figure_under(root, path[len(ARTEFACT_ROUTE) + 1:])
+        if target is None:
             response = PlainTextResponse("not a warehouse figure", status_code=404)
         else:  # figures are rewritten in place by a rerun: never cache them
             response = FileResponse(target, media_type="image/png", headers={"Cache-Control": "no-store"})

@@ -2,6 +2,8 @@
 -- partitions' manifests publish (dagster_project/store/views.py), plus two registered relations:
 --   published_tables(model, checkpoint, table_name, run_id, settings_hash, generation, rows, intact)
 --   study_tables(table_name, required)
+--   partition_sources(model, checkpoint, source_sha256, registered_sha256, d_model): the sha256 of the GGUF file a
+--     partition was made from (its null model and quantized control too) and the one its model is registered with now
 --
 -- checkpoint_order(checkpoint): the training order of a model's checkpoints: `init` (a null model) first, then
 -- `init-quantized` (that null model rounded through a GGUF file's types: a control, never the trained end), then
@@ -16,6 +18,8 @@ CREATE OR REPLACE MACRO checkpoint_order(checkpoint) AS
 --   inconsistent  every required table there, but from several runs or several settings (a partial rerun)
 --   incomplete    a required table missing or damaged (a run in progress publishes only at its end)
 --   failed        not complete and the partition's latest run failed
+--   stale         complete, but made from a source file other than the one its model is registered with now (the
+--                 GGUF file changed): the next `resdyn run` of the model reruns it
 CREATE OR REPLACE VIEW partitions AS
 WITH required AS (
     SELECT count(*) AS n FROM study_tables WHERE required
@@ -45,6 +49,8 @@ SELECT model, checkpoint,
            WHEN p.n_required_published IS NULL OR p.n_required_published < (SELECT n FROM required)
                 OR p.n_damaged > 0
                THEN CASE WHEN r.last_run_status = 'failed' THEN 'failed' ELSE 'incomplete' END
+           WHEN s.registered_sha256 <> '' AND s.source_sha256 <> '' AND s.source_sha256 <> s.registered_sha256
+               THEN 'stale'
            WHEN p.n_runs > 1 OR p.n_settings > 1 THEN 'inconsistent'
            ELSE 'complete'
        END AS status,
@@ -55,6 +61,8 @@ SELECT model, checkpoint,
        coalesce(p.n_runs, 0)                                   AS runs_in_published_tables,
        coalesce(p.n_damaged, 0)                                AS damaged_tables,
        p.generation, p.total_rows,
-       r.last_run_id, r.last_run_status, r.last_error
+       r.last_run_id, r.last_run_status, r.last_error,
+       s.source_sha256, s.registered_sha256, s.d_model
 FROM published p FULL OUTER JOIN last_run r USING (model, checkpoint)
+     LEFT JOIN partition_sources s USING (model, checkpoint)
 ORDER BY model, checkpoint;

@@ -132,3 +132,23 @@ def dequantized_reference(model: torch.nn.Module, quantize: tuple[str, ...]) -> 
             data = gguf.dequantize(gguf.quantize(data, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0)
         reference[hf_name] = torch.from_numpy(np.ascontiguousarray(data))
     return reference
+
+
+def random_model(family: str, seed: int, *, hidden_size: int = 64, n_layers: int = 2, dtype=torch.float32):
+    """A random tiny model of ``family`` over this module's byte vocabulary, norms and biases moved off their init
+    values (so a lost offset shows)."""
+    from transformers import AutoModelForCausalLM
+
+    from resdyn.models.tiny_configs import tiny_config
+
+    size = len(vocabulary())
+    extra = {"head_dim": 128} if family == "qwen3" else {}  # transformers' Qwen3 GGUF config keeps the default 128
+    config = tiny_config(family, hidden_size=hidden_size, n_layers=n_layers, vocab_size=size, bos_token_id=size - 1,
+                         eos_token_id=size - 1, pad_token_id=size - 1, **extra)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):  # away from their init values, so a lost offset shows
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    return model

@@ -46,9 +46,19 @@ def scan(store: Warehouse) -> list[str]:
                                 f"{path.stat().st_size} bytes; published {entry['rows']} rows, {entry['bytes']} "
                                 f"bytes); {_fix(manifest)}")
     verified.save()
+    problems += stale_partitions(store)
     for path in sorted((store.root / "runs").glob("model=*/checkpoint=*/*.parquet")):
         try:
             pq.read_metadata(path)
         except (pa.ArrowInvalid, OSError) as error:
             problems.append(f"unreadable run record: {path}: {str(error).splitlines()[0]}; delete it")
     return problems
+
+
+def stale_partitions(store: Warehouse) -> list[str]:
+    """One line per partition made from a source file its model is no longer registered with (sql/views.sql)."""
+    rows = store.query("SELECT model, checkpoint, source_sha256, registered_sha256 FROM partitions "
+                       "WHERE status = 'stale' ORDER BY model, checkpoint").to_pylist()
+    return [f"stale: {r['model']}@{r['checkpoint']} was made from a file with sha256 {r['source_sha256'][:12]}; "
+            f"{r['model']} is registered with {r['registered_sha256'][:12]} now: rerun it (`resdyn run --model "
+            f"{r['model']} --checkpoint {r['checkpoint']}`)" for r in rows]

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ..metadata import written_metadata
 from ..resources import AnalysisSettings, WarehouseResource
-from .runs import bind, step_name
+from .runs import attempt_number, bind, step_name
 from .warehouse import WrittenTable, hash_batch
 
 
@@ -81,7 +81,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             context.add_output_metadata(written_metadata(written, head))
             run.publish_if_complete(step)
         except BaseException as error:
-            run.fail(step_name(step), error)
+            run.fail(step_name(step), error, attempt_number(step))
             raise
 
     @staticmethod

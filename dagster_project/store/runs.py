@@ -10,8 +10,10 @@ Every asset runs inside :func:`partition_run`:
 - the run's row of the ``runs`` table is written when its first step for the partition starts;
 - what the step yields is staged by the IO manager, and the output that completes the run's selection
   for the partition publishes it all (one manifest swap), records ``success`` and frees the lease;
-- on an exception the run is recorded ``failed`` with the first line of the error, the lease is
-  freed, nothing is published.
+- on an exception the files the run wrote for the partition are removed, the run is recorded ``failed`` with
+  the first line of the error, the lease is freed, nothing is published;
+- the first step of a run for a partition sweeps what failed or killed runs of it left
+  (store/leftovers.py) before it writes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import socket
@@ -33,8 +36,12 @@ from resdyn.models.registry import split_partition_key
 from .. import interrupts
 from ..config import REPOSITORY_ROOT
 from ..settings import settings_hash
+from ..steps import STEP_RETRIES
 from .leases import acquire_lease, now, release_lease
+from .leftovers import discard_run, sweep_partition
 from .warehouse import Warehouse
+
+log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1)
@@ -143,11 +150,21 @@ class PartitionRun:
     def record(self, **fields) -> None:
         _record(self.store, self.model, self.checkpoint, self.values, self.executor, self.corpus, **fields)
 
-    def fail(self, step: str, error: BaseException) -> None:
-        """Record the run ``failed`` with the first line of ``error``, and free the lease."""
+    def fail(self, step: str, error: BaseException, attempt: int = STEP_RETRIES.max_retries) -> None:
+        """Record the run ``failed`` with the first line of ``error`` and free the lease. On the step's last attempt
+        (``attempt``: 0 for the first) also remove what the run wrote for the partition and did not publish
+        (first: on a full disk that frees the room its record needs); a step that will be retried keeps what the
+        run's other steps staged, so that its retry can still publish them."""
         message = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        self.record(status="failed", ended_at=now(), error=f"{step}: {type(error).__name__}: {message}"[:2000])
-        release_lease(self.store, self.model, self.checkpoint)
+        try:
+            if attempt >= STEP_RETRIES.max_retries:
+                discard_run(self.store, self.model, self.checkpoint)
+            self.record(status="failed", ended_at=now(), error=f"{step}: {type(error).__name__}: {message}"[:2000])
+        except OSError as failure:  # the step's own error is the one to report; the next run sweeps what is left
+            log.warning("%s@%s: could not record the failed run %s (%s)", self.model, self.checkpoint,
+                        self.store.run_id, failure)
+        finally:
+            release_lease(self.store, self.model, self.checkpoint)
 
     def publish_if_complete(self, context) -> None:
         """Publish the partition when this run has staged every table of its selection (one manifest swap, the
@@ -169,6 +186,12 @@ def bind(context, warehouse, settings) -> PartitionRun:
                         warehouse.wikitext_directory or None)
 
 
+def attempt_number(context) -> int:
+    """Which attempt of its step ``context`` (an asset's or a step's) is: 0 for the first."""
+    number = getattr(context, "retry_number", None)
+    return int(number if number is not None else getattr(context, "previous_attempt_count", 0) or 0)
+
+
 def step_name(context) -> str:
     return getattr(getattr(context, "op_def", None), "name", "a step")
 
@@ -184,6 +207,7 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
     acquire_lease(store, model, checkpoint, single_process=single_process, instance=context.instance)
     try:
         if not store.partition_directory("runs", model, checkpoint).joinpath(f"{store.run_id}.parquet").is_file():
+            sweep_partition(store, model, checkpoint)  # what failed or killed runs left, before this one writes
             run.record()
         interrupts.check(f"the start of {step_name(context)}")
         yield store
@@ -192,5 +216,5 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
         release_lease(store, model, checkpoint)
         raise
     except BaseException as error:
-        run.fail(step_name(context), error)
+        run.fail(step_name(context), error, attempt_number(context))
         raise

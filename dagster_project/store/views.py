@@ -4,7 +4,8 @@ Each table of dagster_project/store/schema.py becomes a view over exactly the fi
 manifests publish (an unpublished, superseded or damaged file is never read); tables with no
 published partition are empty views of the right columns. ``published_tables`` (one row per
 published table of a partition) and ``study_tables`` (the tables a complete partition holds) are
-registered beside them, then ``sql/views.sql`` adds the derived views (``partitions``). The
+registered beside them, with ``partition_sources`` (each partition's source file hash beside the one its
+model is registered with now), then ``sql/views.sql`` adds the derived views (``partitions``). The
 connection can read files only under the warehouse root, cannot change that, and
 :func:`run_read_only` runs only SELECT statements and EXPLAINs of SELECT statements, judged by DuckDB's
 own parser on what it would execute (``EXPLAIN ANALYZE`` executes its statement, so the statement
@@ -79,6 +80,7 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
                                   ("run_id", pa.string()), ("settings_hash", pa.string()),
                                   ("generation", pa.int64()), ("rows", pa.int64()), ("intact", pa.bool_())])
     connection.register("published_tables", pa.Table.from_pylist(published, schema=published_schema))
+    connection.register("partition_sources", partition_sources(store, files.get("model_checkpoints", [])))
     connection.register("study_tables", pa.table({"table_name": list(TABLES),
                                                   "required": [TABLES[t].required for t in TABLES]}))
     for table in TABLES:
@@ -95,6 +97,34 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
             _view(connection, table, kept)
     connection.execute("SET lock_configuration = true")
     return connection
+
+
+def partition_sources(store, model_checkpoint_files: list[str]) -> pa.Table:
+    """One row per partition with a published ``model_checkpoints`` row: the sha256 of the file it was made from
+    (GGUF models and the checkpoints derived from them: the null model and its quantized control), the sha256
+    its model is registered with now, and its width. A file read whole: it is one row."""
+    from resdyn.models.registry import ModelRegistry
+
+    try:
+        specs = ModelRegistry(store.registry_file).specs
+    except (OSError, ValueError, KeyError, TypeError):  # a damaged registry: `resdyn check` names it
+        specs = {}
+    rows = []
+    for path in model_checkpoint_files:
+        found = _partition_of(path)
+        try:
+            row = pq.read_table(path).slice(0, 1).to_pylist()
+        except (pa.ArrowInvalid, OSError):
+            continue  # left out and named by published_files
+        if found is None or not row:
+            continue
+        spec = specs.get(found[0])
+        rows.append({"model": found[0], "checkpoint": found[1], "source_sha256": row[0].get("source_sha256") or "",
+                     "registered_sha256": spec.sha256 if spec is not None and spec.is_gguf else "",
+                     "d_model": row[0].get("d_model")})
+    return pa.Table.from_pylist(rows, schema=pa.schema([
+        ("model", pa.string()), ("checkpoint", pa.string()), ("source_sha256", pa.string()),
+        ("registered_sha256", pa.string()), ("d_model", pa.int32())]))
 
 
 def _partition_of(path: str) -> tuple[str, str] | None:

@@ -173,6 +173,9 @@ class Warehouse:
 
     def require_existing(self) -> "Warehouse":
         """Reading a warehouse that is not there is an error, not an empty answer."""
+        if self.root.exists() and not self.root.is_dir():
+            raise NotADirectoryError(f"the warehouse {self.root} is not a directory: pass --warehouse DIR (or set "
+                                     "RESDYN_WAREHOUSE) to one `resdyn run` made")
         if not self.root.is_dir():
             raise FileNotFoundError(f"no warehouse at {self.root}: `resdyn run` writes one there, or pass "
                                     "--warehouse DIR (or set RESDYN_WAREHOUSE) to an existing one")

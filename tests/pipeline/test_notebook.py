@@ -181,6 +181,12 @@ def test_a_notebook_figure_is_the_uis_figure(study_root, tmp_path):
         study.figure("schur_surgery", "n")
     with pytest.raises(ValueError, match="draws every checkpoint"):
         study.figure("cumulative_rank", "n", "local")
+    # a model or checkpoint with nothing published is named, with what is published: never an empty figure
+    for name, checkpoint in (("metrics_by_depth", None), ("coupling_by_depth", None), ("eigenvalue_clouds", "x"),
+                             ("schur_surgery", "x")):
+        with pytest.raises(KeyError, match=r"nosuchmodel(@x)? has no published rows of .*published: m@local "
+                                           r"\(complete\), n@local \(complete\)"):
+            study.figure(name, "nosuchmodel", checkpoint)
 
 
 def test_compare_puts_every_partition_on_relative_depth(study_root):

@@ -55,7 +55,10 @@ def test_only_warehouse_figures_are_served(tmp_path, fresh_seed):
     status, headers, body = _get(app, url)
     assert status == 200 and body == png and headers["content-type"] == "image/png"
     for refused in (f"{ARTEFACT_ROUTE}/figures/m/local/notes.txt", f"{ARTEFACT_ROUTE}/../secret.png",
-                    f"{ARTEFACT_ROUTE}/figures/m/local/missing.png", f"{ARTEFACT_ROUTE}/figures/../../secret.png"):
+                    f"{ARTEFACT_ROUTE}/figures/m/local/missing.png", f"{ARTEFACT_ROUTE}/figures/../../secret.png",
+                    f"{ARTEFACT_ROUTE}/figures/m/local/x\x00.png",  # a NUL byte: ValueError from the file system
+                    f"{ARTEFACT_ROUTE}/figures/{'a' * 300}.png",  # a name over NAME_MAX: ENAMETOOLONG
+                    f"{ARTEFACT_ROUTE}/{'/'.join(['b' * 250] * 20)}.png"):  # a path over PATH_MAX
         assert _get(app, refused)[0] == 404, refused
     assert artefact_url(tmp_path / "secret.png") is None
 

@@ -107,12 +107,24 @@ def test_figures_are_published_with_their_generation_and_a_killed_rerun_changes_
     assert killed, "the killed run drew figures of its own"
     assert store.published_figures("m", "local") == published
     assert {name: path.read_bytes() for name, path in published.items()} == before
+    # what the killed run left (tables, staging entries, figures) is listed by path and size, then swept by the rerun
+    killed_run = killed[0].parent.name
+    left = {path for path in root.rglob("*") if path.is_file() and "runs" not in path.relative_to(root).parts
+            and (killed_run in str(path.relative_to(root)) or path.name.endswith(".inprogress"))}  # its temp files
+    assert {".parquet", ".json", ".png"} <= {path.suffix for path in left}, left
+    check = run_cli("check", "--warehouse", str(root))
+    listed = [line for line in check.stdout.splitlines() if line.startswith("unpublished: ")]
+    assert check.returncode == 1 and {line.split(" ")[1] for line in listed} == {str(path) for path in left}
+    assert all(f"{path} ({path.stat().st_size} bytes, " in check.stdout for path in left)
+    assert all(f"run {killed_run} of m@local" in line or "a dead writer of m@local" in line for line in listed)
+    assert "`resdyn check --reclaim` removes it" in listed[0]
     # a rerun that completes publishes its own figures, and its generation's tables with them
     assert main(["run", "--model", str(model), "--samples", "6", *QUICK, "--seed", "1", "--warehouse", str(root)]) == 0
     now = store.published_figures("m", "local")
     second_run = store.manifest("m", "local")["tables"]["jacobians"]["run_id"]
     assert set(now) == set(published) and {path.parent.name for path in now.values()} == {second_run}
-    assert all(path.is_file() for path in now.values()) and not any(path.exists() for path in killed)
+    assert all(path.is_file() for path in now.values()) and not any(path.exists() for path in left)
+    assert run_cli("check", "--warehouse", str(root)).returncode == 0
 
 
 def test_a_second_run_of_a_busy_partition_stops_with_a_clear_message(warehouse_copy):

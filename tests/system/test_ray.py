@@ -138,6 +138,32 @@ def test_an_unreachable_ray_address_is_a_one_line_error_within_30_seconds(addres
     assert address in completed.stderr and completed.stderr.strip().count("\n") == 0, completed.stderr
 
 
+@pytest.mark.parametrize("form", ["127.0.0.1:{closed}", "ray://127.0.0.1:{closed}"])
+def test_a_gcs_or_client_address_nobody_answers_is_waited_for_until_the_timeout_then_named(form):
+    from resdyn.dagster_project.executors import ExecutorError, ray_address
+
+    address = form.format(closed=free_ports(1)[0])
+    started = time.perf_counter()
+    with pytest.raises(ExecutorError, match=r"asked for its dashboard address: no answer for 8 s\)") as error:
+        ray_address(address, timeout=8)
+    assert 7 <= time.perf_counter() - started < 20
+    assert address in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_lookup_refused_once_is_asked_again_and_a_lookup_that_keeps_failing_names_its_last_error(tmp_path):
+    from resdyn.dagster_project.executors import ask_until_answered
+
+    # a real child process that fails on its first call (as a busy cluster's Ray Client can) and answers on the next
+    marker = tmp_path / "asked"
+    flaky = ("import pathlib, sys\nmarker = pathlib.Path(sys.argv[1])\nif not marker.exists():\n"
+             "    marker.touch(); sys.exit('ConnectionError: ray client connection timeout')\nprint('http://127.0.0.1:8265/')")
+    assert ask_until_answered([sys.executable, "-c", flaky, str(marker)], timeout=20) == ("http://127.0.0.1:8265", "")
+    started = time.perf_counter()
+    url, reason = ask_until_answered([sys.executable, "-c", "import sys; sys.exit('refused: 42')"], timeout=6)
+    assert url is None and reason == "refused: 42"
+    assert 4 <= time.perf_counter() - started < 10  # asked again until the timeout
+
+
 def test_every_address_form_a_user_holds_leads_to_the_job_submission_address(cluster):
     from resdyn.dagster_project.executors import ExecutorError, ray_address
 

@@ -3,6 +3,8 @@ warehouse README are derived from (and kept equal to) the definitions they docum
 
 from pathlib import Path
 
+import pytest
+
 from resdyn.dagster_project import settings
 from resdyn.dagster_project.store.schema import warehouse_readme
 from resdyn.jacobians import BACKENDS
@@ -27,6 +29,49 @@ def test_readme_settings_table_is_generated_from_settings():
     begin = text.index("<!-- presets:begin")
     block = text[text.index("\n", begin) + 1 : text.index("<!-- presets:end -->")]
     assert block == settings.presets_table(), "regenerate docs/configuration.md's presets table from settings.py"
+
+
+def test_every_resdyn_variable_the_code_reads_is_in_the_generated_environment_table():
+    import re
+
+    from resdyn.dagster_project import config
+
+    text = (REPOSITORY / "docs" / "configuration.md").read_text()
+    begin = text.index("<!-- environment:begin")
+    block = text[text.index("\n", begin) + 1 : text.index("<!-- environment:end -->")]
+    assert block == config.environment_table(), "regenerate docs/configuration.md's environment table from config.py"
+    documented = set(re.findall(r"RESDYN_[A-Z_]+", block)) | {setting.variable for setting in settings.SETTINGS}
+    read = set()
+    for package in ("resdyn", "dagster_project", "assets"):
+        for path in (REPOSITORY / package).rglob("*.py"):
+            read |= set(re.findall(r"RESDYN_[A-Z0-9_]+", path.read_text()))
+    assert read and read <= documented, sorted(read - documented)
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("Yes", True), ("on", True), ("0", False), ("false", False),
+                                             ("no", False), ("maybe", None), ("2", None), ("", False)])
+def test_a_yes_or_no_variable_is_read_strictly(value, expected):
+    from resdyn.dagster_project.config import ConfigError, StudyConfig
+
+    if expected is None:
+        with pytest.raises(ConfigError, match=f"RESDYN_RAY_GPUS={value!r} must be one of"):
+            StudyConfig.resolve({}, {"RESDYN_RAY_GPUS": value})
+    else:
+        assert StudyConfig.resolve({}, {"RESDYN_RAY_GPUS": value}).ray_gpus is expected
+
+
+def test_a_warehouse_that_is_not_a_directory_is_named_with_its_source(tmp_path):
+    from resdyn.dagster_project.config import ConfigError, StudyConfig
+
+    file = tmp_path / "hostname"
+    file.write_text("not a directory")
+    with pytest.raises(ConfigError, match=r"RESDYN_WAREHOUSE=.*hostname is not a directory: give --warehouse"):
+        StudyConfig.resolve({}, {"RESDYN_WAREHOUSE": str(file)})
+    with pytest.raises(ConfigError, match=r"--warehouse=/dev/null is not a directory"):
+        StudyConfig.resolve({"warehouse": "/dev/null"}, {})
+    with pytest.raises(ConfigError, match=r"lies under .*hostname, which is not a directory"):
+        StudyConfig.resolve({"warehouse": str(file / "w")}, {})
+    assert StudyConfig.resolve({"warehouse": str(tmp_path / "new")}, {}).warehouse == str(tmp_path / "new")
 
 
 def test_warehouse_readme_tables_are_generated_from_the_schema():

@@ -1,0 +1,141 @@
+"""Files a run wrote that no manifest names and no live run will publish: what a failed or killed run leaves.
+
+A run writes each table to ``<table>/model=/checkpoint=/<run_id>.parquet`` (through a temp file
+``.<host>-<pid>-*.inprogress``), a staging entry per table under ``_staging/<run_id>/`` and its figures
+under ``_artefacts/figures/<model>/<checkpoint>/<run_id>/``; publication names them in the partition's manifest.
+A run that fails removes its own (:func:`discard_run`); what a killed run left is swept by the next run of the
+partition before it writes (:func:`sweep_partition`), and ``resdyn check`` lists it by path and size, with
+``resdyn check --reclaim`` to remove it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from resdyn.files import IN_PROGRESS_SUFFIX, process_alive
+
+from .leases import lease_is_live
+from .schema import TABLES
+
+HOST = socket.gethostname().replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Leftover:
+    path: Path
+    bytes: int
+    run_id: str  # the run that wrote it ("" for a temp file of a dead writer)
+    model: str
+    checkpoint: str
+
+
+def _live_runs(store) -> set[str]:
+    """Run ids whose lease is held by a run that is still running (it may yet publish what it staged)."""
+    live = set()
+    for lease in (store.root / "_locks").glob("*.json"):
+        try:
+            holder = json.loads(lease.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if holder.get("run_id") and lease_is_live(holder):
+            live.add(holder["run_id"])
+    return live
+
+
+def _dead_temp_file(path: Path) -> bool:
+    host, _, rest = path.name[1:].partition("-")
+    pid = rest.split("-", 1)[0]
+    return host == HOST and pid.isdigit() and not process_alive(int(pid))
+
+
+def _partitions(store, model: str | None, checkpoint: str | None) -> set[tuple[str, str]]:
+    """Every (model, checkpoint) with a folder of a table, a staging entry or figures; or the one given."""
+    if model is not None and checkpoint is not None:
+        return {(model, checkpoint)}
+    found = set()
+    for table in TABLES:
+        for directory in (store.root / table).glob("model=*/checkpoint=*"):
+            found.add((directory.parent.name.removeprefix("model="), directory.name.removeprefix("checkpoint=")))
+    for directory in (store.root / "_staging").glob("*/model=*/checkpoint=*"):
+        found.add((directory.parent.name.removeprefix("model="), directory.name.removeprefix("checkpoint=")))
+    for directory in (store.root / "_artefacts" / "figures").glob("*/*"):
+        found.add((directory.parent.name, directory.name))
+    return {(m, c) for m, c in found if model is None or m == model}
+
+
+def unpublished_files(store, model: str | None = None, checkpoint: str | None = None, *,
+                      run_id: str | None = None) -> list[Leftover]:
+    """What no manifest names (tables, staging entries, figures, dead writers' temp files) of runs that are not
+    live; of one partition when ``model`` and ``checkpoint`` are given; of one run (live or not) with ``run_id``."""
+    live = set() if run_id is not None else _live_runs(store)
+    left = []
+
+    def add(path: Path, owner: str, m: str, c: str) -> None:
+        if (run_id is None and owner not in live) or owner == run_id:
+            try:
+                left.append(Leftover(path, path.stat().st_size, owner, m, c))
+            except OSError:
+                pass  # removed meanwhile
+
+    for m, c in sorted(_partitions(store, model, checkpoint)):
+        manifest = store.manifest(m, c)
+        named = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values())
+        for table in TABLES:
+            if table == "runs":  # every run's record is kept: the history of the partition
+                continue
+            directory = store.partition_directory(table, m, c)
+            for path in directory.glob("*.parquet"):
+                if str(path.relative_to(store.root)) not in named:
+                    add(path, path.stem, m, c)
+            if run_id is None:
+                for path in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
+                    if _dead_temp_file(path):
+                        left.append(Leftover(path, path.stat().st_size, "", m, c))
+        for path in (store.root / "_staging").glob(f"*/model={m}/checkpoint={c}/*.json"):
+            add(path, path.parents[2].name, m, c)
+        figures = set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
+        for path in (store.root / "_artefacts" / "figures" / m / c).glob("*/*.png"):
+            relative = str(path.relative_to(store.root))
+            full = relative.replace(".inline.png", ".png") if path.stem.endswith(".inline") else relative
+            if full not in figures:
+                add(path, path.parent.name, m, c)
+    return left
+
+
+def reclaim(store, leftovers: list[Leftover]) -> int:
+    """Remove ``leftovers`` and the folders they leave empty; the bytes freed."""
+    freed = 0
+    for leftover in leftovers:
+        try:
+            leftover.path.unlink()
+            freed += leftover.bytes
+        except FileNotFoundError:
+            continue
+        for folder in leftover.path.parents:
+            if folder == store.root or store.root not in folder.parents:
+                break
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                break
+    return freed
+
+
+def discard_run(store, model: str, checkpoint: str) -> int:
+    """Remove what this run (``store.run_id``) wrote for the partition and did not publish; the bytes freed."""
+    return reclaim(store, unpublished_files(store, model, checkpoint, run_id=store.run_id))
+
+
+def sweep_partition(store, model: str, checkpoint: str) -> int:
+    """Before a run writes: remove what runs of the partition that are not live left; the bytes freed."""
+    return reclaim(store, unpublished_files(store, model, checkpoint))
+
+
+def describe(leftovers: list[Leftover]) -> list[str]:
+    """`resdyn check`'s lines: one per file, with its size and what reclaims it."""
+    return [f"unpublished: {item.path} ({item.bytes} bytes{', run ' + item.run_id if item.run_id else ', a dead writer'}"
+            f" of {item.model}@{item.checkpoint}); `resdyn check --reclaim` removes it (so does the next run of the "
+            "partition)" for item in leftovers]

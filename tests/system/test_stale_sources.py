@@ -1,0 +1,73 @@
+"""Drill: a GGUF file changed in place. The checkpoints derived from it (its null model and their quantized control)
+carry the file's sha256; a changed file makes them `stale` in `partitions`, `resdyn check` lists them, `resdyn
+claims` refuses them naming the rerun, and the next `resdyn run` of the file remakes them. Also: claims never
+compare a partition with itself, and an unknown model is named as such."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from resdyn.dagster_project.store.warehouse import Warehouse
+from resdyn.models.gguf_import import IMPORT_RECORD, describe_gguf
+from resdyn.models.registry import ModelRegistry
+
+from ..cli_helpers import QUICK, run_cli
+from ..gguf_files import random_model, write_gguf
+
+SMALL = ["--samples", "8", "--folds", "2", *QUICK]
+
+
+def _statuses(warehouse: Path, model: str) -> dict:
+    rows = Warehouse(warehouse).query(f"SELECT checkpoint, status FROM partitions WHERE model = '{model}'").to_pylist()
+    return {row["checkpoint"]: row["status"] for row in rows}
+
+
+def _origins(warehouse: Path, model: str) -> dict:
+    rows = Warehouse(warehouse).query("SELECT checkpoint, d_model, source_sha256 FROM model_checkpoints "
+                                      f"WHERE model = '{model}'", complete_only=True).to_pylist()
+    return {row["checkpoint"]: (row["d_model"], row["source_sha256"]) for row in rows}
+
+
+def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_the_next_run(tmp_path, fresh_seed):
+    warehouse, path = tmp_path / "warehouse", tmp_path / "W" / "t.gguf"
+    path.parent.mkdir()
+    write_gguf(random_model("llama", fresh_seed, hidden_size=32), path)
+    first = run_cli("run", "--model", str(path), "--null-model", *SMALL, "--warehouse", str(warehouse), timeout=900)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    old = describe_gguf(path).sha256
+    assert _origins(warehouse, "t") == {c: (32, old) for c in ("local", "init", "init-quantized")}
+
+    write_gguf(random_model("llama", fresh_seed + 1, hidden_size=64), path)  # another model, twice as wide
+    new = describe_gguf(path).sha256
+    # the state between registering the new file and remaking what came from the old one (as `resdyn run` registers
+    # it before its partitions run; a run stopped there leaves exactly this)
+    registry = ModelRegistry(warehouse / "registry.json")
+    registry.add(replace(registry.get("t"), sha256=new))
+    assert _statuses(warehouse, "t") == {c: "stale" for c in ("local", "init", "init-quantized")}
+    check = run_cli("check", "--warehouse", str(warehouse))
+    assert check.returncode == 1
+    stale = [line for line in check.stdout.splitlines() if line.startswith("stale: ")]
+    assert len(stale) == 3 and all(old[:12] in line and new[:12] in line and "resdyn run --model t --checkpoint"
+                                   in line for line in stale), check.stdout
+    claims = run_cli("claims", "t", "--trained", "local", "--warehouse", str(warehouse))
+    assert claims.returncode == 2 and claims.stderr.count("\n") == 1, claims.stderr
+    assert "no longer the one t is registered with" in claims.stderr and "`resdyn run --model t --checkpoint" in \
+        claims.stderr
+
+    again = run_cli("run", "--model", str(path), *SMALL, "--warehouse", str(warehouse), timeout=900)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "init, init-quantized made from another file: remade from this one" in again.stdout
+    record = json.loads((warehouse / "_models" / "t" / "local" / IMPORT_RECORD).read_text())
+    assert record["sha256"] == new
+    assert _statuses(warehouse, "t") == {c: "complete" for c in ("local", "init", "init-quantized")}
+    assert _origins(warehouse, "t") == {c: (64, new) for c in ("local", "init", "init-quantized")}
+    assert run_cli("check", "--warehouse", str(warehouse)).returncode == 0
+    claims = run_cli("claims", "t", "--trained", "local", "--warehouse", str(warehouse))
+    assert claims.returncode == 0, claims.stderr[-2000:]
+
+    itself = run_cli("claims", "t", "--null", "local", "--trained", "local", "--warehouse", str(warehouse))
+    assert itself.returncode == 2 and "both name t@local" in itself.stderr and itself.stderr.count("\n") == 1
+    unknown = run_cli("claims", "nosuch", "--warehouse", str(warehouse))
+    assert unknown.returncode == 2 and "not a registered model; the models there: t" in unknown.stderr
+    assert "resdyn run --model nosuch" not in unknown.stderr
+

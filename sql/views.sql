@@ -18,8 +18,8 @@ CREATE OR REPLACE MACRO checkpoint_order(checkpoint) AS
 --   inconsistent  every required table there, but from several runs or several settings (a partial rerun)
 --   incomplete    a required table missing or damaged (a run in progress publishes only at its end)
 --   failed        not complete and the partition's latest run failed
---   stale         complete, but made from a source file other than the one its model is registered with now (the
---                 GGUF file changed): the next `resdyn run` of the model reruns it
+--   stale         made (wholly or in part) from a source file other than the one its model is registered with now
+--                 (the GGUF file changed): the next `resdyn run` of the model reruns it
 CREATE OR REPLACE VIEW partitions AS
 WITH required AS (
     SELECT count(*) AS n FROM study_tables WHERE required
@@ -46,11 +46,11 @@ WITH required AS (
 )
 SELECT model, checkpoint,
        CASE
+           WHEN s.registered_sha256 <> '' AND s.source_sha256 <> '' AND s.source_sha256 <> s.registered_sha256
+               THEN 'stale'
            WHEN p.n_required_published IS NULL OR p.n_required_published < (SELECT n FROM required)
                 OR p.n_damaged > 0
                THEN CASE WHEN r.last_run_status = 'failed' THEN 'failed' ELSE 'incomplete' END
-           WHEN s.registered_sha256 <> '' AND s.source_sha256 <> '' AND s.source_sha256 <> s.registered_sha256
-               THEN 'stale'
            WHEN p.n_runs > 1 OR p.n_settings > 1 THEN 'inconsistent'
            ELSE 'complete'
        END AS status,

@@ -66,8 +66,9 @@ def test_every_node_is_on_loopback(cluster):
 
 
 def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(cluster, tmp_path):
-    # two partitions (each step a Ray job on a 1-CPU node): enough for runs side by side and a killed step
-    models = [save_model(tmp_path / name, seed) for seed, name in enumerate(("alpha", "beta"))]
+    # one partition, each step a Ray job on one of two 1-CPU nodes (steps side by side), and a killed step; a second
+    # partition would double the test's five minutes and test nothing more (partitions are independent runs)
+    models = [save_model(tmp_path / "alpha", 0)]
     arguments = [argument for model in models for argument in ("--model", str(model))]
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -90,7 +91,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
     output = process.communicate(timeout=900)[0]
     assert killed, "no measurements step was seen running; nothing was killed:\n" + output[-3000:]
     assert process.returncode == 0, output[-4000:]
-    assert output.count(" ok in ") == 2, output[-3000:]
+    assert output.count(" ok in ") == 1, output[-3000:]
 
     # the killed step was retried by Dagster, and the runs (with their steps' logs) are in the instance
     import dagster as dg
@@ -99,7 +100,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
     try:
         instance = dg.DagsterInstance.get()
         runs = instance.get_runs()
-        assert {run.tags["dagster/partition"] for run in runs} == {"alpha@local", "beta@local"}
+        assert {run.tags["dagster/partition"] for run in runs} == {"alpha@local"}
         assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
         events = [record.event_log_entry for run in runs for record in instance.get_records_for_run(run.run_id).records]
         kinds = [entry.dagster_event.event_type_value for entry in events if entry.dagster_event]
@@ -119,7 +120,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
     assert ray_store.query("SELECT DISTINCT status FROM partitions").to_pylist() == [{"status": "complete"}]
     from resdyn.assets.common import read_mean_jacobians
 
-    for name in ("alpha", "beta"):
+    for name in ("alpha",):
         ours, theirs = read_mean_jacobians(ray_store, name, "local"), read_mean_jacobians(local_store, name, "local")
         assert set(ours) == set(theirs)
         assert max(float(np.abs(ours[key] - theirs[key]).max()) for key in ours) <= 1e-12
@@ -144,9 +145,9 @@ def test_a_gcs_or_client_address_nobody_answers_is_waited_for_until_the_timeout_
 
     address = form.format(closed=free_ports(1)[0])
     started = time.perf_counter()
-    with pytest.raises(ExecutorError, match=r"asked for its dashboard address: no answer for 8 s\)") as error:
-        ray_address(address, timeout=8)
-    assert 7 <= time.perf_counter() - started < 20
+    with pytest.raises(ExecutorError, match=r"asked for its dashboard address: no answer for 5 s\)") as error:
+        ray_address(address, timeout=5)
+    assert 4 <= time.perf_counter() - started < 15
     assert address in str(error.value) and "\n" not in str(error.value)
 
 
@@ -159,9 +160,9 @@ def test_a_lookup_refused_once_is_asked_again_and_a_lookup_that_keeps_failing_na
              "    marker.touch(); sys.exit('ConnectionError: ray client connection timeout')\nprint('http://127.0.0.1:8265/')")
     assert ask_until_answered([sys.executable, "-c", flaky, str(marker)], timeout=20) == ("http://127.0.0.1:8265", "")
     started = time.perf_counter()
-    url, reason = ask_until_answered([sys.executable, "-c", "import sys; sys.exit('refused: 42')"], timeout=6)
+    url, reason = ask_until_answered([sys.executable, "-c", "import sys; sys.exit('refused: 42')"], timeout=4)
     assert url is None and reason == "refused: 42"
-    assert 4 <= time.perf_counter() - started < 10  # asked again until the timeout
+    assert 2.5 <= time.perf_counter() - started < 10  # asked again until the timeout
 
 
 def test_every_address_form_a_user_holds_leads_to_the_job_submission_address(cluster):

@@ -62,8 +62,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
 
 def safetensors_problem(path: Path) -> str | None:
     """Why ``path`` is not a complete safetensors file, or None. The format (huggingface/safetensors,
-    docs "Format"): an 8-byte little-endian header length N, N bytes of JSON naming each tensor's
-    ``data_offsets`` [begin, end) into the data that follows; the data must end where the file ends."""
+    docs "Format"): an 8-byte little-endian header length N, N bytes of JSON giving each tensor's ``dtype``,
+    ``shape`` and ``data_offsets`` [begin, end) into the data that follows; the data must end where the file ends."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as handle:
@@ -82,9 +82,15 @@ def safetensors_problem(path: Path) -> str | None:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict):
+            return f"tensor {name!r} has no entry"
+        offsets, shape = entry.get("data_offsets"), entry.get("shape")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(v, int) for v in offsets)):
             return f"tensor {name!r} has no valid data_offsets"
+        if not isinstance(entry.get("dtype"), str):
+            return f"tensor {name!r} has no dtype"
+        if not (isinstance(shape, list) and all(isinstance(v, int) and v >= 0 for v in shape)):
+            return f"tensor {name!r} has no valid shape"
         ends.append(offsets[1])
     expected = 8 + header_length + max(ends, default=0)
     if expected != size:

@@ -152,6 +152,16 @@ def _damage_header(model: Path) -> str:
     return str(shard)
 
 
+def _rename_a_header_field(model: Path) -> str:
+    """The header stays valid JSON of the same length, but one tensor's ``dtype`` is ``dtypx``."""
+    shard = next(model.glob("*.safetensors"))
+    data = shard.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = data[8:8 + length].replace(b'"dtype"', b'"dtypx"', 1)
+    shard.write_bytes(data[:8] + header + data[8 + length:])
+    return str(shard)
+
+
 def _remove_tokenizer(model: Path) -> str:
     for path in model.iterdir():
         if "token" in path.name or path.name in ("vocab.json", "merges.txt"):
@@ -159,7 +169,7 @@ def _remove_tokenizer(model: Path) -> str:
     return "tokenizer"
 
 
-@pytest.mark.parametrize("damage", [_truncate_weights, _damage_header, _remove_tokenizer])
+@pytest.mark.parametrize("damage", [_truncate_weights, _damage_header, _rename_a_header_field, _remove_tokenizer])
 def test_a_damaged_model_directory_is_one_line_naming_the_file_and_nothing_is_registered(built, tmp_path, damage,
                                                                                           capsys):
     model = save_model(tmp_path / "damaged")

@@ -161,6 +161,7 @@ def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str, parameters: d
         raise QueryError(_one_line(error, sql)) from None
     if not statements:
         raise QueryError("no SQL statement given")
+    _check_parameters(statements, parameters or {})
     for statement in statements:
         kind = _executed_kind(connection, statement)
         if kind not in READ_STATEMENTS:
@@ -175,6 +176,26 @@ def run_read_only(connection: duckdb.DuckDBPyConnection, sql: str, parameters: d
         return result.to_arrow_table() if result is not None else pa.table({})
     except duckdb.Error as error:
         raise QueryError(_one_line(error, sql)) from None
+
+
+def _check_parameters(statements: list, given: dict) -> None:
+    """Values are bound to the last statement's ``$name`` placeholders only: a placeholder elsewhere, one without a
+    value, or a value no placeholder takes is an error that names it."""
+    for number, statement in enumerate(statements[:-1], start=1):
+        if statement.named_parameters:
+            raise QueryError(f"${', $'.join(sorted(statement.named_parameters))} in statement {number} of "
+                             f"{len(statements)}: values are bound to the last statement's placeholders only; move "
+                             "the query with placeholders last (or write the value into the earlier statement)")
+    wanted = set(statements[-1].named_parameters)
+    missing, unused = sorted(wanted - set(given)), sorted(set(given) - wanted)
+    if missing:
+        raise QueryError(f"the query's placeholder(s) ${', $'.join(missing)} have no value: pass "
+                         f"{', '.join(f'{name}=...' for name in missing)} to study.sql (`resdyn sql` takes none: "
+                         "write the value into the SQL)")
+    if unused:
+        takes = f"it takes ${', $'.join(sorted(wanted))}" if wanted else "it has no $placeholder"
+        raise QueryError(f"value(s) {', '.join(unused)} given but the query does not use them ({takes}); a "
+                         "placeholder is written $name, a letter or _ then letters, digits or _")
 
 
 _EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN\s*(\([^()]*\))?\s*(ANALY[SZ]E\b)?", re.IGNORECASE)
@@ -210,6 +231,9 @@ def _one_line(error: Exception, sql: str) -> str:
         hint = "check the SQL syntax"
     elif "Binder" in name:
         hint = "`resdyn sql \"DESCRIBE <table>\"` lists a table's columns"
+    elif "Permission" in name or "Cannot access file" in message:
+        hint = ("only the warehouse's tables can be read, by name (`resdyn sql \"SHOW TABLES\"`); files outside it "
+                "are refused")
     elif "IO" in name or ".parquet" in message:
         hint = "a warehouse file could not be read: `resdyn check` lists damaged files and how to fix them"
     else:

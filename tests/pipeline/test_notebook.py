@@ -221,3 +221,22 @@ def test_the_tour_notebook_runs_end_to_end(study_root, monkeypatch):
     images = [output for output in outputs if "image/png" in output.get("data", {})]
     assert len(images) >= 3, [output.get("data", {}).keys() for output in outputs]
     assert any("spectral radius" in output.get("text", "") for output in outputs)
+
+
+def test_sql_errors_name_the_placeholder_the_value_or_the_file_that_is_wrong(study_root, tmp_path):
+    from resdyn.dagster_project.store.errors import QueryError
+
+    study = resdyn.open(study_root)
+    assert study.sql("SELECT count(*) AS n FROM layer_metrics WHERE model = $model", model="m")["n"][0] > 0
+    with pytest.raises(QueryError, match=r"value\(s\) modle given but the query does not use them \(it takes \$model\)"):
+        study.sql("SELECT count(*) FROM layer_metrics WHERE model = $model", model="m", modle="m")
+    with pytest.raises(QueryError, match=r"value\(s\) x given but the query does not use them \(it has no"):
+        study.sql("SELECT 1", x=1)
+    with pytest.raises(QueryError, match=r"placeholder\(s\) \$model have no value: pass model=\.\.\."):
+        study.sql("SELECT count(*) FROM layer_metrics WHERE model = $model")
+    with pytest.raises(QueryError, match=r"\$x in statement 1 of 2: values are bound to the last statement"):
+        study.sql("SELECT $x; SELECT 1", x=1)
+    outside = tmp_path / "outside.csv"
+    outside.write_text("a\n1\n")
+    with pytest.raises(QueryError, match=r"only the warehouse's tables can be read, by name"):
+        study.sql(f"SELECT * FROM read_csv('{outside}')")

@@ -108,7 +108,8 @@ class Study:
                 frames.append(pl.scan_parquet(path).with_columns(model=pl.lit(found[0]), checkpoint=pl.lit(found[1])))
         if not frames:
             return pl.from_arrow(_empty(name)).lazy()
-        return frames[0] if len(frames) == 1 else pl.concat(_comparable(frames), how="diagonal_relaxed")
+        frame = frames[0] if len(frames) == 1 else pl.concat(_comparable(frames), how="diagonal_relaxed")
+        return PublishedFrame._from_pyldf(frame._ldf)
 
     def jacobian(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
         """The mean Jacobian of the sublayer at ``depth`` (float64, d x d, a writable copy), from its row group."""
@@ -164,6 +165,21 @@ class Study:
                 [{"model": m, "checkpoint": c} for m, c in wanted]))
         frame = figure_frames.relative_depth(frame, by).sort("model", "checkpoint", by)
         return frame, figure_frames.compare_figure(metric, frame, None)
+
+
+class PublishedFrame(pl.LazyFrame):
+    """A LazyFrame over one published generation. A rerun keeps the generation before it; the one before that is
+    removed, and collecting a frame made over it says so (polars alone says only that a file is missing). Frames
+    derived from it (filter, select, join...) are PublishedFrames too: polars makes them with ``_from_pyldf`` of the
+    frame's own class, the one hook it gives a subclass."""
+
+    def collect(self, *arguments, **options) -> pl.DataFrame:
+        try:
+            return super().collect(*arguments, **options)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(f"the generation this frame read was replaced (a partition was rerun twice since "
+                                    f"the frame was made: {str(error).splitlines()[0]}); make the frame again "
+                                    "(study.table(...))") from None
 
 
 class Plots:

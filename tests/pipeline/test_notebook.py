@@ -140,6 +140,11 @@ def test_a_lazy_frame_sees_only_the_generation_published_when_it_was_made(study_
     assert not np.allclose(after["spectral_radius"].to_numpy(), old["spectral_radius"].to_numpy(), rtol=1e-12)
     assert_frame_equal(after.drop("model", "checkpoint"),
                        pl.from_arrow(Warehouse(study_root).read("layer_metrics", "m", "local")), check_dtypes=False)
+    # a second rerun removes the generation the first frame read (two are kept): it says so, derived frames too
+    resdyn.run(str(model), checkpoints="local", warehouse=study_root, progress=False,
+               **{**QUICK_SETTINGS, "n_samples": 6})
+    with pytest.raises(FileNotFoundError, match=r"the generation this frame read was replaced .* make the frame again"):
+        before.filter(pl.col("depth") > 0).select("spectral_radius").collect()
 
 
 def test_jacobians_equal_the_table_rows(study_root):

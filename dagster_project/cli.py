@@ -34,6 +34,7 @@ from resdyn.models.registry import ModelRegistry, ModelSpec, check_name, partiti
 
 from . import interrupts
 from .config import SQL_DIRECTORY, dagster_home, use_dagster_home
+from .console import TRACE_LEVEL_HINT
 from .store.errors import PartitionBusyError, QueryError, ReadOnlySqlError
 from .store.views import sql_text
 from .store.warehouse import Warehouse
@@ -434,6 +435,8 @@ def _report(number: int, total: int, key: str, outcome: dict, started: float, su
     if not success:
         for line in outcome["failure_lines"]:
             print(line)
+        if outcome["failure_lines"]:
+            print(f"    ({TRACE_LEVEL_HINT})")
         failed.append(key)
 
 
@@ -463,8 +466,10 @@ def command_run(arguments, progress=None) -> int:
     config = prepare(StudyConfig.resolve({**flags, "warehouse": arguments.warehouse, "executor": arguments.executor,
                                           "ray_address": arguments.ray_address,
                                           "preset": arguments.preset}))  # every value checked first
+    from .console import quiet_failures
     from .selection import partition_asset_keys
 
+    quiet_failures(arguments.log_level)  # each failed step is one line of this command's own
     arguments.selected_keys = partition_asset_keys(arguments.select)
     store = Warehouse(config.warehouse)
     registry = ModelRegistry(store.registry_file)
@@ -557,9 +562,11 @@ def _execute_partition(key: str, config: str, run_config: dict, selected_keys) -
     import dagster as dg
 
     from .config import StudyConfig
+    from .console import quiet_failures
     from .launch import reconstructable_job
 
     _configure_logging()  # a spawned process starts with logging unconfigured: the CLI's own settings
+    quiet_failures(run_config["loggers"]["console"]["config"]["log_level"])
     started = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         result = dg.execute_job(reconstructable_job(StudyConfig.from_json(config)), instance=instance,
@@ -703,6 +710,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # the commands name each file a view leaves out themselves, once (_warn_problems)
+    logging.getLogger("resdyn.dagster_project.store.views").setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:

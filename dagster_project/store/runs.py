@@ -37,6 +37,7 @@ from .. import interrupts
 from ..config import REPOSITORY_ROOT
 from ..settings import settings_hash
 from ..steps import STEP_RETRIES
+from .errors import PartitionBusyError
 from .leases import acquire_lease, now, release_lease
 from .leftovers import discard_run, sweep_partition
 from .warehouse import Warehouse
@@ -204,7 +205,12 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
     run = bind(context, warehouse, settings)
     store, model, checkpoint = run.store, run.model, run.checkpoint
     single_process = "in_process" in run.executor or "in-process" in run.executor
-    acquire_lease(store, model, checkpoint, single_process=single_process, instance=context.instance)
+    try:
+        acquire_lease(store, model, checkpoint, single_process=single_process, instance=context.instance)
+    except PartitionBusyError as error:  # another run holds the partition: a retry a second later would too
+        import dagster as dg
+
+        raise dg.Failure(description=str(error), allow_retries=False) from None
     try:
         if not store.partition_directory("runs", model, checkpoint).joinpath(f"{store.run_id}.parquet").is_file():
             sweep_partition(store, model, checkpoint)  # what failed or killed runs left, before this one writes

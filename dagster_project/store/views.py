@@ -30,6 +30,7 @@ from .schema import PROVENANCE_COLUMNS, TABLES
 READ_STATEMENTS = ("SELECT", "EXPLAIN")
 
 log = logging.getLogger(__name__)
+_WARNED: set[tuple[str, str]] = set()
 
 HIVE = "hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true"
 
@@ -62,7 +63,9 @@ def readable_run_files(store) -> list[str]:
             pq.read_metadata(path)
             files.append(path.as_posix())
         except (pa.ArrowInvalid, OSError):
-            log.warning("%s is not readable and is left out of the runs view; see `resdyn check`", path)
+            if (str(store.root), str(path)) not in _WARNED:
+                _WARNED.add((str(store.root), str(path)))
+                log.warning("%s is not readable and is left out of the runs view; see `resdyn check`", path)
     return files
 
 
@@ -74,7 +77,9 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
     connection.execute("SET enable_external_access = false")
     files, published, problems = store.published_files()
     for problem in problems:
-        log.warning(problem)
+        if (str(store.root), problem) not in _WARNED:  # once per process: one command opens many connections
+            _WARNED.add((str(store.root), problem))
+            log.warning(problem)
     store.problems = problems
     published_schema = pa.schema([("model", pa.string()), ("checkpoint", pa.string()), ("table_name", pa.string()),
                                   ("run_id", pa.string()), ("settings_hash", pa.string()),

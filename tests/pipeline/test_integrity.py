@@ -268,6 +268,9 @@ def test_a_damaged_file_is_named_and_every_other_table_still_answers(warehouse_c
     assert main(["questions", "--warehouse", str(root)]) == 0
     answers = capsys.readouterr().out
     assert "skipped: m@local (incomplete)" in answers and "not answerable" not in answers
+    # a command that asks many questions names the damaged file once, not once per query
+    questions = run_cli("questions", "--warehouse", str(root))
+    assert questions.returncode == 0 and questions.stderr.count(str(damaged)) == 1, questions.stderr
 
 
 def test_a_same_size_damaged_file_is_left_out_and_named_and_the_rest_answers(warehouse_copy, capsys):
@@ -343,6 +346,13 @@ def test_a_hand_damaged_manifest_is_reported_the_views_answer_and_a_rerun_repair
         # an unusable manifest and a bad entry; a rerun costs a partition's run)
         assert main(["run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root)]) == 0
         capsys.readouterr()
+        if kind == "another partition's file":  # the planted copy: a file no manifest names, listed, then reclaimed
+            assert main(["check", "--warehouse", str(root)]) == 1
+            assert f"unpublished: {root / 'jacobians' / 'model=other'}" in capsys.readouterr().out
+            planted = sum(path.stat().st_size for path in (root / "jacobians" / "model=other").rglob("*.parquet"))
+            assert main(["check", "--reclaim", "--warehouse", str(root)]) == 0
+            assert f"removed 1 unpublished file(s), {planted} bytes" in capsys.readouterr().out
+            assert not (root / "jacobians" / "model=other").exists()
         assert main(["check", "--warehouse", str(root)]) == 0, capsys.readouterr().out
         assert partition_state(root)["status"] == "complete"
 

@@ -134,14 +134,23 @@ def test_a_second_run_of_a_busy_partition_stops_with_a_clear_message(warehouse_c
     holder = Warehouse(root, run_id=new_run_id())
     acquire_lease(holder, "m", "local", single_process=True)
     before = snapshot(root)
+    default_level = [argument for argument in QUICK if argument not in ("--log-level", "ERROR")]
     try:
-        second = run_cli("run", "--model", str(model), "--samples", "10", *QUICK, "--warehouse", str(root))
+        second = run_cli("run", "--model", str(model), "--samples", "10", *default_level, "--warehouse", str(root))
+        traced = run_cli("run", "--model", str(model), "--samples", "10", *default_level, "--log-level", "debug",
+                         "--warehouse", str(root))
     finally:
         after = snapshot(root)
         release_lease(holder, "m", "local")
     assert second.returncode == 1, second.stdout[-3000:]
     assert f"is being materialized by run {holder.run_id}" in second.stdout
     assert "wait for it to finish" in second.stdout
+    # at the default level: the failure in one line and how to see its trace; no trace, no retry of a conflict
+    failure = [line for line in second.stdout.splitlines() if "is being materialized by run" in line]
+    assert len(failure) == 1 and "(--log-level debug shows the stack trace)" in second.stdout
+    assert "Stack Trace" not in second.stdout + second.stderr and "Not executing" not in second.stderr
+    assert "Stack Trace" in traced.stderr and traced.returncode == 1
+    assert "STEP_UP_FOR_RETRY" not in traced.stderr and "Exceeded max_retries" not in traced.stderr
     assert {k: v for k, v in after.items() if not k.startswith("_")} == \
         {k: v for k, v in before.items() if not k.startswith("_")}
     third = run_cli("run", "--model", str(model), "--samples", "10", *QUICK, "--warehouse", str(root))

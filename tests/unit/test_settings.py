@@ -85,11 +85,19 @@ def test_every_dependency_is_pinned_in_the_lock_file():
 
     project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
     wanted = project["dependencies"] + project["optional-dependencies"]["dev"]
-    pinned = {}
+    pinned, hashes = {}, {}
+    name = None
     for line in (REPOSITORY / "requirements.lock").read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, version = line.split("==")
-            pinned[re.sub(r"[-_.]+", "-", name).lower()] = version
+        requirement = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^ \\]+)", line)
+        if requirement:
+            name = re.sub(r"[-_.]+", "-", requirement.group(1)).lower()
+            pinned[name], hashes[name] = requirement.group(3), []
+        elif line.strip().startswith("--hash=sha256:") and name is not None:
+            hashes[name].append(line.strip().split(":", 1)[1].rstrip(" \\"))
+    # every pin carries the sha256 of each file pip may install for it (make installs with --require-hashes)
+    assert pinned and all(hashes[name] and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes[name])
+                          for name in pinned), [name for name in pinned if not hashes[name]]
+    assert "--require-hashes -r requirements.lock" in (REPOSITORY / "Makefile").read_text()
     for requirement in wanted:
         name = re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0]).lower()
         assert name in pinned, f"{name} is not in requirements.lock: regenerate it (see its header)"

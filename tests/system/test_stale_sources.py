@@ -1,7 +1,7 @@
 """Drill: a GGUF file changed in place. The checkpoints derived from it (its null model and their quantized control)
 carry the file's sha256; a changed file makes them `stale` in `partitions`, `resdyn check` lists them, `resdyn
 claims` refuses them naming the rerun, and the next `resdyn run` of the file remakes them. Also: claims never
-compare a partition with itself, and an unknown model is named as such."""
+compare a partition with itself or two checkpoints of different widths, and an unknown model is named as such."""
 
 import json
 from dataclasses import replace
@@ -74,3 +74,23 @@ def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_
     assert unknown.returncode == 2 and "not a registered model; the models there: t" in unknown.stderr
     assert "resdyn run --model nosuch" not in unknown.stderr
 
+
+
+def test_claims_refuse_two_checkpoints_of_different_widths(tmp_path):
+    """A model directory changed in place between two labels (same source, another width): the claims refuse to
+    compare the two checkpoints, naming both widths."""
+    from transformers import AutoModelForCausalLM
+
+    from resdyn.models.byte_tokenizer import build_byte_tokenizer
+    from resdyn.models.tiny_configs import tiny_config
+
+    warehouse, directory = tmp_path / "warehouse", tmp_path / "m"
+    for width, label in ((32, "before"), (48, "after")):
+        AutoModelForCausalLM.from_config(tiny_config("llama", hidden_size=width, n_layers=2)).save_pretrained(directory)
+        build_byte_tokenizer().save_pretrained(directory)
+        run = run_cli("run", "--model", str(directory), "--checkpoint", label, *SMALL, "--warehouse", str(warehouse),
+                      timeout=900)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    claims = run_cli("claims", "m", "--null", "before", "--trained", "after", "--warehouse", str(warehouse))
+    assert claims.returncode == 2 and claims.stderr.count("\n") == 1, claims.stderr
+    assert "made from different models (before: d = 32, after: d = 48)" in claims.stderr

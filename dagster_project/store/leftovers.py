@@ -11,16 +11,14 @@ partition before it writes (:func:`sweep_partition`), and ``resdyn check`` lists
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from resdyn.files import IN_PROGRESS_SUFFIX, process_alive
+from resdyn.files import IN_PROGRESS_SUFFIX
 
 from .leases import lease_is_live
 from .schema import TABLES
-
-HOST = socket.gethostname().replace("-", "_")
+from .warehouse import written_by_dead_writer
 
 
 @dataclass(frozen=True)
@@ -43,12 +41,6 @@ def _live_runs(store) -> set[str]:
         if holder.get("run_id") and lease_is_live(holder):
             live.add(holder["run_id"])
     return live
-
-
-def _dead_temp_file(path: Path) -> bool:
-    host, _, rest = path.name[1:].partition("-")
-    pid = rest.split("-", 1)[0]
-    return host == HOST and pid.isdigit() and not process_alive(int(pid))
 
 
 def _partitions(store, model: str | None, checkpoint: str | None) -> set[tuple[str, str]]:
@@ -92,7 +84,7 @@ def unpublished_files(store, model: str | None = None, checkpoint: str | None = 
                     add(path, path.stem, m, c)
             if run_id is None:
                 for path in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
-                    if _dead_temp_file(path):
+                    if written_by_dead_writer(path):
                         left.append(Leftover(path, path.stat().st_size, "", m, c))
         for path in (store.root / "_staging").glob(f"*/model={m}/checkpoint={c}/*.json"):
             add(path, path.parents[2].name, m, c)

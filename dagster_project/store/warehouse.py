@@ -138,13 +138,18 @@ class TableWriter:
 HOST = socket.gethostname().replace("-", "_")
 
 
+def written_by_dead_writer(path: Path) -> bool:
+    """Is ``path`` (``.<host>-<pid>-*.inprogress``) the temp file of a writer on this machine whose process is gone?
+    One from another machine sharing the warehouse is never judged dead."""
+    host, _, rest = path.name[1:].partition("-")
+    pid = rest.split("-", 1)[0]
+    return host == HOST and pid.isdigit() and not process_alive(int(pid))
+
+
 def sweep_dead_writers(directory: Path) -> None:
-    """Remove temp files of writers on this machine whose process is gone; a live writer's file, or one
-    from another machine sharing the warehouse, is never touched."""
+    """Remove temp files of writers on this machine whose process is gone; a live writer's file is never touched."""
     for stale in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
-        host, _, rest = stale.name[1:].partition("-")
-        pid = rest.split("-", 1)[0]
-        if host == HOST and pid.isdigit() and not process_alive(int(pid)):
+        if written_by_dead_writer(stale):
             stale.unlink(missing_ok=True)
 
 

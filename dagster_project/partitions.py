@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from resdyn.models.registry import ModelRegistry
-
 model_checkpoint_partitions = dg.DynamicPartitionsDefinition(name="model_checkpoint")
 
 
@@ -16,8 +14,3 @@ def register_partitions(instance: dg.DagsterInstance, keys: list[str]) -> None:
     if missing:
         instance.add_dynamic_partitions(model_checkpoint_partitions.name, missing)
 
-
-def sync_registry(instance: dg.DagsterInstance, registry: ModelRegistry) -> list[str]:
-    keys = registry.partition_keys()
-    register_partitions(instance, keys)
-    return keys

@@ -193,13 +193,6 @@ def operated_schur_form(schur_form: np.ndarray, alpha: float) -> np.ndarray:
     return operated
 
 
-def eigenvalue_drift(reference_eigenvalues: np.ndarray, matrix: np.ndarray) -> float:
-    """max_i min_j |lambda_i(matrix) - reference_j|: how far any eigenvalue moved (0 for exact surgery).
-    An independent check with a full eigendecomposition (tests); the pipeline uses :func:`block_eigenvalue_drift`."""
-    moved = np.linalg.eigvals(np.asarray(matrix, dtype=np.float64))
-    return float(np.max(np.min(np.abs(moved[:, None] - np.asarray(reference_eigenvalues)[None, :]), axis=1)))
-
-
 def block_eigenvalue_drift(schur_form: np.ndarray, operated: np.ndarray) -> float:
     """max |eigenvalue of a diagonal block of T(alpha) - that of T|: the rebalancing of each 2x2 block
     keeps its eigenvalues by construction, and Z T(alpha) Z^T is similar to T(alpha), so this is the

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-WIDTH = "d"  # placeholder: the list length is the partition's d_model
-
 
 @dataclass(frozen=True)
 class Column:

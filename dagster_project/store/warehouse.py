@@ -542,10 +542,6 @@ class Warehouse:
             return run_read_only(connection, sql, parameters)
 
 
-def table_names() -> list[str]:
-    return list(TABLES)
-
-
 def partition_key_of(path: Path) -> tuple[str, str] | None:
     match = re.search(r"model=([^/]+)/checkpoint=([^/]+)", path.as_posix())
     return (match.group(1), match.group(2)) if match else None

@@ -291,12 +291,12 @@ class _StopAfter:
 def test_a_stop_inside_a_worker_pool_ends_it_within_two_seconds_and_terminates_its_workers():
     """Worker items of 60 s each: the stop is seen while they compute, and their processes are terminated rather
     than waited for (before, a stop waited for every running item)."""
+    import multiprocessing
+
     import dagster as dg
 
     from resdyn.dagster_project import interrupts
     from resdyn.dagster_project.parallel import ordered_parallel_map
-
-    import multiprocessing
 
     children_before = set(multiprocessing.active_children())  # other tests' children are not this pool's
     interrupts.watch(_StopAfter(2.0))

@@ -57,6 +57,27 @@ def test_surgery_keeps_eigenvalues_and_scales_departure(alpha, fresh_seed):
         np.testing.assert_allclose(operated, jacobian, atol=1e-12)
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.5])
+def test_block_eigenvalue_drift_is_the_drift_a_full_eigendecomposition_measures(alpha, fresh_seed):
+    """The pipeline reads the drift off the 2x2 blocks; the reference eigendecomposes Z T(alpha) Z^T, and a
+    perturbed form must show the same drift both ways."""
+    rng = np.random.default_rng(fresh_seed)
+    jacobian = np.eye(20) + 0.5 * rng.normal(size=(20, 20))
+    form, basis = scipy.linalg.schur(jacobian, output="real")
+    operated = depth.operated_schur_form(form, alpha)
+
+    def full_drift(matrix):
+        moved = np.linalg.eigvals(matrix)
+        reference = np.linalg.eigvals(jacobian)
+        return np.max(np.min(np.abs(moved[:, None] - reference[None, :]), axis=1))
+
+    assert depth.block_eigenvalue_drift(form, operated) < 1e-10
+    assert full_drift(basis @ operated @ basis.T) < 1e-8
+    shifted = operated + np.diag(np.where(np.arange(20) == 0, 1e-3, 0.0))  # one eigenvalue moved by ~1e-3
+    assert depth.block_eigenvalue_drift(form, shifted) == pytest.approx(full_drift(basis @ shifted @ basis.T),
+                                                                        rel=0.2)
+
+
 def test_surgery_on_a_pure_jordan_block_removes_the_coupling():
     jordan = np.array([[2.0, 5.0], [0.0, 2.0]])
     operated = SchurDecomposition.of(jordan).operated(0.0)

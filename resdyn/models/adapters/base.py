@@ -150,6 +150,10 @@ class MlpParts:
     per_layer_input: PerLayerInputParts | None = None
     output_scale: torch.Tensor | float | None = None
 
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in MLP_KINDS:
+            raise ValueError(f"MLP kind {self.kind!r} is not one of {MLP_KINDS} (or None: no closed form)")
+
 
 def mlp_kind(mlp: nn.Module) -> str | None:
     """``"gated"`` when ``mlp`` has the four pieces of a gated MLP (:class:`MlpParts`), else None."""

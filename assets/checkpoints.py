@@ -10,13 +10,12 @@ import dagster as dg
 import pyarrow as pa
 
 from resdyn.corpus import load_training_text, load_wikitext
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import MODEL_RUNNER_POOL, MODEL_STEP, STEP_RETRIES
+from resdyn.dagster_project.partition_assets import MODEL, partition_asset
+from resdyn.dagster_project.resources import WarehouseResource
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.runs import partition_run
 from resdyn.figures import training_loss_figure
 
-from .common import PARTITIONS, checkpoint_source, figure, partition
+from .common import checkpoint_source, figure, partition
 
 
 def _training_text_of(warehouse: WarehouseResource):
@@ -27,14 +26,10 @@ def _training_text_of(warehouse: WarehouseResource):
     return training_text
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="3", group_name="inputs", pool=MODEL_RUNNER_POOL,
-          op_tags=MODEL_STEP, retry_policy=STEP_RETRIES,
-          description="One row describing the checkpoint (from its config and safetensors headers); trains the "
+@partition_asset(MODEL, code_version="3", group_name="inputs", description="One row describing the checkpoint (from its config and safetensors headers); trains the "
                       "tiny suite member, imports a GGUF file or initialises a null model on first use.")
-def model_checkpoints(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-                      settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield _describe_checkpoint(context, warehouse, settings, store)
+def model_checkpoints(context, settings, store, warehouse):
+    yield _describe_checkpoint(context, warehouse, settings, store)
 
 
 def _describe_checkpoint(context, warehouse, settings, store) -> dg.Output:

@@ -1,10 +1,9 @@
-"""What every asset module shares: partition parsing, the checkpoint, samples, matrices, metadata."""
+"""What every asset module shares: partition parsing, the checkpoint, samples, mean Jacobians, metadata."""
 
 
 import base64
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -14,18 +13,13 @@ import pyarrow as pa
 
 from resdyn.corpus import Sample
 from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.partitions import model_checkpoint_partitions
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.store.arrow_tables import matrix_rows
 from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.files import atomic_path
 from resdyn.models.registry import split_partition_key
 from resdyn.naming import sublayer_depth
 
 log = logging.getLogger(__name__)
-
-PARTITIONS = model_checkpoint_partitions
-
 
 def partition(context) -> tuple[str, str]:
     return split_partition_key(context.partition_key)
@@ -59,9 +53,9 @@ def open_layerwise(warehouse: WarehouseResource, settings: AnalysisSettings, mod
     return LayerwiseModel(source, revision, dtype=settings.dtype, device=settings.device)
 
 
-def read_samples(store: Warehouse, model: str, checkpoint: str) -> list[Sample]:
-    """The partition's samples with their analysed positions, from the ``samples`` table."""
-    data = store.read("samples", model, checkpoint)
+def read_samples(samples) -> list[Sample]:
+    """The partition's samples with their analysed positions, from its ``samples`` table (a handle)."""
+    data = samples.read()
     sample_ids = data.column("sample_id").to_numpy()
     positions = data.column("position").to_numpy()
     tokens = data.column("token_ids").combine_chunks()
@@ -103,9 +97,9 @@ def figure(path: Path) -> dict:
     return metadata
 
 
-def n_layers(store: Warehouse, model: str, checkpoint: str) -> int:
+def n_layers(model_checkpoints) -> int:
     """Decoder layers of the partition's checkpoint (its ``model_checkpoints`` row)."""
-    return int(store.read("model_checkpoints", model, checkpoint, columns=["n_layers"]).column("n_layers")[0].as_py())
+    return int(model_checkpoints.first("n_layers"))
 
 
 def by_checkpoint(store: Warehouse, table: str, model: str, current: tuple[str, pa.Table]) -> dict[str, pl.DataFrame]:
@@ -136,35 +130,7 @@ class StageProgress:
         interrupts.check(f"{self.stage} of {self.context.partition_key}")
 
 
-def row_groups(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple, np.ndarray]:
-    """Row indices of ``data`` per distinct value of ``columns``, in first-appearance order."""
-    keys = zip(*(data.column(name).to_pylist() for name in columns))
-    grouped: dict[tuple, list[int]] = {}
-    for i, key in enumerate(keys):
-        grouped.setdefault(key, []).append(i)
-    return {key: np.asarray(indices) for key, indices in grouped.items()}
-
-
-def iter_matrices(store: Warehouse, table: str, model: str, checkpoint: str,
-                  group: tuple[str, ...] = ("layer", "sublayer")) -> Iterator[tuple[tuple, np.ndarray]]:
-    """((group values), float64 rows in row order) of a matrix table, one row group (one matrix) at a time."""
-    for data in store.row_groups(table, model, checkpoint, columns=[*group, "row", "values"]):
-        key = tuple(data.column(name)[0].as_py() for name in group)
-        values = matrix_rows(data.column("values"))
-        rows = data.column("row").to_numpy()
-        if not np.array_equal(rows, np.arange(len(rows))):
-            values = values[np.argsort(rows)]
-        yield key, np.asarray(values, dtype=np.float64)
-        del data, values  # before the next row group is read: one matrix in memory at a time
-
-
-def read_matrices(store: Warehouse, table: str, model: str, checkpoint: str,
-                  group: tuple[str, ...] = ("layer", "sublayer")) -> dict[tuple, np.ndarray]:
-    """Every matrix of a matrix table at once (small models; large ones use :func:`iter_matrices`)."""
-    return dict(iter_matrices(store, table, model, checkpoint, group))
-
-
 def read_mean_jacobians(store: Warehouse, model: str, checkpoint: str) -> dict[tuple[int, str], np.ndarray]:
     """The partition's mean Jacobians keyed (layer, sublayer), in depth order."""
-    matrices = read_matrices(store, "jacobians", model, checkpoint)
+    matrices = dict(store.matrix_table("jacobians", model, checkpoint).matrices())
     return {key: matrices[key] for key in sorted(matrices, key=lambda key: sublayer_depth(*key))}

@@ -8,32 +8,28 @@ import pyarrow.compute as pc
 from resdyn import community_coupling as community_level
 from resdyn import coupling
 from resdyn.dagster_project import figure_frames
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
+from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, StageProgress, by_checkpoint, figure, iter_matrices, n_layers, partition
+from .common import StageProgress, by_checkpoint, figure, n_layers, partition
 from .topology import edges_by_boundary
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="coupling", deps=["jacobians"],
-          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
+@partition_asset(ANALYSIS, code_version="2", group_name="coupling", deps=["jacobians"],
           description="Per-unit amplification from each sublayer's mean Jacobian (column, J - I column, row, diagonal).")
-def unit_amplification(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        model, checkpoint = partition(context)
-        progress = StageProgress(context, "unit amplification", 2 * n_layers(store, model, checkpoint))
-        yield dg.Output(_unit_amplification(store, model, checkpoint, progress))
+def unit_amplification(context, jacobians: MatrixTable, model_checkpoints: TableHandle):
+    progress = StageProgress(context, "unit amplification", 2 * n_layers(model_checkpoints))
+    yield dg.Output(_unit_amplification(jacobians, progress))
 
 
-def _unit_amplification(store, model: str, checkpoint: str, progress=None):
+def _unit_amplification(jacobians, progress=None):
     """One record batch per sublayer, one mean Jacobian in memory at a time."""
-    for (layer, sublayer), jacobian in iter_matrices(store, "jacobians", model, checkpoint):
+    for (layer, sublayer), jacobian in jacobians.matrices():
         measures = coupling.unit_amplification(jacobian)
         d = len(jacobian)
         yield pa.record_batch({"layer": np.full(d, layer, np.int32), "sublayer": pa.repeat(pa.scalar(sublayer), d),
@@ -53,24 +49,23 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
     return groups
 
 
-@dg.asset(partitions_def=PARTITIONS, group_name="coupling",
-          deps=[unit_amplification, "communities", "layer_metrics"], op_tags=ANALYSIS_STEP, code_version="3",
-          retry_policy=STEP_RETRIES,
+@partition_asset(ANALYSIS, group_name="coupling",
+          deps=["unit_amplification", "communities", "layer_metrics"], code_version="3",
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
-def coupling_tests(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield _coupling_tests(context, settings, store)
+def coupling_tests(context, settings, store, unit_amplification: TableHandle, communities: TableHandle,
+                   layer_metrics: TableHandle):
+    yield _coupling_tests(context, settings, store, unit_amplification, communities, layer_metrics)
 
 
-def _coupling_tests(context, settings, store) -> dg.Output:
+def _coupling_tests(context, settings, store, unit_amplification, communities, layer_metrics) -> dg.Output:
     model, checkpoint = partition(context)
-    amplification = _grouped(store.read("unit_amplification", model, checkpoint,
-                                        columns=["layer", "sublayer", "unit", "log_column_norm"]), ("layer", "sublayer"))
-    communities = _grouped(store.read("communities", model, checkpoint,
-                                      columns=["layer", "boundary", "unit", "is_boundary", "degree"]), ("layer", "boundary"))
-    operator = {(r["layer"], r["sublayer"]): r["operator_type"] for r in store.read(
-        "layer_metrics", model, checkpoint, columns=["layer", "sublayer", "operator_type"]).to_pylist()}
+    amplification = _grouped(unit_amplification.read(["layer", "sublayer", "unit", "log_column_norm"]),
+                             ("layer", "sublayer"))
+    communities = _grouped(communities.read(["layer", "boundary", "unit", "is_boundary", "degree"]),
+                           ("layer", "boundary"))
+    operator = {(r["layer"], r["sublayer"]): r["operator_type"]
+                for r in layer_metrics.read(["layer", "sublayer", "operator_type"]).to_pylist()}
     rows, progress = [], StageProgress(context, "coupling tests", len(amplification))
     for (layer, sublayer), units in sorted(amplification.items(), key=lambda item: sublayer_depth(*item[0])):
         boundary = STARTING_BOUNDARY[sublayer]
@@ -107,29 +102,29 @@ def _coupling_tests(context, settings, store) -> dg.Output:
                                          "undefined_tests": int(sum(r["reason"] is not None for r in rows))})
 
 
-@dg.asset(partitions_def=PARTITIONS, group_name="coupling",
-          deps=["graph_edges", "communities", "jacobians", "layer_metrics"], op_tags=ANALYSIS_STEP, code_version="1",
-          retry_policy=STEP_RETRIES,
+@partition_asset(ANALYSIS, group_name="coupling",
+          deps=["graph_edges", "communities", "jacobians", "layer_metrics"], code_version="1",
           description="Community position (mean participation) vs community gain ||J P_C||_F / ||P_C||_F per sublayer: "
                       "Spearman rho, permutation p (J, its symmetric part, J - I), BH q within the model checkpoint.")
-def community_coupling(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield _community_coupling(context, settings, store)
+def community_coupling(context, settings, communities: TableHandle, graph_edges: TableHandle,
+                       activations: TableHandle, model_checkpoints: TableHandle, jacobians: MatrixTable,
+                       layer_metrics: TableHandle):
+    yield _community_coupling(context, settings, communities, graph_edges, activations, model_checkpoints, jacobians,
+                              layer_metrics)
 
 
-def _community_coupling(context, settings, store) -> dg.Output:
+def _community_coupling(context, settings, communities, graph_edges, activations, model_checkpoints, jacobians,
+                        layer_metrics) -> dg.Output:
     """One row per sublayer; one graph, then one mean Jacobian, in memory at a time."""
-    model, checkpoint = partition(context)
     membership = {key: table.column("community").to_numpy() for key, table in _grouped(
-        store.read("communities", model, checkpoint, columns=["layer", "boundary", "unit", "community"]),
-        ("layer", "boundary")).items()}
-    operator = {(r["layer"], r["sublayer"]): r["operator_type"] for r in store.read(
-        "layer_metrics", model, checkpoint, columns=["layer", "sublayer", "operator_type"]).to_pylist()}
+        communities.read(["layer", "boundary", "unit", "community"]), ("layer", "boundary")).items()}
+    operator = {(r["layer"], r["sublayer"]): r["operator_type"]
+                for r in layer_metrics.read(["layer", "sublayer", "operator_type"]).to_pylist()}
     # the graphs the communities were found on (empty ones included), reduced to each community's position
     positions = {key: community_level.community_position(edges, membership[key])
-                 for key, edges in edges_by_boundary(store, model, checkpoint) if key in membership}
-    rows, progress = [], StageProgress(context, "community coupling", 2 * n_layers(store, model, checkpoint))
-    for (layer, sublayer), jacobian in iter_matrices(store, "jacobians", model, checkpoint):
+                 for key, edges in edges_by_boundary(graph_edges, activations, model_checkpoints) if key in membership}
+    rows, progress = [], StageProgress(context, "community coupling", 2 * n_layers(model_checkpoints))
+    for (layer, sublayer), jacobian in jacobians.matrices():
         boundary, depth = STARTING_BOUNDARY[sublayer], sublayer_depth(layer, sublayer)
         if (layer, boundary) not in positions or len(membership[(layer, boundary)]) != len(jacobian):
             raise ValueError(f"{context.partition_key}: communities or graph_edges of {layer}/{boundary} do not match "

@@ -14,17 +14,15 @@ import pyarrow as pa
 
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.metadata import preview
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import MODEL_RUNNER_POOL, MODEL_STEP, STEP_RETRIES
+from resdyn.dagster_project.partition_assets import MODEL, partition_asset
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, nullable_lists, record_batch
-from resdyn.dagster_project.store.io_manager import table_outs, written_output
-from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.handles import TableHandle
+from resdyn.dagster_project.store.io_manager import written_output
 from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import jacobian_heatmaps
 from resdyn.naming import SUBLAYERS, sublayer_depth
 
-from .common import PARTITIONS, figure, open_layerwise, partition, read_samples
-from .samples import samples
+from .common import figure, open_layerwise, partition, read_samples
 
 TABLES = ("activations", "jacobians", "sample_jacobians", "finite_difference_probe", "jacobian_folds")
 THUMBNAIL = 96  # the mean-Jacobian figure shows block means of at most this many rows and columns
@@ -59,37 +57,32 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
                                              "row": rows, "values": fixed_size_lists(matrix), **extra})
 
 
-@dg.multi_asset(
-    partitions_def=PARTITIONS, group_name="measurements", can_subset=False, pool=MODEL_RUNNER_POOL,
-    op_tags=MODEL_STEP, retry_policy=STEP_RETRIES,
-    **table_outs([
-        dg.AssetSpec("activations", code_version="2", deps=[samples],
+@partition_asset(MODEL, group_name="measurements", tables=[
+        dg.AssetSpec("activations", code_version="2", deps=["samples"],
                      description="Residual stream at the analysed positions, one row per (layer, boundary, sample, position)."),
-        dg.AssetSpec("jacobians", code_version="2", deps=[samples],
+        dg.AssetSpec("jacobians", code_version="2", deps=["samples"],
                      description="Mean Jacobian d out_t / d h_t of every sublayer map, one row per matrix row; per-entry "
                                  "variance where the backend streams it (autodiff)."),
-        dg.AssetSpec("sample_jacobians", code_version="3", deps=[samples],
+        dg.AssetSpec("sample_jacobians", code_version="3", deps=["samples"],
                      description="Per-sample Jacobians of a subsample (for per-sample metrics)."),
-        dg.AssetSpec("jacobian_folds", code_version="1", deps=[samples],
+        dg.AssetSpec("jacobian_folds", code_version="1", deps=["samples"],
                      description="Mean Jacobian of each contiguous block of samples (--folds; empty above "
                                  "--fold-max-width): what the sampling intervals of every measure are made from."),
-        dg.AssetSpec("finite_difference_probe", code_version="1", deps=[samples],
+        dg.AssetSpec("finite_difference_probe", code_version="1", deps=["samples"],
                      description="Mean central differences (f(x + h v) - f(x - h v)) / 2h along random directions: "
                                  "the independent reference the jacobians check compares E[J] v with."),
-    ]),
-)
-def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield from _measure(context, warehouse, settings, store)
+    ])
+def measurements(context, settings, store, warehouse, samples: TableHandle):
+    yield from _measure(context, warehouse, settings, store, samples)
 
 
-def _measure(context, warehouse, settings, store):
+def _measure(context, warehouse, settings, store, samples):
     from resdyn.jacobians import make_backend
     from resdyn.jacobians.engine import MeasurementOptions, measure_layer_major
     from resdyn.jacobians.probe import PROBE_STEP
 
     model, checkpoint = partition(context)
-    sample_list = read_samples(store, model, checkpoint)
+    sample_list = read_samples(samples)
     layerwise = open_layerwise(warehouse, settings, model, checkpoint)
     width = layerwise.d_model
     backend = make_backend(settings.backend)

@@ -5,20 +5,18 @@ mean-Jacobian values in ``layer_metrics``. Each per-sample matrix is analysed in
 (the factorizations dominate at large d).
 """
 
-import dagster as dg
 import numpy as np
 import pyarrow as pa
 
 from resdyn import spectra
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
+from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, StageProgress, partition
+from .common import StageProgress
 from .spectra import PARALLEL_MIN_WIDTH
 from .spectral_worker import metrics_of_row_group
 
@@ -27,25 +25,21 @@ NUMERIC_METRICS = ("spectral_radius", "sigma_max", "numerical_abscissa", "log10_
                    "participation_ratio", "stable_rank")
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="6", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
-          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
+@partition_asset(ANALYSIS, code_version="6", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
-def layer_metrics_per_sample(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-                             settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield table_output(_per_sample(context, settings, store))
+def layer_metrics_per_sample(context, settings, sample_jacobians: MatrixTable, layer_metrics: TableHandle,
+                             transient_dynamics: TableHandle):
+    yield table_output(_per_sample(context, settings, sample_jacobians, layer_metrics, transient_dynamics))
 
 
-def _per_sample(context, settings, store) -> pa.Table:
-    model, checkpoint = partition(context)
-    path = str(store.table_path("sample_jacobians", model, checkpoint))
+def _per_sample(context, settings, sample_jacobians, layer_metrics, transient_dynamics) -> pa.Table:
+    path = str(sample_jacobians.path)
     keys = [(group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py(), len(group))
-            for group in store.row_groups("sample_jacobians", model, checkpoint, columns=["layer", "sublayer"])]
+            for group in sample_jacobians.row_groups(["layer", "sublayer"])]
     width = keys[0][2] if keys else 0
     workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
-    of_mean = {(r["layer"], r["sublayer"]): r for r in store.read("layer_metrics", model, checkpoint).to_pylist()}
-    for row in store.read("transient_dynamics", model, checkpoint, columns=["layer", "sublayer",
-                                                                            "numerical_abscissa"]).to_pylist():
+    of_mean = {(r["layer"], r["sublayer"]): r for r in layer_metrics.read().to_pylist()}
+    for row in transient_dynamics.read(["layer", "sublayer", "numerical_abscissa"]).to_pylist():
         of_mean[(row["layer"], row["sublayer"])]["numerical_abscissa"] = row["numerical_abscissa"]
     grouped: dict[tuple[int, str], list[dict]] = {}
     metrics = ordered_parallel_map(metrics_of_row_group, [(path, index) for index in range(len(keys))], workers=workers)

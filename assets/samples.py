@@ -6,22 +6,16 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn.corpus import beginning_of_sequence, load_wikitext, sample_windows, tokenize
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.runs import partition_run
 
-from .checkpoints import model_checkpoints
-from .common import PARTITIONS, checkpoint_source, partition
+from .common import checkpoint_source, partition
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="3", group_name="inputs", deps=[model_checkpoints],
-          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
+@partition_asset(ANALYSIS, code_version="3", group_name="inputs", deps=["model_checkpoints"],
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
-def samples(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-            settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield _draw_samples(context, warehouse, settings, store)
+def samples(context, settings, store, warehouse):
+    yield _draw_samples(context, warehouse, settings, store)
 
 
 def _draw_samples(context, warehouse, settings, store) -> dg.Output:

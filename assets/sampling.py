@@ -11,7 +11,6 @@ sublayers gets its own interval (resdyn/claims.py).
 
 from dataclasses import dataclass
 
-import dagster as dg
 import numpy as np
 import pyarrow as pa
 
@@ -19,15 +18,14 @@ from resdyn import sampling
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.metadata import preview
 from resdyn.dagster_project.parallel import ordered_parallel_map
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
+from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.runs import partition_run
 from resdyn.dagster_project.store.schema import spec
 from resdyn.depth import RANK_DEFINITIONS, SCHUR_ORDERING
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, StageProgress, partition
+from .common import StageProgress
 from .spectra import jacobians_in_depth_order
 from .spectral_worker import fold_through_depth, read_matrix
 
@@ -35,26 +33,26 @@ from .spectral_worker import fold_through_depth, read_matrix
 # and 2 more product chains per fold (at d = 576 they were 60% of this stage); their readings carry no interval.
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="1", group_name="spectra",
+@partition_asset(ANALYSIS, code_version="1", group_name="spectra",
           deps=["jacobians", "jacobian_folds", "layer_metrics", "cumulative_rank", "schur_surgery", "sample_jacobians"],
-          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
           description="Sampling intervals of every layer_metrics measure, the cumulative ranks and the alpha = 0 "
                       "surgery: block jackknife over the fold means (resdyn/sampling.py).")
-def sampling_intervals(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        table = _intervals(context, settings, store)
-        ratios = [r for r, q in zip(table.column("value").to_pylist(), table.column("quantity").to_pylist())
-                  if q == "noise_to_signal" and r is not None and np.isfinite(r)]
-        yield table_output(table, metadata={
-            "preview": preview(table.drop_columns(["replicates"])), "rows": table.num_rows,
-            "median_noise_to_signal": float(np.median(ratios)) if ratios else float("nan")})
+def sampling_intervals(context, settings, jacobians: MatrixTable, jacobian_folds: MatrixTable,
+                       layer_metrics: TableHandle, cumulative_rank: TableHandle, schur_surgery: TableHandle,
+                       sample_jacobians: MatrixTable):
+    table = _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumulative_rank, schur_surgery,
+                       sample_jacobians)
+    ratios = [r for r, q in zip(table.column("value").to_pylist(), table.column("quantity").to_pylist())
+              if q == "noise_to_signal" and r is not None and np.isfinite(r)]
+    yield table_output(table, metadata={
+        "preview": preview(table.drop_columns(["replicates"])), "rows": table.num_rows,
+        "median_noise_to_signal": float(np.median(ratios)) if ratios else float("nan")})
 
 
-def _fold_index(store, model: str, checkpoint: str) -> tuple[dict, dict]:
+def _fold_index(jacobian_folds) -> tuple[dict, dict]:
     """(layer, sublayer) -> [fold row groups by fold], and -> [observations per fold]."""
     groups, counts = {}, {}
-    for index, group in enumerate(store.row_groups("jacobian_folds", model, checkpoint,
-                                                   columns=["layer", "sublayer", "fold", "n_observations"])):
+    for index, group in enumerate(jacobian_folds.row_groups(["layer", "sublayer", "fold", "n_observations"])):
         key = (group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py())
         fold = group.column("fold")[0].as_py()
         groups.setdefault(key, {})[fold] = index
@@ -70,18 +68,18 @@ def _row(layer, sublayer, quantity, value, replicates) -> dict:
             "ci_high": interval.high, "n_folds": interval.n_folds, "replicates": [float(r) for r in replicates]}
 
 
-def _intervals(context, settings, store) -> pa.Table:
-    model, checkpoint = partition(context)
-    fold_groups, fold_counts = _fold_index(store, model, checkpoint)
+def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumulative_rank, schur_surgery,
+               sample_jacobians) -> pa.Table:
+    fold_groups, fold_counts = _fold_index(jacobian_folds)
     schema = spec("sampling_intervals").schema()
     if not fold_groups:  # folds off (--folds 0, or wider than --fold-max-width): an empty table says so
         context.log.info(f"{context.partition_key}: no fold means (folds off at this width): no sampling intervals")
         return schema.empty_table()
-    path, order, _, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
-    folds_path = str(store.table_path("jacobian_folds", model, checkpoint))
-    of_mean = {(r["layer"], r["sublayer"]): r for r in store.read("layer_metrics", model, checkpoint).to_pylist()}
-    cumulative = {r["depth"]: r for r in store.read("cumulative_rank", model, checkpoint).to_pylist()}
-    surgery = {r["depth"]: r for r in store.read("schur_surgery", model, checkpoint).to_pylist()
+    path, order, _, workers = jacobians_in_depth_order(jacobians, settings)
+    folds_path = str(jacobian_folds.path)
+    of_mean = {(r["layer"], r["sublayer"]): r for r in layer_metrics.read().to_pylist()}
+    cumulative = {r["depth"]: r for r in cumulative_rank.read().to_pylist()}
+    surgery = {r["depth"]: r for r in schur_surgery.read().to_pylist()
                if r["alpha"] == 0.0 and r["schur_ordering"] == SCHUR_ORDERING}
     n_folds = len(next(iter(fold_groups.values())))
     steps = {fold: [(index, fold_groups[(layer, sublayer)][fold], sum(fold_counts[(layer, sublayer)]),
@@ -93,7 +91,7 @@ def _intervals(context, settings, store) -> pa.Table:
                                                        workers=min(n_folds, workers))):
         by_fold.append(result)
         progress.done(f"fold {fold}")
-    kept = _kept_samples_by_sublayer(store, model, checkpoint)
+    kept = _kept_samples_by_sublayer(sample_jacobians)
     rows = []
     for position, (index, layer, sublayer) in enumerate(order):
         interrupts.check(f"sampling_intervals of {context.partition_key}")
@@ -125,9 +123,9 @@ class _KeptSamples:
     groups: dict  # (layer, sublayer) -> row groups of its kept per-sample Jacobians
 
 
-def _kept_samples_by_sublayer(store, model: str, checkpoint: str) -> _KeptSamples:
+def _kept_samples_by_sublayer(sample_jacobians) -> _KeptSamples:
     """Where each sublayer's kept per-sample Jacobians are (read one at a time by the caller)."""
     groups: dict[tuple, list[int]] = {}
-    for index, group in enumerate(store.row_groups("sample_jacobians", model, checkpoint, columns=["layer", "sublayer"])):
-        groups.setdefault((group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py()), []).append(index)
-    return _KeptSamples(str(store.table_path("sample_jacobians", model, checkpoint)), groups)
+    for index, key in sample_jacobians.keys():
+        groups.setdefault(key, []).append(index)
+    return _KeptSamples(str(sample_jacobians.path), groups)

@@ -17,17 +17,16 @@ import pyarrow as pa
 from resdyn.dagster_project import figure_frames, interrupts
 from resdyn.dagster_project.metadata import preview
 from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, record_batch
-from resdyn.dagster_project.store.io_manager import table_output, table_outs, written_output
-from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.handles import MatrixTable
+from resdyn.dagster_project.store.io_manager import table_output, written_output
 from resdyn.dagster_project.store.schema import spec
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
 from resdyn.figures import eigenvalue_clouds
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, by_checkpoint, figure, partition
+from .common import by_checkpoint, figure, partition
 from .spectral_worker import analyse_row_group, read_matrix
 
 SURGERY_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -35,27 +34,22 @@ PARALLEL_MIN_WIDTH = 256  # below this a process pool costs more than it saves
 TABLES = ("eigenvalues", "singular_values", "schur_forms", "layer_metrics", "cumulative_rank", "schur_surgery")
 
 
-def sublayers_in_depth_order(store, model: str, checkpoint: str, table: str = "jacobians") -> list[tuple[int, int, str]]:
+def sublayers_in_depth_order(matrices: MatrixTable) -> list[tuple[int, int, str]]:
     """(row group, layer, sublayer) of a matrix table's partition (one matrix a row group), by depth."""
-    keys = []
-    for index, group in enumerate(store.row_groups(table, model, checkpoint, columns=["layer", "sublayer"])):
-        keys.append((index, group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py()))
-    return sorted(keys, key=lambda key: sublayer_depth(key[1], key[2]))
+    return sorted(((index, layer, sublayer) for index, (layer, sublayer) in matrices.keys()),
+                  key=lambda key: sublayer_depth(key[1], key[2]))
 
 
-def jacobians_in_depth_order(store, settings, model: str, checkpoint: str) -> tuple[str, list, int, int]:
+def jacobians_in_depth_order(jacobians: MatrixTable, settings) -> tuple[str, list, int, int]:
     """(file, [(row group, layer, sublayer)] by depth, width d, worker processes) of a jacobians partition:
     what every per-sublayer analysis starts from (one process below PARALLEL_MIN_WIDTH)."""
-    path = str(store.table_path("jacobians", model, checkpoint))
-    order = sublayers_in_depth_order(store, model, checkpoint)
-    width = len(read_matrix(path, order[0][0]))
+    order = sublayers_in_depth_order(jacobians)
+    width = len(jacobians.matrix(order[0][0]))
     workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
-    return path, order, width, workers
+    return str(jacobians.path), order, width, workers
 
 
-@dg.multi_asset(
-    partitions_def=PARTITIONS, can_subset=False, op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
-    **table_outs([
+@partition_asset(ANALYSIS, tables=[
         dg.AssetSpec("eigenvalues", code_version="2", deps=["jacobians"], group_name="spectra",
                      description="Every eigenvalue of every mean Jacobian (read off its real Schur form)."),
         dg.AssetSpec("singular_values", code_version="2", deps=["jacobians"], group_name="spectra",
@@ -71,16 +65,14 @@ def jacobians_in_depth_order(store, settings, model: str, checkpoint: str) -> tu
         dg.AssetSpec("schur_surgery", code_version="3", deps=["jacobians"], group_name="depth",
                      description="Ranks of the cumulative product of Schur-operated Jacobians J(alpha): spectrum kept, "
                                  "non-normal part scaled by alpha (alpha = 1 reproduces cumulative_rank)."),
-    ]),
-)
-def spectral_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield from _analyse(context, settings, store)
+])
+def spectral_analysis(context, settings, store, jacobians: MatrixTable):
+    yield from _analyse(context, settings, store, jacobians)
 
 
-def _analyse(context, settings, store):
+def _analyse(context, settings, store, jacobians):
     model, checkpoint = partition(context)
-    path, order, width, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
+    path, order, width, workers = jacobians_in_depth_order(jacobians, settings)
     measured, surgery = CumulativeProduct(), SchurSurgery(SURGERY_ALPHAS)
     metric_rows, rank_rows, surgery_rows, clouds = [], [], [], {}
     writers = {name: store.open_writer(name, model, checkpoint, width=width)

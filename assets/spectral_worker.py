@@ -3,19 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from resdyn.dagster_project.store.arrow_tables import matrix_rows
+from resdyn.dagster_project.store.matrices import read_matrix
 from resdyn.spectra import analyse_sublayer
-
-
-def read_matrix(path: str, row_group: int) -> np.ndarray:
-    """One matrix (one row group) of a matrix table, rows in order."""
-    data = pq.ParquetFile(path).read_row_group(row_group, columns=["row", "values"])
-    values = matrix_rows(data.column("values"))
-    rows = data.column("row").to_numpy()
-    return np.asarray(values if np.array_equal(rows, np.arange(len(rows))) else values[np.argsort(rows)],
-                      dtype=np.float64)
 
 
 def analyse_row_group(task: tuple[str, int]):

@@ -9,23 +9,22 @@ import pyarrow as pa
 from resdyn import topology
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.parallel import default_workers
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
+from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.arrow_tables import matrix_rows, record_batch
-from resdyn.dagster_project.store.io_manager import table_output, table_outs
-from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.store.handles import TableHandle
+from resdyn.dagster_project.store.io_manager import table_output
 from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import community_distributions
 from resdyn.naming import sublayer_depth
 
-from .common import PARTITIONS, StageProgress, figure, n_layers, partition
+from .common import StageProgress, figure, n_layers, partition
 
 PARALLEL_MIN_UNITS = 512  # smaller graphs scan faster than worker processes start
 
 
-def activation_matrices(store, model, checkpoint):
+def activation_matrices(activations):
     """((layer, boundary), observations x d float32) of the activations partition, one at a time."""
-    for data in store.row_groups("activations", model, checkpoint, columns=["layer", "boundary", "values"]):
+    for data in activations.row_groups(["layer", "boundary", "values"]):
         yield (data.column("layer")[0].as_py(), data.column("boundary")[0].as_py()), matrix_rows(data.column("values"))
 
 
@@ -46,16 +45,15 @@ def _whole_graphs(row_groups):
         yield pa.concat_tables(parts)
 
 
-def edges_by_boundary(store, model, checkpoint):
+def edges_by_boundary(graph_edges, activations, model_checkpoints):
     """((layer, boundary), SignedEdges) of every graph, one graph (row group) at a time, in activation order.
 
     A graph without edges (a threshold no pair exceeds) writes no row to graph_edges, yet it is a result:
     it is yielded with no edges, its units and order taken from the activations and model_checkpoints."""
-    graphs = _whole_graphs(store.row_groups("graph_edges", model, checkpoint,
-                                            columns=["layer", "boundary", "n_units", "source", "target", "weight"]))
+    graphs = _whole_graphs(graph_edges.row_groups(["layer", "boundary", "n_units", "source", "target", "weight"]))
     pending = next(graphs, None)
     n_units = None
-    for keys in store.row_groups("activations", model, checkpoint, columns=["layer", "boundary"]):
+    for keys in activations.row_groups(["layer", "boundary"]):
         key = (keys.column("layer")[0].as_py(), keys.column("boundary")[0].as_py())
         if pending is not None and (pending.column("layer")[0].as_py(), pending.column("boundary")[0].as_py()) == key:
             source, target, weight = (pending.column(c).to_numpy() for c in ("source", "target", "weight"))
@@ -63,26 +61,21 @@ def edges_by_boundary(store, model, checkpoint):
             pending = next(graphs, None)
             continue
         if n_units is None:
-            n_units = int(next(store.row_groups("model_checkpoints", model, checkpoint, columns=["d_model"]))
-                          .column("d_model")[0].as_py())
+            n_units = int(model_checkpoints.first("d_model"))
         empty = np.zeros(0, np.int32)
         yield key, topology.SignedEdges(n_units, empty, empty.copy(), np.zeros(0))
     if pending is not None:
-        raise ValueError(f"graph_edges of {model}@{checkpoint} holds a graph that its activations do not: rerun "
+        raise ValueError(f"graph_edges of {graph_edges.model}@{graph_edges.checkpoint} holds a graph that its activations do not: rerun "
                          "graph_edges (`resdyn run --select key:graph_edges`)")
 
 
-@dg.asset(partitions_def=PARTITIONS, code_version="2", group_name="topology", deps=["activations"],
-          op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
+@partition_asset(ANALYSIS, code_version="2", group_name="topology", deps=["activations"],
           description="Signed correlation graph of residual units per layer and boundary (kNN by |r| by default).")
-def graph_edges(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        model, checkpoint = partition(context)
-        d = store.read("model_checkpoints", model, checkpoint).column("d_model")[0].as_py()
-        k = neighbours(settings, d)
-        progress = StageProgress(context, "correlation graphs", 2 * n_layers(store, model, checkpoint))
-        yield dg.Output(_graph_edges(settings, store, model, checkpoint, k, progress),
-                        metadata={"construction": settings.graph_construction, "k": k})
+def graph_edges(context, settings, activations: TableHandle, model_checkpoints: TableHandle):
+    k = neighbours(settings, model_checkpoints.first("d_model"))
+    progress = StageProgress(context, "correlation graphs", 2 * n_layers(model_checkpoints))
+    yield dg.Output(_graph_edges(settings, activations, k, progress),
+                    metadata={"construction": settings.graph_construction, "k": k})
 
 
 def neighbours(settings, d: int) -> int:
@@ -90,9 +83,9 @@ def neighbours(settings, d: int) -> int:
     return settings.graph_k or min(30, max(5, d // 4))
 
 
-def _graph_edges(settings, store, model: str, checkpoint: str, k: int, progress=None):
+def _graph_edges(settings, activations, k: int, progress=None):
     """One record batch of edges per (layer, boundary), one activation matrix in memory at a time."""
-    for (layer, boundary), matrix in activation_matrices(store, model, checkpoint):
+    for (layer, boundary), matrix in activation_matrices(activations):
         edges = topology.signed_graph(topology.correlation_matrix(matrix), settings.graph_construction,
                                       k=k, threshold=settings.graph_threshold)
         yield record_batch(spec("graph_edges"), None, {
@@ -103,28 +96,24 @@ def _graph_edges(settings, store, model: str, checkpoint: str, k: int, progress=
             progress.done(f"{layer}/{boundary}")
 
 
-@dg.multi_asset(
-    partitions_def=PARTITIONS, group_name="topology", can_subset=False, op_tags=ANALYSIS_STEP,
-    retry_policy=STEP_RETRIES,
-    **table_outs([dg.AssetSpec("communities", code_version="4", deps=[graph_edges],
+@partition_asset(ANALYSIS, group_name="topology", tables=[dg.AssetSpec("communities", code_version="4", deps=["graph_edges"],
                         description="Signed Leiden CPM community, participation and boundary flags of every unit."),
-           dg.AssetSpec("gamma_scan", code_version="4", deps=[graph_edges],
-                        description="The resolution scan behind each graph's chosen gamma (modularity, stability).")]),
-)
-def community_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield from _communities(context, settings, store)
+           dg.AssetSpec("gamma_scan", code_version="4", deps=["graph_edges"],
+                        description="The resolution scan behind each graph's chosen gamma (modularity, stability).")])
+def community_tables(context, settings, store, graph_edges: TableHandle, activations: TableHandle,
+                     model_checkpoints: TableHandle):
+    yield from _communities(context, settings, store, graph_edges, activations, model_checkpoints)
 
 
-def _communities(context, settings, store):
+def _communities(context, settings, store, graph_edges, activations, model_checkpoints):
     model, checkpoint = partition(context)
     rows, scan_rows, sizes, participations = [], [], {}, {}
     seeds = tuple(range(settings.seed, settings.seed + settings.leiden_seeds))
     leiden_seconds = wall_seconds = 0.0
     workers, pool = settings.workers or default_workers(), None
     with contextlib.ExitStack() as pools:  # one Leiden pool for every graph of the partition
-        progress = StageProgress(context, "communities", 2 * n_layers(store, model, checkpoint))
-        for (layer, boundary), edges in edges_by_boundary(store, model, checkpoint):
+        progress = StageProgress(context, "communities", 2 * n_layers(model_checkpoints))
+        for (layer, boundary), edges in edges_by_boundary(graph_edges, activations, model_checkpoints):
             if pool is None and workers > 1 and edges.n_units >= PARALLEL_MIN_UNITS:
                 pool = pools.enter_context(topology.LeidenPool(workers))
             scan = topology.scan_gamma(edges, seeds=seeds, pool=pool if edges.n_units >= PARALLEL_MIN_UNITS else None)

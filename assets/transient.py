@@ -14,25 +14,22 @@ import pyarrow as pa
 
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.parallel import ordered_parallel_map
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.steps import ANALYSIS_STEP, STEP_RETRIES
-from resdyn.dagster_project.store.io_manager import table_output, table_outs
-from resdyn.dagster_project.store.runs import partition_run
+from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
+from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
+from resdyn.dagster_project.store.io_manager import table_output
 from resdyn.dagster_project.store.schema import spec
 from resdyn.figures import pseudospectra_contours
 from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth
 
-from .common import PARTITIONS, StageProgress, figure, partition
+from .common import StageProgress, figure, partition
 from .spectra import jacobians_in_depth_order, sublayers_in_depth_order
 from .spectral_worker import read_matrix, transient_of_row_group
 
 TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
 
 
-@dg.multi_asset(
-    partitions_def=PARTITIONS, can_subset=False, op_tags=ANALYSIS_STEP, retry_policy=STEP_RETRIES,
-    **table_outs([
+@partition_asset(ANALYSIS, tables=[
         dg.AssetSpec("transient_dynamics", code_version="3", deps=["jacobians", "schur_forms", "layer_metrics"],
                      group_name="transient",
                      description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "
@@ -42,20 +39,18 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
         dg.AssetSpec("transient_growth", code_version="3", deps=["jacobians", "schur_forms", "layer_metrics"], group_name="transient",
                      description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
                                  "full depth."),
-    ]),
-)
-def transient_analysis(context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings):
-    with partition_run(context, warehouse, settings) as store:
-        yield from _analyse(context, settings, store)
+])
+def transient_analysis(context, settings, store, jacobians: MatrixTable, schur_forms: MatrixTable,
+                       layer_metrics: TableHandle):
+    yield from _analyse(context, settings, store, jacobians, schur_forms, layer_metrics)
 
 
-def _analyse(context, settings, store):
+def _analyse(context, settings, store, jacobians, schur_forms, layer_metrics):
     model, checkpoint = partition(context)
-    path, order, width, workers = jacobians_in_depth_order(store, settings, model, checkpoint)
-    metrics = _spectral_metrics(store, model, checkpoint)
-    schur_path = str(store.table_path("schur_forms", model, checkpoint))
-    schur_row_group = {(layer, sublayer): index
-                       for index, layer, sublayer in sublayers_in_depth_order(store, model, checkpoint, "schur_forms")}
+    path, order, width, workers = jacobians_in_depth_order(jacobians, settings)
+    metrics = _spectral_metrics(layer_metrics)
+    schur_path = str(schur_forms.path)
+    schur_row_group = {(layer, sublayer): index for index, layer, sublayer in sublayers_in_depth_order(schur_forms)}
     missing = [key for _, *key in order if tuple(key) not in schur_row_group or tuple(key) not in metrics]
     if missing:
         raise ValueError(f"{context.partition_key}: schur_forms / layer_metrics lack sublayers {missing[:3]} of the "
@@ -107,10 +102,9 @@ def _analyse(context, settings, store):
         yield table_output(tables[name], name, extra[name])
 
 
-def _spectral_metrics(store, model, checkpoint) -> dict[tuple[int, str], dict]:
+def _spectral_metrics(layer_metrics) -> dict[tuple[int, str], dict]:
     """What spectral_analysis already knows of each sublayer: ||J||_2 (sigma_max) and henrici_rel_j_minus_i."""
-    rows = store.read("layer_metrics", model, checkpoint,
-                      columns=["layer", "sublayer", "sigma_max", "henrici_rel_j_minus_i"]).to_pylist()
+    rows = layer_metrics.read(["layer", "sublayer", "sigma_max", "henrici_rel_j_minus_i"]).to_pylist()
     return {(row["layer"], row["sublayer"]): row for row in rows}
 
 

@@ -85,21 +85,23 @@ def floors(warehouse: Path, checkpoint: str) -> dict:
 
     sys.path.insert(0, str(REPOSITORY))
     from resdyn import topology
-    from resdyn.assets.common import iter_matrices
     from resdyn.assets.topology import edges_by_boundary
+    from resdyn.dagster_project.store.handles import table_handle
     from resdyn.dagster_project.store.warehouse import Warehouse
 
     store = Warehouse(warehouse)
     schur = 0.0
     with threadpool_limits(os.cpu_count()):
-        for _, matrix in iter_matrices(store, "jacobians", "smollm2-135m", checkpoint):
+        for _, matrix in store.matrix_table("jacobians", "smollm2-135m", checkpoint).matrices():
             started = time.perf_counter()
             scipy.linalg.schur(np.asarray(matrix, dtype=np.float64), output="real")
             schur += time.perf_counter() - started
     gammas = {(row["layer"], row["boundary"]): row["gamma"] for row in store.query(
         "SELECT DISTINCT layer, boundary, gamma FROM communities").to_pylist()}
     leiden = 0.0
-    for key, edges in edges_by_boundary(store, "smollm2-135m", checkpoint):
+    graphs = (table_handle(store, name, "smollm2-135m", checkpoint)
+              for name in ("graph_edges", "activations", "model_checkpoints"))
+    for key, edges in edges_by_boundary(*graphs):
         started = time.perf_counter()
         topology.signed_leiden(edges, gammas[key], 0)
         leiden += time.perf_counter() - started

@@ -11,9 +11,11 @@ from resdyn.assets.spectra import spectral_analysis
 from resdyn.assets.topology import community_tables, graph_edges
 from resdyn.assets.transient import transient_analysis
 
-ALL_ASSETS = [model_checkpoints, samples, measurements, spectral_analysis, transient_analysis, layer_metrics_per_sample, sampling_intervals,
-              graph_edges,
-              community_tables, unit_amplification, coupling_tests, community_coupling]
+# partitioned assets (PartitionAsset: their definitions are made per configuration, launch.study_assets)
+PARTITION_ASSETS = [model_checkpoints, samples, measurements, spectral_analysis, transient_analysis,
+                    layer_metrics_per_sample, sampling_intervals, graph_edges, community_tables, unit_amplification,
+                    coupling_tests, community_coupling]
+ALL_ASSETS = [asset.definition() for asset in PARTITION_ASSETS]  # without step tags: keys, groups, selections
 
 STUDY_ASSETS = [study]  # unpartitioned, across every complete partition
-__all__ = ["ALL_ASSETS", "STUDY_ASSETS", "STUDY_ASSET_KEYS"]
+__all__ = ["ALL_ASSETS", "PARTITION_ASSETS", "STUDY_ASSETS", "STUDY_ASSET_KEYS"]

@@ -4,9 +4,9 @@
 import dagster as dg
 import numpy as np
 
-from resdyn.assets.common import iter_matrices, partition
 from resdyn.dagster_project.store.arrow_tables import matrix_rows
 from resdyn.depth import SCHUR_ORDERING
+from resdyn.models.registry import split_partition_key
 
 from .resources import AnalysisSettings, WarehouseResource
 
@@ -28,7 +28,7 @@ def _n_layers_and_width(store, model, checkpoint) -> tuple[int, int]:
 
 @dg.asset_check(asset="jacobians", description="Every mean and variance entry is finite.")
 def jacobians_are_finite(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    model, checkpoint = partition(context)
+    model, checkpoint = split_partition_key(context.partition_key)
     bad = rows_with_variance = 0
     for group in warehouse.open(run_id=context.run.run_id).row_groups("jacobians", model, checkpoint, columns=["values", "variance"]):
         bad += int((~np.isfinite(matrix_rows(group.column("values")))).sum())
@@ -42,7 +42,7 @@ def jacobians_are_finite(context, warehouse: WarehouseResource) -> dg.AssetCheck
 
 @dg.asset_check(asset="jacobians", description="Rows = layers x 2 sublayers x d_model.")
 def jacobians_row_count(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    model, checkpoint = partition(context)
+    model, checkpoint = split_partition_key(context.partition_key)
     store = warehouse.open(run_id=context.run.run_id)
     n_layers, d = _n_layers_and_width(store, model, checkpoint)
     rows = store.read("jacobians", model, checkpoint, columns=["row"]).num_rows
@@ -57,14 +57,14 @@ def jacobians_match_finite_differences(context, warehouse: WarehouseResource,
                                        settings: AnalysisSettings) -> dg.AssetCheckResult:
     from resdyn.jacobians.probe import probe_error
 
-    model, checkpoint = partition(context)
+    model, checkpoint = split_partition_key(context.partition_key)
     store = warehouse.open(run_id=context.run.run_id)
     probe = {}
     for group in store.row_groups("finite_difference_probe", model, checkpoint,
                                   columns=["layer", "sublayer", "direction", "finite_difference"]):
         key = (group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py())
         probe[key] = (matrix_rows(group.column("direction")), matrix_rows(group.column("finite_difference")))
-    errors = {key: probe_error(mean, *probe[key]) for key, mean in iter_matrices(store, "jacobians", model, checkpoint)}
+    errors = {key: probe_error(mean, *probe[key]) for key, mean in store.matrix_table("jacobians", model, checkpoint).matrices()}
     worst = max(errors.values())
     tolerance = PROBE_TOLERANCE if settings.dtype == "float64" else 1e-2
     worst_key = max(errors, key=errors.get)
@@ -74,7 +74,7 @@ def jacobians_match_finite_differences(context, warehouse: WarehouseResource,
 
 @dg.asset_check(asset="activations", description="All activations finite; rows = layers x 2 boundaries x observations.")
 def activations_are_finite_and_complete(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    model, checkpoint = partition(context)
+    model, checkpoint = split_partition_key(context.partition_key)
     store = warehouse.open(run_id=context.run.run_id)
     n_layers, _ = _n_layers_and_width(store, model, checkpoint)
     observations = store.read("samples", model, checkpoint, columns=["position"]).num_rows
@@ -89,7 +89,7 @@ def activations_are_finite_and_complete(context, warehouse: WarehouseResource) -
 @dg.asset_check(asset="layer_metrics", description="One row per sublayer; every metric finite except an "
                                                    "infinite condition number of a singular Jacobian.")
 def layer_metrics_complete(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    model, checkpoint = partition(context)
+    model, checkpoint = split_partition_key(context.partition_key)
     store = warehouse.open(run_id=context.run.run_id)
     n_layers, _ = _n_layers_and_width(store, model, checkpoint)
     rows = store.read("layer_metrics", model, checkpoint).to_pylist()
@@ -103,7 +103,7 @@ def layer_metrics_complete(context, warehouse: WarehouseResource) -> dg.AssetChe
                 description="alpha = 1 (the Jacobians rebuilt from their Schur forms) reproduces cumulative_rank "
                             "(the stored Jacobians) under every Schur ordering; no eigenvalue of a Schur block moved.")
 def surgery_identity_reproduces_cumulative_rank(context, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    model, checkpoint = partition(context)
+    model, checkpoint = split_partition_key(context.partition_key)
     store = warehouse.open(run_id=context.run.run_id)
     plain = {r["depth"]: r["effective_rank"] for r in store.read(
         "cumulative_rank", model, checkpoint, columns=["depth", "effective_rank"]).to_pylist()}

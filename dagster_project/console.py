@@ -41,3 +41,10 @@ def quiet_failures(log_level: str) -> None:
         named = logging.getLogger("dagster")  # the one Dagster's instance reports a run's end through
         if not any(isinstance(kept, _FailureFilter) for kept in named.filters):
             named.addFilter(_FailureFilter())
+
+
+def configure_logging() -> None:
+    """The CLI's logging (and that of each process it starts, which begins unconfigured): warnings and worse."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # the commands name each file a view leaves out themselves, once (cli._warn_problems)
+    logging.getLogger("resdyn.dagster_project.store.views").setLevel(logging.ERROR)

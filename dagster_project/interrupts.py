@@ -3,7 +3,7 @@
 Dagster installs its own SIGINT handler while a run executes and, inside some analysis steps (worker
 pools shutting down, generators closing), the interrupt it raises is swallowed ("Exception ignored
 in ..."): the step ran on and the partition was published. The CLI therefore records every SIGINT /
-SIGTERM through the interpreter's wakeup fd (``cli.SignalRecorder``, whatever handler runs), and the
+SIGTERM through the interpreter's wakeup fd (``run_loop.SignalRecorder``, whatever handler runs), and the
 steps call :func:`check` between sublayers and before publishing: a requested stop becomes a step
 failure there, so the run fails, nothing of it is published, and the CLI exits 128 + the signal.
 """

@@ -1,7 +1,7 @@
 """How the study is launched, from one :class:`~resdyn.dagster_project.config.StudyConfig`.
 
-The CLI, the UI (``definitions.py``) and the benchmarks all come here: :func:`build_definitions`
-makes the Dagster definitions of a configuration (assets with their step tags, checks, jobs on its
+The launch API (dagster_project/run_loop.py), the UI (``definitions.py``) and the benchmarks all come here:
+:func:`build_definitions` makes the Dagster definitions of a configuration (assets with their step tags, checks, jobs on its
 executor, resources holding its settings), :func:`reconstructable_job` hands the same job to
 processes that run steps (multiprocess, Ray), the configuration travelling as the job's JSON
 argument, and :func:`step_tags` says what each kind of step asks a Ray cluster for.
@@ -16,7 +16,6 @@ import dagster as dg
 
 from .config import StudyConfig
 from .executors import check_ray_address, executor_definition, largest_node_cpus, ray_address
-from .steps import STEP_KIND_TAG
 
 RAY_CONFIG_TAG = "dagster-ray/config"  # the op tag dagster-ray reads a step's resource request from
 STUDY_JOB = "resdyn_job"
@@ -38,28 +37,11 @@ def step_tags(config: StudyConfig, kind: str) -> dict[str, str]:
     return {RAY_CONFIG_TAG: json.dumps(request)}
 
 
-def _with_op_tags(asset: dg.AssetsDefinition, tags: dict[str, str]) -> dg.AssetsDefinition:
-    """``asset`` with ``tags`` added to its op's tags. Dagster has no public way to change the op tags of a
-    built asset (``with_attributes`` changes asset tags, not op tags: checked on 1.13), so the op is rebuilt
-    the way ``OpDefinition.with_replaced_properties`` does it, with the tags merged."""
-    from dagster._core.definitions.op_definition import OpDefinition
-
-    op = asset.op
-    retagged = OpDefinition.dagster_internal_init(
-        name=op.name, ins={d.name: dg.In.from_definition(d) for d in op.input_defs},
-        outs={d.name: dg.Out.from_definition(d) for d in op.output_defs}, compute_fn=op.compute_fn,
-        config_schema=op.config_schema, description=op.description, tags={**op.tags, **tags},
-        required_resource_keys=op.required_resource_keys, code_version=op.version, retry_policy=op.retry_policy,
-        version=None, pool=op.pool)
-    return dg.AssetsDefinition.dagster_internal_init(**{**asset.get_attributes_dict(), "node_def": retagged})
-
-
 def study_assets(config: StudyConfig) -> list[dg.AssetsDefinition]:
     """Every partitioned asset, each step tagged with what its kind asks of the cluster under ``config``."""
-    from .assets_index import ALL_ASSETS
+    from .assets_index import PARTITION_ASSETS
 
-    return [_with_op_tags(asset, step_tags(config, asset.op.tags[STEP_KIND_TAG]))
-            if STEP_KIND_TAG in asset.op.tags else asset for asset in ALL_ASSETS]
+    return [asset.definition(step_tags(config, asset.kind)) for asset in PARTITION_ASSETS]
 
 
 def study_resources(config: StudyConfig) -> dict:

@@ -30,7 +30,6 @@ from resdyn.models.registry import ModelRegistry, split_partition_key
 
 from . import figure_frames
 from .config import SQL_DIRECTORY
-from .store.arrow_tables import matrix_rows
 from .store.schema import PROVENANCE_COLUMNS, TABLES
 from .store.views import readable_run_files, sql_text
 from .store.warehouse import LOG_TABLES, Warehouse, partition_key_of
@@ -125,17 +124,10 @@ class Study:
         return np.stack([matrix for _, matrix in sorted(matrices, key=lambda item: item[0])])
 
     def _matrix_groups(self, table: str, model: str, checkpoint: str, depth: int, keyed: bool = False):
-        parquet = self.store._parquet_file(table, model, checkpoint)
-        keys = ["sample_id", "position"] if keyed else []
-        for index in range(parquet.num_row_groups):
-            if parquet.read_row_group(index, columns=["depth"]).column("depth")[0].as_py() != depth:
-                continue
-            data = parquet.read_row_group(index, columns=["row", "values", *keys])
-            values = np.asarray(matrix_rows(data.column("values")), dtype=np.float64)
-            rows = data.column("row").to_numpy()
-            matrix = values[np.argsort(rows)] if not np.array_equal(rows, np.arange(len(rows))) else values
-            yield ((data.column("sample_id")[0].as_py(), data.column("position")[0].as_py()), matrix) if keyed \
-                else matrix
+        matrices = self.store.matrix_table(table, model, checkpoint)
+        for index, (at_depth, *key) in matrices.keys(("depth", "sample_id", "position") if keyed else ("depth",)):
+            if at_depth == depth:
+                yield (tuple(key), matrices.matrix(index)) if keyed else matrices.matrix(index)
 
     # -- figures --------------------------------------------------------------------------------
 
@@ -274,31 +266,32 @@ def run(model: str | None = None, checkpoints: list[str] | None = None, *, suite
     bar (tqdm's auto mode: a line in a terminal, a widget in Jupyter where ipywidgets is installed, else a
     text bar); settings by name (``n_samples=32``, ``backend="autodiff"``). Returns the
     Study of the warehouse it wrote."""
-    from .cli import build_parser, command_run
+    from resdyn.models.registration import Request
+
+    from .run_loop import run_request
     from .settings import BY_NAME
 
     if isinstance(checkpoints, str):
         checkpoints = [checkpoints]
     if (model is None) == (suite is None):
         raise ValueError("give a model or a suite: resdyn.run('path/to/model') or resdyn.run(suite='tiny')")
-    argv = ["run", *(["--model", str(model)] if model is not None else ["--suite", suite])]
-    for checkpoint in checkpoints or []:
-        argv += ["--checkpoint", checkpoint]
-    for name, value in settings.items():
-        if name not in BY_NAME:
-            raise TypeError(f"resdyn.run() has no setting {name!r}; settings: {', '.join(BY_NAME)}")
-        argv += [BY_NAME[name].flag, str(value)]
-    if warehouse is not None:
-        argv += ["--warehouse", str(warehouse)]
-    arguments = build_parser().parse_args([*argv, "--log-level", "WARNING"])
+    unknown = [name for name in settings if name not in BY_NAME]
+    if unknown:
+        raise TypeError(f"resdyn.run() has no setting {unknown[0]!r}; settings: {', '.join(BY_NAME)}")
+    request = Request(suite=suite, models=(str(model),) if model is not None else (),
+                      checkpoints=tuple(checkpoints or ()))
     bar = _ProgressBar() if progress else None
     try:
-        code = command_run(arguments, progress=bar)
+        outcome = run_request(request, {**settings, "warehouse": str(warehouse) if warehouse is not None else None},
+                              bar, log_level="WARNING")
     finally:
         if bar is not None:
             bar.close()
-    if code != 0:
-        raise RuntimeError(f"resdyn run exited {code}: {' '.join(argv)} (the lines above name what failed)")
+    if outcome.exit_code != 0:
+        what = f"suite {suite}" if suite is not None else f"model {model}"
+        raise RuntimeError(f"resdyn.run of {what} ended with exit code {outcome.exit_code}"
+                           + (f" (failed: {', '.join(outcome.failed)})" if outcome.failed else "")
+                           + " (the lines above name what failed)")
     return Study(warehouse)
 
 

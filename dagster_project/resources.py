@@ -1,7 +1,8 @@
 """Resources: where the data lives and how the analysis is sized, made from a StudyConfig (dagster_project/launch.py).
 
-``AnalysisSettings`` is generated from :data:`resdyn.dagster_project.settings.SETTINGS` (one field per
-setting, same default), so the CLI, the UI and the tests share one definition of every setting.
+``AnalysisSettings`` declares one field per setting of :data:`resdyn.dagster_project.settings.SETTINGS`, with
+the same default (tests/unit/test_settings.py keeps them equal), so the CLI, the UI and the tests share one
+definition of every setting.
 """
 
 from __future__ import annotations
@@ -29,12 +30,29 @@ class WarehouseResource(dg.ConfigurableResource):
         return ModelRegistry(self.open().registry_file)
 
 
-def _settings_class():
-    annotations = {setting.name: setting.kind for setting in SETTINGS}
-    namespace = {"__annotations__": annotations, "__module__": __name__,
-                 "__doc__": "How the analysis is sized and computed: one field per setting of "
-                            "dagster_project/settings.py (flag, variable, default and meaning there).",
-                 **{setting.name: setting.default for setting in SETTINGS}}
+class AnalysisSettings(dg.ConfigurableResource):
+    """How the analysis is sized and computed: one field per setting of dagster_project/settings.py (flag,
+    variable, default, check and meaning there; a test keeps these fields and defaults equal to SETTINGS)."""
+
+    n_samples: int = 128
+    sequence_length: int = 64
+    seed: int = 0
+    bos: str = "auto"
+    positions: str = "last"
+    warmup: int = 16
+    batch_size: int = 16
+    dtype: str = "float64"
+    backend: str = "structured"
+    device: str = "auto"
+    workers: int = 0
+    per_sample_subsample: int = 8
+    graph_construction: str = "knn"
+    graph_k: int = 0
+    graph_threshold: float = 0.3
+    leiden_seeds: int = 5
+    n_permutations: int = 1000
+    folds: int = 8
+    fold_max_width: int = 1024
 
     def values(self) -> dict:
         """Every setting's value, checked (a bad value typed into run config fails here, before any write)."""
@@ -42,9 +60,3 @@ def _settings_class():
 
     def hash(self) -> str:
         return settings_hash(self.values())
-
-    namespace.update(values=values, hash=hash)
-    return type("AnalysisSettings", (dg.ConfigurableResource,), namespace)
-
-
-AnalysisSettings = _settings_class()

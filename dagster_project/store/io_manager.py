@@ -13,8 +13,9 @@ record, interrupt checks) and yields one ``dg.Output`` per table. The value is o
 Each is staged under the run (``_staging/<run>/``); after each output the partition is published if
 the selection is complete (one manifest swap: readers see the previous generation or this one). A
 failure here is recorded on the run and frees the lease, as a failure of the step's own code does.
-Inputs are not loaded through this manager: assets read their upstream tables from the warehouse by
-name (``deps``), streaming matrices row group by row group, which no in-memory value could.
+Inputs are loaded as lazy handles (:mod:`.handles`): an asset that takes ``jacobians`` as an argument
+gets a :class:`~.handles.MatrixTable` over this partition's table as the run sees it, and streams it
+row group by row group, which no in-memory value could do for a 4096 x 4096 matrix per sublayer.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from collections.abc import Iterable
 import dagster as dg
 import pyarrow as pa
 
+from resdyn.models.registry import split_partition_key
+
 from ..metadata import written_metadata
 from ..resources import AnalysisSettings, WarehouseResource
+from .handles import TableHandle, table_handle
 from .runs import attempt_number, bind, step_name
 from .warehouse import WrittenTable, hash_batch
 
@@ -94,9 +98,14 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                     head = pa.Table.from_batches([batch.slice(0, 5)])
         return writer.result, head
 
-    def load_input(self, context: dg.InputContext):
-        raise NotImplementedError("resdyn's assets read their upstream tables from the warehouse by name (deps); "
-                                  "declare the upstream asset in deps=[...], not as an argument")
+    def load_input(self, context: dg.InputContext) -> TableHandle:
+        """A lazy handle over the upstream table of this partition as this run sees it (its own staged table, else
+        the published one); nothing is read until the asset asks, one row group (one matrix) at a time."""
+        if not context.has_asset_partitions:
+            raise TypeError(f"{context.asset_key.to_user_string()}: resdyn's tables are partitioned by model@checkpoint")
+        model, checkpoint = split_partition_key(context.asset_partition_key)
+        store = self.warehouse.open(run_id=context.step_context.run_id)
+        return table_handle(store, context.asset_key.to_user_string(), model, checkpoint)
 
 
 def table_outs(specs: list[dg.AssetSpec]) -> dict:

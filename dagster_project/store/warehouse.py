@@ -46,6 +46,7 @@ from resdyn.files import IN_PROGRESS_SUFFIX, atomic_write_text, file_lock, proce
 
 from ..config import warehouse_root
 from .errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
+from .handles import MatrixTable
 from .leases import lease_is_live
 from .manifests import VerifiedFiles, hashing_stream, read_manifest
 from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, spec
@@ -456,6 +457,10 @@ class Warehouse:
         parquet = self._parquet_file(table, model, checkpoint)
         for index in range(parquet.num_row_groups):
             yield parquet.read_row_group(index, columns=columns)
+
+    def matrix_table(self, table: str, model: str, checkpoint: str) -> MatrixTable:
+        """The partition's matrix table as a lazy handle (:class:`~.handles.MatrixTable`: one matrix at a time)."""
+        return MatrixTable(self, table, model, checkpoint)
 
     def read_row_group(self, table: str, model: str, checkpoint: str, index: int,
                        columns: list[str] | None = None) -> pa.Table:

@@ -69,11 +69,9 @@ def test_rerun_is_idempotent_and_keeps_data_versions(warehouse):
 
 def test_sample_jacobians_cover_every_sublayer(warehouse):
     store, _, _ = warehouse
-    from resdyn.assets.common import read_matrices
-
-    mean = read_matrices(store, "jacobians", "tiny-olmo3", "step-000000")
-    per_sample = read_matrices(store, "sample_jacobians", "tiny-olmo3", "step-000000",
-                               ("layer", "sublayer", "sample_id", "position"))
+    mean = dict(store.matrix_table("jacobians", "tiny-olmo3", "step-000000").matrices())
+    per_sample = dict(store.matrix_table("sample_jacobians", "tiny-olmo3", "step-000000").matrices(
+        ("layer", "sublayer", "sample_id", "position")))
     assert {(k[0], k[1]) for k in per_sample} == set(mean)
     for matrix in mean.values():
         assert matrix.shape == (64, 64) and np.isfinite(matrix).all()
@@ -91,10 +89,8 @@ def test_every_named_question_answers_for_the_partition(warehouse):
 
 
 def test_spectral_tables_agree_with_numpy_on_the_stored_jacobians(warehouse):
-    from resdyn.assets.common import read_matrices
-
     store, _, _ = warehouse
-    matrices = read_matrices(store, "jacobians", "tiny-olmo3", "step-000000")
+    matrices = dict(store.matrix_table("jacobians", "tiny-olmo3", "step-000000").matrices())
     jacobian = matrices[(1, "mlp")]
     stored = store.query("SELECT sigma FROM singular_values WHERE depth = 3 ORDER BY idx").column("sigma").to_numpy()
     np.testing.assert_allclose(stored, np.linalg.svd(jacobian, compute_uv=False), rtol=1e-12)
@@ -118,10 +114,8 @@ def test_structured_backend_through_the_pipeline_passes_the_finite_difference_pr
 
 def test_transient_tables_are_filled_and_agree_with_numpy(warehouse):
     """Every sublayer has its transient row and eps rows; the growth windows match explicit products."""
-    from resdyn.assets.common import read_matrices
-
     store, _, _ = warehouse
-    matrices = read_matrices(store, "jacobians", "tiny-olmo3", "step-000000")
+    matrices = dict(store.matrix_table("jacobians", "tiny-olmo3", "step-000000").matrices())
     n = len(matrices)
     dynamics = store.query("SELECT * FROM transient_dynamics ORDER BY depth").to_pylist()
     assert [r["depth"] for r in dynamics] == list(range(n))
@@ -136,7 +130,7 @@ def test_transient_tables_are_filled_and_agree_with_numpy(warehouse):
     # the stage read its Schur forms from schur_forms: each is J's (same eigenvalues as the eigenvalues table,
     # quasi-triangular, ||T||_F = ||J||_F), and the numbers equal a standalone analysis that factors J itself
     from resdyn.transient import analyse_transient
-    schur_forms = read_matrices(store, "schur_forms", "tiny-olmo3", "step-000000")
+    schur_forms = dict(store.matrix_table("schur_forms", "tiny-olmo3", "step-000000").matrices())
     assert schur_forms.keys() == matrices.keys()
     pseudospectra = {(r["depth"], r["eps"]): r["pseudospectral_radius"] for r in store.query(
         "SELECT depth, eps, pseudospectral_radius FROM pseudospectra").to_pylist()}

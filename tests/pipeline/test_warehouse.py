@@ -64,7 +64,6 @@ MATRIX_MEMORY_SCRIPT = """
 import sys, tempfile, tracemalloc
 import numpy as np, pyarrow as pa
 sys.path.insert(0, {repository!r})
-from resdyn.assets.common import iter_matrices
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, nullable_lists, record_batch
 from resdyn.dagster_project.store.schema import spec
 from resdyn.dagster_project.store.warehouse import Warehouse
@@ -89,7 +88,7 @@ tracemalloc.start()
 baseline = tracemalloc.get_traced_memory()[0]
 write(store, matrices)
 write_peak = tracemalloc.get_traced_memory()[1] - baseline + pool.max_memory() - arrow_baseline
-equal, matrices_read = True, iter_matrices(store, "jacobians", "m", "c")
+equal, matrices_read = True, store.matrix_table("jacobians", "m", "c").matrices()
 for i in range(n_matrices):  # not zip/enumerate: their reused result tuples would keep the previous matrix alive
     key, matrix = next(matrices_read)
     equal = equal and key == (i // 2, ("attn", "mlp")[i % 2]) and np.array_equal(matrix, matrices[i])

@@ -91,14 +91,12 @@ def test_the_registered_gemma3_entry_lists_its_four_parts():
 def test_a_suite_names_whole_models_or_single_checkpoints():
     """The study runs every checkpoint of both models (null model, its quantization control, trained); the demo
     names SmolLM2's two checkpoints and leaves its quantization control to the study."""
-    import argparse
-
-    from resdyn.dagster_project.cli import _partitions_for
+    from resdyn.models.registration import Request, partitions_of
 
     registry = ModelRegistry()
-    study = _partitions_for(argparse.Namespace(suite="study", checkpoint=None), registry)
+    study = partitions_of(Request(suite="study"), registry)
     assert study == [f"{model}@{c}" for model in ("smollm2-135m", "gemma3-270m")
                      for c in ("init", "init-quantized", "trained")]
-    default = _partitions_for(argparse.Namespace(suite="default", checkpoint=None), registry)
+    default = partitions_of(Request(suite="default"), registry)
     assert [k for k in default if k.startswith("smollm2")] == ["smollm2-135m@init", "smollm2-135m@trained"]
     assert len(default) == 11

@@ -103,3 +103,18 @@ def test_every_dependency_is_pinned_in_the_lock_file():
         assert name in pinned, f"{name} is not in requirements.lock: regenerate it (see its header)"
     # polars is there because the notebook API uses it (it was once listed and unused, then dropped)
     assert "polars" in pinned and "import polars" in (REPOSITORY / "dagster_project" / "notebook.py").read_text()
+
+
+def test_the_settings_resource_declares_every_setting_with_its_type_and_default():
+    """AnalysisSettings is written out field by field (go-to-definition, type checks); it must not drift from
+    SETTINGS, the one place that says what each setting is."""
+    from resdyn.dagster_project.resources import AnalysisSettings
+
+    fields = AnalysisSettings.model_fields
+    assert list(fields) == [setting.name for setting in settings.SETTINGS]
+    for setting in settings.SETTINGS:
+        assert fields[setting.name].annotation is setting.kind, setting.name
+        assert fields[setting.name].default == setting.default, setting.name
+    assert AnalysisSettings().values() == {setting.name: setting.default for setting in settings.SETTINGS}
+    with pytest.raises(settings.SettingError, match="n_samples"):
+        AnalysisSettings(n_samples=0).values()

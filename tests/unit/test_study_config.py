@@ -42,7 +42,7 @@ def test_a_preset_sits_below_flags_and_variables_and_above_the_defaults(tmp_path
 def test_resume_skips_only_partitions_complete_at_the_same_settings(tmp_path):
     import pyarrow as pa
 
-    from resdyn.dagster_project.cli import _not_yet_complete
+    from resdyn.dagster_project.run_loop import not_yet_complete
     from resdyn.dagster_project.settings import settings_hash
 
     settings = StudyConfig.resolve({"preset": "paper"}, {}).settings
@@ -57,8 +57,8 @@ def test_resume_skips_only_partitions_complete_at_the_same_settings(tmp_path):
             return pa.Table.from_pylist(rows)
 
     keys = ["m@init", "m@trained", "n@init"]
-    assert _not_yet_complete(Store(), keys, settings, None) == ["m@trained", "n@init"]
-    assert _not_yet_complete(Store(), keys, settings, "group:inputs") == keys  # a partial run: run what was asked
+    assert not_yet_complete(Store(), keys, settings, None) == ["m@trained", "n@init"]
+    assert not_yet_complete(Store(), keys, settings, "group:inputs") == keys  # a partial run: run what was asked
 
 
 def test_it_is_frozen_and_survives_json():

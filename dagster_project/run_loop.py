@@ -1,0 +1,334 @@
+"""The one Python launch API: :func:`run_request` (a request's partitions, registered if new, then run) and
+:func:`run_partitions` (given partition keys).
+
+``resdyn run`` (dagster_project/cli.py) and ``resdyn.run`` (the notebook) both call it with Python values: the
+configuration (:class:`~.config.StudyConfig`), the partition keys (:mod:`resdyn.models.registration` says which a
+request names), an asset selection and a progress callback. Each partition is one Dagster run: in this process
+for the in-process executor, else a run of the reconstructable job launched from a process of its own. A line is
+printed as each partition starts and ends; SIGINT / SIGTERM stop at the running step's next check point, and
+nothing half-written is published.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from resdyn.models.registry import split_partition_key
+
+from . import interrupts
+from .config import StudyConfig, dagster_home, use_dagster_home
+from .console import TRACE_LEVEL_HINT, configure_logging, quiet_failures
+from .store.warehouse import Warehouse
+
+Progress = Callable[[int, int, str, bool], None]  # (number, total, key, done): told as each partition starts, ends
+
+
+@dataclass
+class RunOutcome:
+    """What a launch did: the partitions that failed, per partition its seconds, steps and checks (``--summary``),
+    and ``stopped``: 128 + the signal that stopped it (130 Ctrl-C, 143 SIGTERM), else 0."""
+
+    failed: list[str] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    stopped: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        """0 every partition ok, 1 one failed, 128 + signal stopped."""
+        return self.stopped or (1 if self.failed else 0)
+
+
+def run_partitions(config: StudyConfig, keys: list[str], selection: str | None = None, progress=None, **options):
+    """Materialize ``keys`` under ``config`` (made ready by :func:`~.launch.prepare` first): options and
+    outcome as :func:`_run_prepared`."""
+    from .launch import prepare
+
+    return _run_prepared(prepare(config), keys, selection, progress, **options)
+
+
+def _stale_checkpoints(warehouse: str | None, model: str) -> set[str]:
+    """The checkpoints of ``model`` whose published partition was made from another source file than the one
+    registered now (``partitions.status = 'stale'``)."""
+    store = Warehouse(warehouse)
+    if not store.root.is_dir():
+        return set()
+    rows = store.query("SELECT checkpoint FROM partitions WHERE model = $model AND status = 'stale'",
+                       parameters={"model": model}).to_pylist()
+    return {row["checkpoint"] for row in rows}
+
+
+def run_request(request, flags: dict, progress=None, *, selection: str | None = None, resume: bool = False,
+                log_level: str = "INFO", parallel_runs: int = 0, summary_file: str | None = None):
+    """Resolve the configuration (``flags``: settings and the launch's own values, None where not given), find the
+    partitions ``request`` names (registering a new source), and run them: what ``resdyn run`` and
+    ``resdyn.run`` both do, with Python values. Returns the :class:`RunOutcome`."""
+    from resdyn.models.registration import partitions_of
+    from resdyn.models.registry import ModelRegistry
+
+    from .launch import prepare
+
+    config = prepare(StudyConfig.resolve(flags))  # every value checked (and a Ray address asked) before any write
+    keys = partitions_of(request, ModelRegistry(Warehouse(config.warehouse).registry_file),
+                         stale_checkpoints=lambda model: _stale_checkpoints(config.warehouse, model))
+    return _run_prepared(config, keys, selection, progress, resume=resume, log_level=log_level, parallel_runs=parallel_runs,
+               summary_file=summary_file)
+
+
+def _run_prepared(config: StudyConfig, keys: list[str], selection: str | None = None,
+                  progress: Progress | None = None, *, resume: bool = False, log_level: str = "INFO",
+                   parallel_runs: int = 0, summary_file: str | Path | None = None) -> RunOutcome:
+    """Materialize ``keys`` under ``config`` (already :func:`~.launch.prepare`-d): every asset, or the assets of
+    ``selection`` (Dagster's selection syntax; their upstream tables must be published). With ``resume``, the
+    partitions the warehouse holds complete at these settings are left out."""
+    import dagster as dg
+
+    from .partitions import register_partitions
+    from .selection import check_inputs, partition_asset_keys
+
+    quiet_failures(log_level)  # each failed step is one line of this launch's own
+    selected_keys = partition_asset_keys(selection)
+    store = Warehouse(config.warehouse)
+    if resume:
+        keys = not_yet_complete(store, keys, config.settings, selection)
+    if selected_keys:
+        for key in keys:
+            check_inputs(selection, selected_keys, store.published_table_names(*split_partition_key(key)), key)
+    if config.executor != "in_process":
+        _persistent_dagster_home(store)
+    instance = dg.DagsterInstance.get() if dagster_home() else dg.DagsterInstance.ephemeral()
+    register_partitions(instance, keys)
+    print(f"resdyn: {len(keys)} partition(s) into {store.root} ({config.executor} executor): {', '.join(keys)}")
+    outcome = RunOutcome()
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    signals = SignalRecorder()
+    interrupts.watch(signals)  # steps stop at their next check point, and nothing of the run is published
+    try:
+        if config.executor == "in_process":
+            outcome.stopped = _run_in_process(keys, config, instance, selected_keys, run_config, signals, outcome,
+                                           progress)
+        else:
+            outcome.stopped = _run_out_of_process(keys, config, instance, selected_keys, run_config, parallel_runs,
+                                               outcome, progress)
+    finally:
+        interrupts.unwatch()
+        signals.close()
+        if summary_file:
+            Path(summary_file).write_text(json.dumps(outcome.summary, indent=2))
+    return outcome
+
+
+def _step_summary(result) -> dict:
+    """Per step: seconds, and the peak resident memory and timings its materializations reported."""
+    steps: dict[str, dict] = {}
+    for event in result.all_events:
+        if event.event_type_value == "STEP_SUCCESS":
+            steps.setdefault(event.step_key, {})["seconds"] = round(event.event_specific_data.duration_ms / 1000, 2)
+        elif event.event_type_value == "ASSET_MATERIALIZATION":
+            metadata = event.event_specific_data.materialization.metadata
+            step = steps.setdefault(event.step_key, {})
+            for name in ("peak_rss_mb", "seconds_by_part", "mean_jacobians_vs_forward"):
+                if name in metadata:
+                    step[name] = metadata[name].value
+    return {name: step for name, step in steps.items() if "seconds" in step}
+
+
+def _failure_lines(result) -> list[str]:
+    lines = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            error = error.cause or error  # Dagster wraps the user's exception: show that one
+            lines.append(f"    {event.step_key}: {error.message.strip().splitlines()[0]}")
+    return lines
+
+
+class SignalRecorder:
+    """Which of SIGINT / SIGTERM arrived, whatever Python handler ran (Dagster installs its own during a
+    run): the interpreter writes every signal's number to the wakeup fd, which is read after each run."""
+
+    def __init__(self) -> None:
+        self.read_end, write_end = os.pipe()
+        os.set_blocking(self.read_end, False)
+        os.set_blocking(write_end, False)
+        self.previous = signal.set_wakeup_fd(write_end)
+        self.original = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM interrupts like Ctrl-C
+        self.received: list[int] = []
+
+    def poll(self) -> int | None:
+        try:
+            self.received += list(os.read(self.read_end, 1024))
+        except BlockingIOError:
+            pass
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            if signum in self.received:
+                return int(signum)
+        return None
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.previous)
+        signal.signal(signal.SIGTERM, self.original)
+
+
+SHIPPED_INSTANCE = Path(__file__).resolve().parents[1] / "dagster_home" / "dagster.yaml"
+
+
+def _persistent_dagster_home(store: Warehouse) -> None:
+    """Executors that run steps in other processes need an instance on disk: DAGSTER_HOME, else one beside
+    the warehouse."""
+    if dagster_home():
+        return
+    home = store.root / "_dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").is_file():  # the shipped instance settings (telemetry off, run queue)
+        shutil.copyfile(SHIPPED_INSTANCE, home / "dagster.yaml")
+    use_dagster_home(home)
+
+
+def _outcome(result) -> dict:
+    """What the CLI reports of one partition's run, as plain data (it crosses a process boundary)."""
+    checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return {"success": bool(result.success), "run_id": result.run_id, "steps": _step_summary(result),
+            "n_checks": len(checks), "failing_checks": [c.check_name for c in checks if not c.passed],
+            "failure_lines": _failure_lines(result) if not result.success else []}
+
+
+def _report(number: int, total: int, key: str, outcome: dict, started: float, launch: RunOutcome) -> None:
+    failing, steps, n_checks = outcome["failing_checks"], outcome["steps"], outcome["n_checks"]
+    success = outcome["success"] and not failing
+    seconds = outcome.get("seconds", time.perf_counter() - started)  # a queued run's own time, not its wait
+    launch.summary[key] = {"seconds": round(seconds, 2), "success": success,
+                    "steps": steps, "failing_checks": failing, "run_id": outcome["run_id"]}
+    if steps:
+        print("    steps: " + ", ".join(f"{name} {step['seconds']:.1f} s" for name, step in steps.items()), flush=True)
+    print(f"[{number}/{total}] {key} {'ok' if success else 'FAILED'} in {seconds:.1f} s; checks "
+          f"{n_checks - len(failing)}/{n_checks} passed{' (failing: ' + ', '.join(failing) + ')' if failing else ''}",
+          flush=True)
+    if not success:
+        for line in outcome["failure_lines"]:
+            print(line)
+        if outcome["failure_lines"]:
+            print(f"    ({TRACE_LEVEL_HINT})")
+        launch.failed.append(key)
+
+
+def not_yet_complete(store: Warehouse, keys: list[str], settings, select: str | None) -> list[str]:
+    """``keys`` less the partitions the warehouse holds complete (every required table, one run) at ``settings``."""
+    from .settings import settings_hash
+
+    if select or not store.root.is_dir():
+        return keys
+    wanted = settings_hash(dict(settings))
+    done = {f"{row['model']}@{row['checkpoint']}" for row in store.query(
+        "SELECT model, checkpoint, settings_hash FROM partitions WHERE status = 'complete'").to_pylist()
+        if row["settings_hash"] == wanted}
+    for key in keys:
+        if key in done:
+            print(f"resdyn: {key} is complete at these settings ({wanted}): not run again (--resume)")
+    return [key for key in keys if key not in done]
+
+
+def _run_in_process(keys, config, instance, selected_keys, run_config, signals, launch, progress=None) -> int:
+    import dagster as dg
+
+    from .checks import ALL_CHECKS
+    from .launch import study_assets, study_resources
+
+    store, assets, resources = Warehouse(config.warehouse), study_assets(config), study_resources(config)
+    selection = dg.AssetSelection.assets(*selected_keys) if selected_keys else None
+    for number, key in enumerate(keys, 1):
+        started = time.perf_counter()
+        print(f"[{number}/{len(keys)}] {key} ...", flush=True)
+        if progress is not None:
+            progress(number, len(keys), key, False)
+        try:
+            result = dg.materialize([*assets, *ALL_CHECKS], partition_key=key, resources=resources,
+                                    instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
+                                    selection=selection,
+                                    run_config=run_config)
+        except KeyboardInterrupt:
+            result = None
+        received = signals.poll()
+        if result is not None and result.success and received is not None:
+            # A signal can land where Dagster catches it and then forgets it (capture_interrupts clears its flag
+            # on the way out; seen under heavy load), so the run finished and published: say so, then stop.
+            _report(number, len(keys), key, _outcome(result), started, launch)
+            print(f"resdyn: {signal.Signals(received).name} arrived as {key} finished; stopping before the next "
+                  "partition.", flush=True)
+            return 128 + received
+        if received is not None or result is None:
+            received = received or int(signal.SIGINT)
+            print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; the steps cleaned up, "
+                  "nothing half-written is published. Stopping.", flush=True)
+            from .store.runs import record_interrupted
+
+            record_interrupted(store, *split_partition_key(key), f"stopped by {signal.Signals(received).name}")
+            return 128 + received
+        _report(number, len(keys), key, _outcome(result), started, launch)
+        if progress is not None:
+            progress(number, len(keys), key, True)
+    return 0
+
+
+def _execute_partition(key: str, config: str, run_config: dict, selected_keys) -> dict:
+    """One partition's run of the reconstructable job, in a process of its own (``_run_out_of_process``)."""
+    import dagster as dg
+
+    from .launch import reconstructable_job
+
+    configure_logging()  # a spawned process starts with logging unconfigured: the CLI's own settings
+    quiet_failures(run_config["loggers"]["console"]["config"]["log_level"])
+    started = time.perf_counter()
+    with dg.DagsterInstance.get() as instance:
+        result = dg.execute_job(reconstructable_job(StudyConfig.from_json(config)), instance=instance,
+                                run_config=run_config,
+                                tags={"dagster/partition": key, "resdyn/cli": "run"},
+                                asset_selection=sorted(selected_keys) if selected_keys else None)
+        return {**_outcome(result), "seconds": time.perf_counter() - started}
+
+
+def _run_out_of_process(keys, config, instance, selected_keys, run_config, parallel_runs, launch,
+                        progress=None) -> int:
+    """Each partition a run of the reconstructable job on the chosen executor, launched from a process of its
+    own (``--parallel-runs`` at once), its model-running steps bounded by the model_runner pool.
+
+    Processes, not threads: Dagster reconfigures ``logging`` (``logging.config.dictConfig``, which closes every
+    handler under logging's module lock) at the start of each run, and a run started in one thread deadlocked
+    against another thread's log emit (both locks taken in opposite order; seen as a hung ``--parallel-runs``)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from .steps import MODEL_RUNNER_POOL
+
+    instance.event_log_storage.set_concurrency_slots(MODEL_RUNNER_POOL, config.model_runners)
+    parallel = max(1, min(parallel_runs or len(keys), len(keys)))
+    started = {}
+    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {}
+        for number, key in enumerate(keys, 1):
+            futures[pool.submit(_execute_partition, key, config.to_json(), run_config, selected_keys)] = (number, key)
+            started[key] = time.perf_counter()
+        print(f"resdyn: {len(keys)} run(s), {parallel} at a time, each in a process of its own", flush=True)
+        try:
+            for future in as_completed(futures):
+                number, key = futures[future]
+                try:
+                    outcome = future.result()
+                except Exception as error:  # the partition's process died (killed, out of memory)
+                    outcome = {"success": False, "run_id": None, "steps": {}, "n_checks": 0, "failing_checks": [],
+                               "failure_lines": [f"    {type(error).__name__}: {error}"]}
+                _report(number, len(keys), key, outcome, started[key], launch)
+                if progress is not None:
+                    progress(number, len(keys), key, True)
+        except KeyboardInterrupt:
+            print("resdyn: interrupted; runs already handed to the executor are stopped with it", flush=True)
+            pool.shutdown(wait=False, cancel_futures=True)
+            return 130
+    return 0

@@ -1,0 +1,36 @@
+"""The one reader of matrix tables: one d x d float64 matrix per Parquet row group.
+
+A matrix table (``jacobians``, ``schur_forms``, ``sample_jacobians``, ``jacobian_folds``, the graphs'
+correlation matrices) stores each matrix as d rows of a ``FixedSizeList<double>[d]`` column ``values``
+with a ``row`` index, one row group per matrix, so a reader holds one matrix at a time. Assets and
+the notebook read them through :class:`~.handles.MatrixTable` (a lazy handle over one partition's
+file), worker processes through :func:`read_matrix` (a path and a row group: what a task can carry);
+both end in :func:`matrix_of`, which puts the rows in order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .arrow_tables import matrix_rows
+
+
+def matrix_of(data: pa.Table, column: str = "values") -> np.ndarray:
+    """The float64 matrix of one row group (columns ``row`` and ``column``), rows sorted by ``row``."""
+    values = matrix_rows(data.column(column))
+    rows = data.column("row").to_numpy()
+    if not np.array_equal(rows, np.arange(len(rows))):
+        values = values[np.argsort(rows)]
+    return np.asarray(values, dtype=np.float64)
+
+
+def read_matrix(path: str | Path, row_group: int) -> np.ndarray:
+    """Row group ``row_group`` of the matrix table file ``path`` (what a worker process is handed)."""
+    return matrix_of(pq.ParquetFile(path).read_row_group(row_group, columns=["row", "values"]))
+
+
+__all__ = ["matrix_of", "read_matrix"]

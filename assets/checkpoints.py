@@ -26,13 +26,19 @@ def _training_text_of(warehouse: WarehouseResource):
     return training_text
 
 
-@partition_asset(MODEL, code_version="3", group_name="inputs", description="One row describing the checkpoint (from its config and safetensors headers); trains the "
-                      "tiny suite member, imports a GGUF file or initialises a null model on first use.")
+@partition_asset(MODEL, group_name="inputs", tables=[
+    dg.AssetSpec("model_checkpoints", code_version="3", description="One row describing the checkpoint (from its "
+                 "config and safetensors headers); trains the tiny suite member, imports a GGUF file or initialises a "
+                 "null model on first use."),
+    # skippable: only a tiny-suite member is trained here, so only it has a loss curve
+    dg.AssetSpec("training_loss", code_version="1", skippable=True, description="The tiny suite member's training "
+                 "loss per optimizer step up to this checkpoint (other models are trained elsewhere: no rows)."),
+])
 def model_checkpoints(context, settings, store, warehouse):
-    yield _describe_checkpoint(context, warehouse, settings, store)
+    yield from _describe_checkpoint(context, warehouse, settings, store)
 
 
-def _describe_checkpoint(context, warehouse, settings, store) -> dg.Output:
+def _describe_checkpoint(context, warehouse, settings, store):
     from resdyn.models.layerwise import describe_checkpoint  # torch and transformers: only where a step needs them
     from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
 
@@ -49,12 +55,14 @@ def _describe_checkpoint(context, warehouse, settings, store) -> dg.Output:
         curve = record["losses"][: checkpoint_step(checkpoint)]  # the loss up to this checkpoint
         losses = pa.table({"step": pa.array(range(len(curve)), pa.int32()), "loss": pa.array(curve, pa.float64()),
                            "training_corpus": [record["corpus"]] * len(curve)})
-        store.write("training_loss", model, checkpoint, losses)
+        loss_metadata = {}
         if curve:
             png = training_loss_figure(curve, store.artefact_directory("figures", model, checkpoint),
                                        title=f"{model} training loss")
-            metadata.update(figure(png))
-            metadata["final_loss"] = dg.MetadataValue.float(curve[-1])
+            loss_metadata.update(figure(png))
+            loss_metadata["final_loss"] = dg.MetadataValue.float(curve[-1])
+        # staged before model_checkpoints: a selection of this step is complete only with both
+        yield table_output(losses, "training_loss", loss_metadata)
     origin = {}
     if spec.is_gguf:
         from resdyn.models.sources import ensure_local_checkpoint
@@ -76,4 +84,4 @@ def _describe_checkpoint(context, warehouse, settings, store) -> dg.Output:
         **{key: [origin.get(key, "")] for key in ("source_file", "source_sha256", "source_quantization",
                                                    "initialization")},
     })
-    return table_output(row, metadata={**metadata, "n_params": int(described["n_params"])})
+    yield table_output(row, "model_checkpoints", {**metadata, "n_params": int(described["n_params"])})

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
-import polars as pl
-import pyarrow as pa
 
 from resdyn.corpus import Sample
 from resdyn.dagster_project import interrupts
@@ -70,12 +68,13 @@ def read_samples(samples) -> list[Sample]:
 INLINE_FIGURE_WIDTH = 480  # px: fits the asset sidebar and the event table of a 1280 px window
 
 
-def figure(path: Path) -> dict:
+def figure(path: Path, label: str | None = None) -> dict:
     """Metadata that shows a PNG in the Dagster UI: inline, and embedded behind "[Show Markdown]".
 
     Dagster renders markdown inline only under 1,000 characters, so the inline copy is a short link
     to a thumbnail that ``resdyn ui`` serves (dagster_project/ui.py); the link opens the full figure.
-    The embedded copy (base64 of the thumbnail) works under a plain ``dagster dev`` too.
+    The embedded copy (base64 of the thumbnail) works under a plain ``dagster dev`` too. The metadata keys are
+    named after ``label`` (default: the file's stem).
     """
     from PIL import Image
 
@@ -88,26 +87,18 @@ def figure(path: Path) -> dict:
         with atomic_path(thumbnail) as temporary:
             image.save(temporary, format="PNG")
     encoded = base64.b64encode(thumbnail.read_bytes()).decode()
-    metadata = {}
+    metadata, label = {}, label or path.stem
     small, full = artefact_url(thumbnail), artefact_url(path)
     if small and full:
-        metadata[f"figure_{path.stem}"] = dg.MetadataValue.md(f"[![{path.stem}]({small})]({full})")
-    metadata[f"figure_{path.stem}_embedded"] = dg.MetadataValue.md(f"![{path.stem}](data:image/png;base64,{encoded})")
-    metadata[f"figure_{path.stem}_path"] = dg.MetadataValue.path(str(path))
+        metadata[f"figure_{label}"] = dg.MetadataValue.md(f"[![{label}]({small})]({full})")
+    metadata[f"figure_{label}_embedded"] = dg.MetadataValue.md(f"![{label}](data:image/png;base64,{encoded})")
+    metadata[f"figure_{label}_path"] = dg.MetadataValue.path(str(path))
     return metadata
 
 
 def n_layers(model_checkpoints) -> int:
     """Decoder layers of the partition's checkpoint (its ``model_checkpoints`` row)."""
     return int(model_checkpoints.first("n_layers"))
-
-
-def by_checkpoint(store: Warehouse, table: str, model: str, current: tuple[str, pa.Table]) -> dict[str, pl.DataFrame]:
-    """``table`` of every published checkpoint of ``model`` and of ``current`` (the checkpoint being made and
-    its table, not yet published), as polars frames by checkpoint: what a figure across checkpoints draws."""
-    frames = {checkpoint: pl.from_arrow(store.read(table, model, checkpoint))
-              for checkpoint in store.checkpoints_of(table, model) if checkpoint != current[0]}
-    return {**frames, current[0]: pl.from_arrow(current[1])}
 
 
 class StageProgress:

@@ -2,6 +2,7 @@
 
 import dagster as dg
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -14,7 +15,7 @@ from resdyn.dagster_project.store.io_manager import table_output
 from resdyn.dagster_project.store.schema import spec
 from resdyn.naming import sublayer_depth
 
-from .common import StageProgress, by_checkpoint, figure, n_layers, partition
+from .common import StageProgress, figure, n_layers, partition
 from .topology import edges_by_boundary
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
@@ -95,7 +96,7 @@ def _coupling_tests(context, settings, store, unit_amplification, communities, l
                    q_value_permutation=float(value_permutation) if defined else None,
                    significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
     table = pa.Table.from_pylist(rows, schema=spec("coupling_tests").schema())
-    frames = by_checkpoint(store, "coupling_tests", model, (checkpoint, table))
+    frames = {checkpoint: pl.from_arrow(table)}  # across checkpoints: the coupling_by_checkpoint asset
     png = figure_frames.coupling_figure(model, frames, store.artefact_directory("figures", model, checkpoint))
     return table_output(table, metadata={**figure(png),
                                          "significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),

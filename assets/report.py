@@ -9,7 +9,6 @@ from resdyn.dagster_project.resources import WarehouseResource
 
 from .common import figure
 
-STUDY_ASSET_KEYS = [section.name for section in SECTIONS] + ["study_report"]
 UPSTREAM = ["coupling_tests", "layer_metrics", "cumulative_rank", "schur_surgery"]
 
 

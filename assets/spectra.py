@@ -26,7 +26,7 @@ from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
 from resdyn.figures import eigenvalue_clouds
 from resdyn.naming import sublayer_depth
 
-from .common import by_checkpoint, figure, partition
+from .common import figure, partition
 from .spectral_worker import analyse_row_group, read_matrix
 
 SURGERY_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -113,13 +113,14 @@ def _analyse(context, settings, store, jacobians):
     figures_directory = store.artefact_directory("figures", model, checkpoint)
     extra = {name: {} for name in TABLES}
     extra["eigenvalues"] = figure(eigenvalue_clouds(clouds, figures_directory, title=context.partition_key))
-    metrics = by_checkpoint(store, "layer_metrics", model, (checkpoint, tables["layer_metrics"]))
+    # this checkpoint's own curves; the comparison across checkpoints is the metrics_by_checkpoint asset
+    metrics = {checkpoint: pl.from_arrow(tables["layer_metrics"])}
     extra["layer_metrics"] = figure(figure_frames.metrics_figure(model, metrics, figures_directory))
     types = [row["operator_type"] for row in metric_rows]
     extra["layer_metrics"]["operator_types"] = dg.MetadataValue.json({t: types.count(t) for t in sorted(set(types))})
     ranks = pa.Table.from_pylist(rank_rows)
     extra["cumulative_rank"] = figure(figure_frames.cumulative_rank_figure(
-        model, by_checkpoint(store, "cumulative_rank", model, (checkpoint, ranks)), figures_directory))
+        model, {checkpoint: pl.from_arrow(ranks)}, figures_directory))
     extra["cumulative_rank"]["preview"] = preview(ranks)
     extra["schur_surgery"] = figure(figure_frames.schur_surgery_figure(
         context.partition_key, pl.from_arrow(tables["schur_surgery"]), figures_directory))

@@ -154,14 +154,18 @@ def _dagster_partition_keys() -> list[str]:
 
 
 def command_report(arguments) -> int:
-    """The study across every complete partition: five tables with figures, and one report.html."""
-    from .report import build_report
+    """The study across every complete partition: five tables with figures, one report.html, and each model's
+    figures comparing its checkpoints."""
+    from .report import build_report, checkpoint_comparisons
 
     store = Warehouse(arguments.warehouse).require_existing()
     output, results = build_report(store, Path(arguments.output) if arguments.output else None)
     _warn_problems(store)
     for name, (table, figure) in results.items():
         print(f"{name}: {table.num_rows} rows, {figure}")
+    for name, by_model in checkpoint_comparisons(store).items():
+        for model, figure in by_model.items():
+            print(f"{name} of {model}: {figure}")
     print(f"report: {output}")
     return 0
 

@@ -58,14 +58,14 @@ def study_resources(config: StudyConfig) -> dict:
 
 def build_definitions(config: StudyConfig) -> dg.Definitions:
     """The study's Dagster definitions under ``config``."""
-    from .assets_index import STUDY_ASSET_KEYS, STUDY_ASSETS
+    from .assets_index import STUDY_ASSETS
     from .checks import ALL_CHECKS
     from .partitions import model_checkpoint_partitions
     from .sensors import registry_partitions
 
     executor = executor_definition(config.executor, config.ray_address)
-    study_job = dg.define_asset_job(STUDY_JOB, selection=dg.AssetSelection.all() - dg.AssetSelection.assets(
-        *STUDY_ASSET_KEYS), partitions_def=model_checkpoint_partitions, executor_def=executor)
+    study_job = dg.define_asset_job(STUDY_JOB, selection=dg.AssetSelection.all() - dg.AssetSelection.groups(
+        "study"), partitions_def=model_checkpoint_partitions, executor_def=executor)
     report_job = dg.define_asset_job("study_report_job", selection=dg.AssetSelection.groups("study"),
                                      description="The study across every complete partition, and report.html.")
     return dg.Definitions(assets=[*study_assets(config), *STUDY_ASSETS], asset_checks=ALL_CHECKS,

@@ -135,6 +135,37 @@ def _claims_section(store: Warehouse) -> str:
     return "".join(parts) if len(parts) > 1 else ""
 
 
+# the figures that compare the checkpoints of each model: name -> (the table drawn, the figure, what it shows)
+COMPARISONS = {
+    "metrics_by_checkpoint": ("layer_metrics", "metrics_figure",
+                              "Metrics through depth (non-normality, complex fraction, alignment, effective rank, "
+                              "conditioning, spectral radius), one line per checkpoint of each model."),
+    "cumulative_rank_by_checkpoint": ("cumulative_rank", "cumulative_rank_figure",
+                                      "Ranks of the cumulative Jacobian through depth, one line per checkpoint."),
+    "coupling_by_checkpoint": ("coupling_tests", "coupling_figure",
+                               "Boundary-unit coupling effect through depth, one line per checkpoint, FDR-significant "
+                               "sublayers filled."),
+}
+
+
+def checkpoint_comparisons(store: Warehouse) -> dict[str, dict[str, Path]]:
+    """Per comparison, per model: the figure of ``table`` through depth with one line per checkpoint that has it
+    published (drawn by :mod:`.figure_frames`, as the notebook draws it), under ``_artefacts/comparisons/<model>``."""
+    from . import figure_frames
+
+    drawn: dict[str, dict[str, Path]] = {}
+    models = sorted({model for model, _ in store.partitions()})
+    for name, (table, function, _) in COMPARISONS.items():
+        drawn[name] = {}
+        for model in models:
+            frames = {checkpoint: pl.from_arrow(store.read(table, model, checkpoint))
+                      for checkpoint in store.checkpoints_of(table, model)}
+            if frames:
+                drawn[name][model] = getattr(figure_frames, function)(
+                    model, frames, store.root / "_artefacts" / "comparisons" / model)
+    return drawn
+
+
 def build_report(store: Warehouse, output: Path | None = None) -> tuple[Path, dict[str, tuple[pa.Table, Path]]]:
     """Every section's table and figure, and report.html (default: <warehouse>/report.html)."""
     directory = store.root / "_artefacts" / "report"

@@ -268,3 +268,34 @@ def test_sampling_intervals_are_the_jackknife_of_the_stored_fold_means(warehouse
         s = scipy.linalg.svdvals(loo_products[0])
         assert intervals[(layer, sublayer, "cumulative_effective_rank")]["replicates"][0] == pytest.approx(
             spectra.effective_rank(s), rel=1e-6)
+
+
+def test_checkpoint_comparisons_are_assets_downstream_of_what_they_draw_and_equal_the_notebooks(warehouse, tmp_path):
+    """The figures across a model's checkpoints are drawn by an unpartitioned asset whose lineage names the tables
+    it reads (no partition step reads another partition), pixel for pixel the notebook's figure."""
+    import dagster as dg
+    from PIL import Image
+
+    import resdyn
+    from resdyn.assets.comparisons import checkpoint_comparison_figures
+    from resdyn.dagster_project.resources import WarehouseResource
+
+    store, _, _ = warehouse
+    upstream = {key.to_user_string(): {dep.to_user_string() for dep in deps}
+                for key, deps in checkpoint_comparison_figures.asset_deps.items()}
+    assert upstream == {"metrics_by_checkpoint": {"layer_metrics"}, "cumulative_rank_by_checkpoint": {"cumulative_rank"},
+                        "coupling_by_checkpoint": {"coupling_tests"}}
+    result = dg.materialize([checkpoint_comparison_figures],
+                            resources={"warehouse": WarehouseResource(root=str(store.root))})
+    assert result.success
+    materializations = {m.asset_key.path[-1]: m.materialization.metadata for m in result.get_asset_materialization_events()}
+    study = resdyn.open(store.root)
+    for name, figure_name in (("metrics_by_checkpoint", "metrics_by_depth"), ("cumulative_rank_by_checkpoint",
+                              "cumulative_rank"), ("coupling_by_checkpoint", "coupling_by_depth")):
+        metadata = materializations[name]
+        assert metadata["models"].value == 1
+        published = metadata[f"figure_tiny-olmo3_{figure_name}_path"].value
+        inline = study.figure(figure_name, "tiny-olmo3")
+        rendered = tmp_path / f"{name}.png"
+        inline.savefig(rendered, dpi=110, bbox_inches="tight", format="png")  # as the assets save it
+        assert np.array_equal(np.asarray(Image.open(rendered)), np.asarray(Image.open(published))), name

@@ -1,22 +1,36 @@
-"""Every asset of the study, in pipeline order."""
+"""Every asset of the study, collected from the modules of ``assets/``: the one place in dagster_project that
+imports them. A new asset module is found here without being listed (docs/architecture.md, adding an asset)."""
 
-from resdyn.assets.checkpoints import model_checkpoints
-from resdyn.assets.comparisons import checkpoint_comparison_figures
-from resdyn.assets.coupling import community_coupling, coupling_tests, unit_amplification
-from resdyn.assets.measurements import measurements
-from resdyn.assets.per_sample import layer_metrics_per_sample
-from resdyn.assets.report import study
-from resdyn.assets.samples import samples
-from resdyn.assets.sampling import sampling_intervals
-from resdyn.assets.spectra import spectral_analysis
-from resdyn.assets.topology import community_tables, graph_edges
-from resdyn.assets.transient import transient_analysis
+import importlib
+import pkgutil
+
+import dagster as dg
+
+from .partition_assets import PartitionAsset
+
+
+def _collect() -> tuple[list[PartitionAsset], list[dg.AssetsDefinition]]:
+    """(partitioned assets, unpartitioned assets) defined at the top of any module of ``resdyn.assets``, each
+    once, in module-name then definition order."""
+    import resdyn.assets as package
+
+    partitioned, unpartitioned, seen = [], [], set()
+    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda found: found.name):
+        module = importlib.import_module(f"{package.__name__}.{module_info.name}")
+        for value in vars(module).values():
+            if id(value) in seen:
+                continue
+            if isinstance(value, PartitionAsset):
+                partitioned.append(value)
+            elif isinstance(value, dg.AssetsDefinition):
+                unpartitioned.append(value)
+            else:
+                continue
+            seen.add(id(value))
+    return partitioned, unpartitioned
+
 
 # partitioned assets (PartitionAsset: their definitions are made per configuration, launch.study_assets)
-PARTITION_ASSETS = [model_checkpoints, samples, measurements, spectral_analysis, transient_analysis,
-                    layer_metrics_per_sample, sampling_intervals, graph_edges, community_tables, unit_amplification,
-                    coupling_tests, community_coupling]
+PARTITION_ASSETS, STUDY_ASSETS = _collect()  # STUDY_ASSETS: unpartitioned (group study), across partitions
 ALL_ASSETS = [asset.definition() for asset in PARTITION_ASSETS]  # without step tags: keys, groups, selections
-
-STUDY_ASSETS = [checkpoint_comparison_figures, study]  # unpartitioned (group study), across the published partitions
 __all__ = ["ALL_ASSETS", "PARTITION_ASSETS", "STUDY_ASSETS"]

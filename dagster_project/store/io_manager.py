@@ -116,7 +116,8 @@ def table_outs(specs: list[dg.AssetSpec]) -> dict:
     for spec in specs:
         name = spec.key.to_python_identifier()
         upstream = {dep.asset_key for dep in spec.deps}
-        outs[name] = dg.AssetOut.from_spec(spec.replace_attributes(deps=[]), dagster_type=dg.Any)
+        outs[name] = dg.AssetOut.from_spec(spec.replace_attributes(deps=[]), dagster_type=dg.Any,
+                                           is_required=not spec.skippable)  # a skippable table may be left out
         deps |= upstream
         internal[name] = upstream
     return {"outs": outs, "deps": sorted(deps, key=lambda key: key.to_user_string()), "internal_asset_deps": internal}

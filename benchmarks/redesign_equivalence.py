@@ -1,0 +1,91 @@
+"""Two code trees side by side on the same partitions: wall time of each, and whether every published table is
+equal (content hashes of the data columns: run ids and settings hashes are provenance, not data).
+
+    python benchmarks/redesign_equivalence.py --before PYTHON_OF_OLD_TREE [--after PYTHON] [--suite tiny]
+        [--model NAME --checkpoint C] [--samples N] [--rounds 2]
+
+Each ``PYTHON`` is an interpreter whose ``resdyn`` imports one code tree (a venv with that tree installed
+editable); both run ``python -m resdyn run`` into fresh warehouses, alternating before/after for ``--rounds``
+rounds so that a machine's changing load falls on both alike. Written for the orchestration redesign (issue 32:
+assets that declare their inputs), which must change neither a number nor the speed.
+
+Writes benchmarks/results/redesign_equivalence.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+RESULTS = REPOSITORY / "benchmarks" / "results" / "redesign_equivalence.json"
+HASHES = """
+import json, sys
+from resdyn.dagster_project.store.schema import TABLES
+from resdyn.dagster_project.store.warehouse import Warehouse
+store = Warehouse(sys.argv[1])
+hashes = {}
+for model, checkpoint in sorted(store.partitions()):
+    for table in sorted(store.manifest(model, checkpoint)["tables"]):
+        if table in TABLES:
+            hashes[f"{model}@{checkpoint}/{table}"] = store.content_hash(table, model, checkpoint)
+print(json.dumps(hashes))
+"""
+
+
+def _run(python: str, root: Path, target: list[str], samples: int) -> float:
+    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    started = time.perf_counter()
+    subprocess.run([python, "-m", "resdyn", "run", *target, "--samples", str(samples), "--warehouse", str(root),
+                    "--log-level", "ERROR"], env=environment, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def _hashes(python: str, root: Path) -> dict[str, str]:
+    output = subprocess.run([python, "-c", HASHES, str(root)], capture_output=True, text=True, check=True).stdout
+    return json.loads(output)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", required=True, help="python of the code tree before the change")
+    parser.add_argument("--after", default=sys.executable, help="python of the code tree after (default: this one)")
+    parser.add_argument("--suite", default=None)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--samples", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=1)
+    arguments = parser.parse_args()
+    target = (["--suite", arguments.suite] if arguments.suite else
+              ["--model", arguments.model, *(["--checkpoint", arguments.checkpoint] if arguments.checkpoint else [])])
+    seconds: dict[str, list[float]] = {"before": [], "after": []}
+    hashes: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="resdyn-equivalence-") as scratch:
+        for round_number in range(arguments.rounds):
+            for label, python in (("before", arguments.before), ("after", arguments.after)):
+                root = Path(scratch) / f"{label}-{round_number}"
+                seconds[label].append(round(_run(python, root, target, arguments.samples), 1))
+                hashes[label] = _hashes(python, root)
+                print(f"round {round_number + 1}: {label} {seconds[label][-1]} s, {len(hashes[label])} tables",
+                      flush=True)
+    differing = sorted(key for key in set(hashes["before"]) | set(hashes["after"])
+                       if hashes["before"].get(key) != hashes["after"].get(key))
+    result = {"target": " ".join(target), "samples": arguments.samples, "seconds": seconds,
+              "ratio_after_over_before": round(sum(seconds["after"]) / sum(seconds["before"]), 3),
+              "tables_compared": len(hashes["after"]), "tables_differing": differing,
+              "note": "content hashes of every published table's data columns; seconds of `resdyn run`, rounds "
+                      "alternating before/after on the same machine"}
+    print(json.dumps(result, indent=1))
+    previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    previous[result["target"]] = result
+    RESULTS.write_text(json.dumps(previous, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The asset layer itself, tested as Dagster's examples test theirs: the IO manager in isolation (two toy assets
+through it into a temporary warehouse), one asset body invoked directly, and the asset docs/architecture.md shows
+being added (one module, one schema entry) materialized for real."""
+
+import re
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pytest
+import scipy.linalg
+
+from resdyn.dagster_project.config import StudyConfig
+from resdyn.dagster_project.launch import study_assets, study_resources
+from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
+from resdyn.dagster_project.partitions import register_partitions
+from resdyn.dagster_project.store import schema
+from resdyn.dagster_project.store.handles import MatrixTable, TableHandle, table_handle
+from resdyn.dagster_project.store.io_manager import table_output
+from resdyn.dagster_project.store.leftovers import unpublished_files
+from resdyn.dagster_project.store.warehouse import Warehouse
+
+from ..pipeline_helpers import TINY_PARTITION
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def toy_tables():
+    """Two small tables registered for one test (the schema is the one place that says what a table is)."""
+    added = ["toy_source", "toy_sum"]
+    schema._table("toy_source", "value", "toy", schema._c("value", schema.F64, "a number"))
+    schema._table("toy_sum", "run", "toy", schema._c("total", schema.F64, "sum of toy_source.value"),
+                  schema._c("source_file", schema.STR, "the file the input handle read"))
+    yield
+    for name in added:
+        schema.TABLES.pop(name, None)
+
+
+def _toy_assets(fail_after_reading: bool = False):
+    @partition_asset(ANALYSIS, group_name="toy", description="toy numbers")
+    def toy_source(context):
+        yield table_output(pa.table({"value": pa.array([1.0, 2.0, 3.5])}))
+
+    @partition_asset(ANALYSIS, group_name="toy", description="their sum, from the input handle")
+    def toy_sum(toy_source: TableHandle):
+        assert isinstance(toy_source, TableHandle)  # a handle, not the data: nothing read yet
+        values = toy_source.read(["value"]).column("value").to_numpy()
+        if fail_after_reading:
+            raise RuntimeError("a failing toy step")
+        yield table_output(pa.table({"total": pa.array([values.sum()]), "source_file": [str(toy_source.path)]}))
+
+    return toy_source, toy_sum
+
+
+def _materialize(root, assets, key="toy@a", selection=None):
+    config = StudyConfig.resolve({"warehouse": str(root)}, {})
+    instance = dg.DagsterInstance.ephemeral()
+    register_partitions(instance, [key])
+    return dg.materialize([asset.definition() for asset in assets], partition_key=key, instance=instance,
+                          resources=study_resources(config), raise_on_error=False, selection=selection)
+
+
+def test_the_io_manager_stages_loads_lazily_and_publishes_once_the_selection_is_staged(tmp_path, toy_tables):
+    result = _materialize(tmp_path, _toy_assets())
+    assert result.success
+    store = Warehouse(tmp_path)
+    assert set(store.manifest("toy", "a")["tables"]) >= {"toy_source", "toy_sum"}
+    total = store.read("toy_sum", "toy", "a").to_pylist()[0]
+    assert total["total"] == pytest.approx(6.5)
+    # the input handle read this run's own staged toy_source: the file the manifest now publishes
+    assert Path(total["source_file"]) == store.table_path("toy_source", "toy", "a")
+    assert unpublished_files(store) == []
+    # a run of toy_sum alone loads the published toy_source through the same manager
+    again = _materialize(tmp_path, _toy_assets(), selection=[dg.AssetKey("toy_sum")])
+    assert again.success
+    assert Warehouse(tmp_path).read("toy_sum", "toy", "a").to_pylist()[0]["total"] == pytest.approx(6.5)
+
+
+def test_a_failed_run_publishes_nothing_and_leaves_nothing(tmp_path, toy_tables):
+    assert _materialize(tmp_path, _toy_assets()).success
+    store = Warehouse(tmp_path)
+    before = store.manifest("toy", "a")
+    failed = _materialize(tmp_path, _toy_assets(fail_after_reading=True))
+    assert not failed.success
+    assert Warehouse(tmp_path).manifest("toy", "a") == before  # toy_source was staged again, then discarded
+    assert unpublished_files(Warehouse(tmp_path)) == []
+
+
+def test_an_asset_body_invoked_directly_with_its_input_handles(warehouse, fresh_seed):
+    """unit_amplification's body on the stored Jacobians, outside any run: what it yields equals the column,
+    row and diagonal norms numpy gives for each stored matrix."""
+    from resdyn.assets.coupling import unit_amplification
+
+    store, _, _ = warehouse
+    model, checkpoint = TINY_PARTITION.split("@")
+    jacobians = table_handle(store, "jacobians", model, checkpoint)
+    assert isinstance(jacobians, MatrixTable)
+    context = dg.build_asset_context(partition_key=TINY_PARTITION)
+    (output,) = list(unit_amplification.body(context=context, jacobians=jacobians,
+                                             model_checkpoints=table_handle(store, "model_checkpoints", model,
+                                                                            checkpoint)))
+    batches = list(output.value)
+    matrices = list(jacobians.matrices())
+    assert len(batches) == len(matrices)
+    pick = np.random.default_rng(fresh_seed).integers(len(matrices))
+    (layer, sublayer), matrix = matrices[pick]
+    batch = batches[pick].to_pydict()
+    assert set(batch["layer"]) == {layer} and set(batch["sublayer"]) == {sublayer}
+    np.testing.assert_allclose(batch["log_column_norm"], np.log(np.sqrt((matrix ** 2).sum(axis=0))), rtol=1e-12)
+    np.testing.assert_allclose(batch["row_norm"], np.sqrt((matrix ** 2).sum(axis=1)), rtol=1e-12)
+    np.testing.assert_array_equal(batch["diagonal"], matrix.diagonal())
+
+
+def test_the_asset_the_architecture_page_adds_is_one_module_and_one_schema_entry(warehouse, tmp_path):
+    """The code block of docs/architecture.md, run as written, beside a schema entry, on a copy of the session
+    warehouse: its departures equal the strictly upper part of each Jacobian's complex Schur form (an
+    independent factorization: resdyn's is the real one)."""
+    page = (REPOSITORY / "docs" / "architecture.md").read_text()
+    code = re.search(r"### Adding an asset.*?```python\n(.*?)```", page, re.S).group(1)
+    store, _, _ = warehouse
+    root = tmp_path / "warehouse"
+    shutil.copytree(store.root, root)
+    schema._table("departure_bounds", "sublayer", "spectra", schema.LAYER, schema.SUBLAYER, schema.DEPTH,
+                  schema._c("departure", schema.F64, "Henrici's departure of the mean Jacobian"))
+    try:
+        namespace: dict = {}
+        exec(compile(code, "docs/architecture.md", "exec"), namespace)
+        asset = namespace["departure_bounds"]
+        config = StudyConfig.resolve({"warehouse": str(root)}, {})
+        instance = dg.DagsterInstance.ephemeral()
+        register_partitions(instance, [TINY_PARTITION])
+        result = dg.materialize([*study_assets(config), asset.definition()], partition_key=TINY_PARTITION,
+                                instance=instance, resources=study_resources(config),
+                                selection=[dg.AssetKey("departure_bounds")])
+        assert result.success
+        model, checkpoint = TINY_PARTITION.split("@")
+        rows = Warehouse(root).read("departure_bounds", model, checkpoint).to_pylist()
+        matrices = dict(Warehouse(root).matrix_table("jacobians", model, checkpoint).matrices())
+        assert len(rows) == len(matrices)
+        for row in rows:
+            upper, _ = scipy.linalg.schur(matrices[row["layer"], row["sublayer"]].astype(complex), output="complex")
+            assert row["departure"] == pytest.approx(np.linalg.norm(np.triu(upper, 1)), rel=1e-8, abs=1e-12)
+    finally:
+        schema.TABLES.pop("departure_bounds", None)

@@ -1,4 +1,4 @@
-"""Stage 1: the model checkpoint: trained (tiny suite) or located (any HF model), then described.
+"""The model checkpoint: trained (tiny suite) or located (any HF model), then described.
 
 The description comes from the config and the safetensors headers only: no weight is read here.
 """

@@ -1,4 +1,4 @@
-"""Stage 9: does each sublayer amplify or suppress the boundary units where it starts?"""
+"""Does each sublayer amplify or suppress the boundary units where it starts?"""
 
 import dagster as dg
 import numpy as np
@@ -12,7 +12,7 @@ from resdyn.dagster_project import figure_frames
 from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.schema import table_spec
 from resdyn.naming import sublayer_depth
 
 from .common import StageProgress, figure, n_layers, partition
@@ -95,7 +95,7 @@ def _coupling_tests(context, settings, store, unit_amplification, communities, l
         row.update(q_value=float(value) if defined else None, q_value_by=float(value_by) if defined else None,
                    q_value_permutation=float(value_permutation) if defined else None,
                    significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
-    table = pa.Table.from_pylist(rows, schema=spec("coupling_tests").schema())
+    table = pa.Table.from_pylist(rows, schema=table_spec("coupling_tests").schema())
     frames = {checkpoint: pl.from_arrow(table)}  # across checkpoints: the coupling_by_checkpoint asset
     png = figure_frames.coupling_figure(model, frames, store.artefact_directory("figures", model, checkpoint))
     return table_output(table, metadata={**figure(png),
@@ -154,6 +154,6 @@ def _community_coupling(context, settings, communities, graph_edges, activations
         defined = row.pop("defined")
         row.update(q_value=float(value) if defined else None,
                    significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
-    table = pa.Table.from_pylist(rows, schema=spec("community_coupling").schema())
+    table = pa.Table.from_pylist(rows, schema=table_spec("community_coupling").schema())
     return table_output(table, metadata={"significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
                                          "undefined_tests": int(sum(r["q_value"] is None for r in rows))})

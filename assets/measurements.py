@@ -1,4 +1,4 @@
-"""Stage 3: one pass over the model: activations, mean Jacobians, per-sample subsample, finite-difference probe.
+"""One pass over the model: activations, mean Jacobians, per-sample subsample, finite-difference probe.
 
 The checkpoint is read one decoder layer at a time (resdyn.models.layerwise) and every table is
 streamed to Parquet as each layer finishes, so memory stays at one layer plus the residual stream
@@ -18,7 +18,7 @@ from resdyn.dagster_project.partition_assets import MODEL, partition_asset
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, nullable_lists, record_batch
 from resdyn.dagster_project.store.handles import TableHandle
 from resdyn.dagster_project.store.io_manager import written_output
-from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.schema import table_spec
 from resdyn.figures import jacobian_heatmaps
 from resdyn.naming import SUBLAYERS, sublayer_depth
 
@@ -46,14 +46,14 @@ def _head(batch, rows: int = 5) -> pa.Table:
 def _activation_batch(measurement, boundary: str, width: int):
     index = np.asarray(measurement.observation_index, dtype=np.int32).reshape(-1, 2)
     values = measurement.activations[boundary]
-    return record_batch(spec("activations"), width, {
+    return record_batch(table_spec("activations"), width, {
         "layer": measurement.layer, "boundary": boundary, "depth": sublayer_depth(measurement.layer, boundary),
         "sample_id": index[:, 0], "position": index[:, 1], "values": fixed_size_lists(values, np.float32)})
 
 
 def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, width: int, **extra):
     rows = np.arange(matrix.shape[0], dtype=np.int32)
-    return record_batch(spec(table), width, {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
+    return record_batch(table_spec(table), width, {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
                                              "row": rows, "values": fixed_size_lists(matrix), **extra})
 
 
@@ -125,7 +125,7 @@ def _measure(context, warehouse, settings, store, samples):
                 writers["jacobians"].write(batch)
                 heads.setdefault("jacobians", _head(batch))
                 directions, differences = measurement.probe_directions, measurement.probe_differences[sublayer]
-                writers["finite_difference_probe"].write(record_batch(spec("finite_difference_probe"), width, {
+                writers["finite_difference_probe"].write(record_batch(table_spec("finite_difference_probe"), width, {
                     "layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
                     "direction_index": np.arange(len(directions), dtype=np.int32),
                     "direction": fixed_size_lists(directions), "finite_difference": fixed_size_lists(differences),

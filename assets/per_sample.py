@@ -1,4 +1,4 @@
-"""Stage 7: per-sample spread: the same metrics on per-sample Jacobians, with bootstrap intervals.
+"""Per-sample spread: the same metrics on per-sample Jacobians, with bootstrap intervals.
 
 Spectra of E[J] are not E[spectra]: this table says how far single samples scatter around the
 mean-Jacobian values in ``layer_metrics``. Each per-sample matrix is analysed in a worker process
@@ -13,7 +13,7 @@ from resdyn.dagster_project.parallel import default_workers, ordered_parallel_ma
 from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.schema import table_spec
 from resdyn.naming import sublayer_depth
 
 from .common import StageProgress
@@ -57,4 +57,4 @@ def _per_sample(context, settings, sample_jacobians, layer_metrics, transient_dy
                          "n_samples": len(values), "mean": float(np.mean(finite)) if len(finite) else float("nan"),
                          "std": float(np.std(finite)) if len(finite) else float("nan"), "ci_low": low, "ci_high": high,
                          "value_of_mean_jacobian": float(of_mean[(layer, sublayer)][metric])})
-    return pa.Table.from_pylist(rows, schema=spec("layer_metrics_per_sample").schema())
+    return pa.Table.from_pylist(rows, schema=table_spec("layer_metrics_per_sample").schema())

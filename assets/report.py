@@ -1,4 +1,4 @@
-"""Stage 9: the study across every complete partition (dagster_project/report.py): five tables with a
+"""The study across every complete partition (dagster_project/report.py): five tables with a
 figure each, and report.html in the warehouse. Unpartitioned, downstream of all partitions."""
 
 import dagster as dg

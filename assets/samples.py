@@ -1,4 +1,4 @@
-"""Stage 2: the analysis samples: seeded windows of the model's own tokens."""
+"""The analysis samples: seeded windows of the model's own tokens."""
 
 
 import dagster as dg

@@ -1,4 +1,4 @@
-"""Stage 6b: every measure's interval from the samples themselves (block jackknife over fold means).
+"""Every measure's interval from the samples themselves (block jackknife over fold means).
 
 Each fold k is carried through depth by one worker: per sublayer the leave-one-fold-out mean
 J_(-k) = (n J - n_k J_k) / (n - n_k) (``jacobian_folds``, resdyn.sampling) gets the spectral stage's
@@ -21,7 +21,7 @@ from resdyn.dagster_project.parallel import ordered_parallel_map
 from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.schema import table_spec
 from resdyn.depth import RANK_DEFINITIONS, SCHUR_ORDERING
 from resdyn.naming import sublayer_depth
 
@@ -71,7 +71,7 @@ def _row(layer, sublayer, quantity, value, replicates) -> dict:
 def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumulative_rank, schur_surgery,
                sample_jacobians) -> pa.Table:
     fold_groups, fold_counts = _fold_index(jacobian_folds)
-    schema = spec("sampling_intervals").schema()
+    schema = table_spec("sampling_intervals").schema()
     if not fold_groups:  # folds off (--folds 0, or wider than --fold-max-width): an empty table says so
         context.log.info(f"{context.partition_key}: no fold means (folds off at this width): no sampling intervals")
         return schema.empty_table()

@@ -1,4 +1,4 @@
-"""Stages 5-6: spectral geometry of every mean sublayer Jacobian, and depth as time.
+"""Spectral geometry of every mean sublayer Jacobian, and depth as time.
 
 One pass per partition, each factorization computed once: per sublayer (in parallel processes)
 the real Schur form, the singular values and one SVD of J - I (resdyn.spectra.analyse_sublayer;
@@ -21,7 +21,7 @@ from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, record_batch
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.io_manager import table_output, written_output
-from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.schema import table_spec
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
 from resdyn.figures import eigenvalue_clouds
 from resdyn.naming import sublayer_depth
@@ -88,17 +88,17 @@ def _analyse(context, settings, store, jacobians):
             key = {"layer": layer, "sublayer": sublayer, "depth": depth}
             eigenvalues = result.eigenvalues
             clouds[depth] = eigenvalues
-            writers["eigenvalues"].write(record_batch(spec("eigenvalues"), width, {
+            writers["eigenvalues"].write(record_batch(table_spec("eigenvalues"), width, {
                 **key, "idx": np.arange(len(eigenvalues), dtype=np.int32), "re": eigenvalues.real.copy(),
                 "im": eigenvalues.imag.copy(), "modulus": np.abs(eigenvalues)}))
-            writers["singular_values"].write(record_batch(spec("singular_values"), width, {
+            writers["singular_values"].write(record_batch(table_spec("singular_values"), width, {
                 **key, "idx": np.arange(len(result.singular_values), dtype=np.int32), "sigma": result.singular_values}))
-            writers["schur_forms"].write(record_batch(spec("schur_forms"), width, {
+            writers["schur_forms"].write(record_batch(table_spec("schur_forms"), width, {
                 **key, "row": np.arange(width, dtype=np.int32), "values": fixed_size_lists(result.schur_form)}))
             metric_rows.append({**key, **result.metrics})
             step = measured.push(read_matrix(path, index))
             singular = np.exp(step.log_singular_values)
-            writers["cumulative_rank"].write(record_batch(spec("cumulative_rank"), width, {
+            writers["cumulative_rank"].write(record_batch(table_spec("cumulative_rank"), width, {
                 **{name: np.asarray([value]) for name, value in rank_summary(step).items()},
                 "cumulative_singular_values": pa.ListArray.from_arrays(pa.array([0, len(singular)], pa.int32()),
                                                                        pa.array(singular))}))
@@ -106,8 +106,8 @@ def _analyse(context, settings, store, jacobians):
             surgery_rows += surgery.push(result.schur_form, result.schur_basis)
             del result
     tables = {
-        "layer_metrics": pa.Table.from_pylist(metric_rows, schema=spec("layer_metrics").schema()),
-        "schur_surgery": pa.Table.from_pylist(surgery_rows, schema=spec("schur_surgery").schema()),
+        "layer_metrics": pa.Table.from_pylist(metric_rows, schema=table_spec("layer_metrics").schema()),
+        "schur_surgery": pa.Table.from_pylist(surgery_rows, schema=table_spec("schur_surgery").schema()),
         **{name: writer.result for name, writer in writers.items()},
     }
     figures_directory = store.artefact_directory("figures", model, checkpoint)

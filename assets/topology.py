@@ -1,4 +1,4 @@
-"""Stage 8: functional topology: correlation graphs and signed Leiden communities per boundary."""
+"""Functional topology: correlation graphs and signed Leiden communities per boundary."""
 
 import contextlib
 
@@ -13,7 +13,7 @@ from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.arrow_tables import matrix_rows, record_batch
 from resdyn.dagster_project.store.handles import TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.schema import table_spec
 from resdyn.figures import community_distributions
 from resdyn.naming import sublayer_depth
 
@@ -88,7 +88,7 @@ def _graph_edges(settings, activations, k: int, progress=None):
     for (layer, boundary), matrix in activation_matrices(activations):
         edges = topology.signed_graph(topology.correlation_matrix(matrix), settings.graph_construction,
                                       k=k, threshold=settings.graph_threshold)
-        yield record_batch(spec("graph_edges"), None, {
+        yield record_batch(table_spec("graph_edges"), None, {
             "layer": np.full(len(edges.weight), layer, np.int32), "boundary": boundary, "source": edges.source,
             "target": edges.target, "weight": edges.weight, "n_units": matrix.shape[1],
             "construction": settings.graph_construction, "k": k})
@@ -142,7 +142,7 @@ def _communities(context, settings, store, graph_edges, activations, model_check
             context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "
                              f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
                              f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers if pool else 1} worker(s))")
-    table = pa.concat_tables(rows).cast(spec("communities").schema())
+    table = pa.concat_tables(rows).cast(table_spec("communities").schema())
     png = community_distributions(sizes, participations, store.artefact_directory("figures", model, checkpoint),
                                   title=context.partition_key)
     boundary_share = float(np.mean(table.column("is_boundary").to_numpy(zero_copy_only=False)))
@@ -150,4 +150,4 @@ def _communities(context, settings, store, graph_edges, activations, model_check
     yield table_output(table, "communities", {
         **figure(png), "boundary_share": boundary_share, "absolute_boundary_share": absolute_share,
         "leiden_seconds": round(leiden_seconds, 2), "scan_wall_seconds": round(wall_seconds, 2)})
-    yield table_output(pa.Table.from_pylist(scan_rows, schema=spec("gamma_scan").schema()), "gamma_scan")
+    yield table_output(pa.Table.from_pylist(scan_rows, schema=table_spec("gamma_scan").schema()), "gamma_scan")

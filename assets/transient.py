@@ -1,4 +1,4 @@
-"""Stage 8: what non-normality does to the dynamics (resdyn.transient).
+"""What non-normality does to the dynamics (resdyn.transient).
 
 Per sublayer (in parallel processes at large d): numerical abscissa and radius, pseudospectral radii
 on the eps grid and the Kreiss lower bound, from the real Schur form and ||J||_2 that spectral_analysis
@@ -17,7 +17,7 @@ from resdyn.dagster_project.parallel import ordered_parallel_map
 from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.schema import table_spec
 from resdyn.figures import pseudospectra_contours
 from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth
@@ -86,15 +86,15 @@ def _analyse(context, settings, store, jacobians, schur_forms, layer_metrics):
     context.log.info(f"{context.partition_key}: transient growth over {len(order)} sublayers done, "
                      f"{progress.seconds():.0f} s")
     tables = {
-        "transient_dynamics": pa.Table.from_pylist(dynamics_rows, schema=spec("transient_dynamics").schema()),
-        "pseudospectra": pa.Table.from_pylist(pseudo_rows, schema=spec("pseudospectra").schema()),
+        "transient_dynamics": pa.Table.from_pylist(dynamics_rows, schema=table_spec("transient_dynamics").schema()),
+        "pseudospectra": pa.Table.from_pylist(pseudo_rows, schema=table_spec("pseudospectra").schema()),
         "transient_growth": pa.table({
             "start_depth": pa.array([g.start_depth for g in growth], pa.int32()),
             "window_length": pa.array([g.window for g in growth], pa.int32()),
             "product_norm": pa.array([g.product_norm for g in growth], pa.float64()),
             "spectral_radius_product": pa.array([g.spectral_radius_product for g in growth], pa.float64()),
             "growth_beyond_spectrum": pa.array([g.growth_beyond_spectrum for g in growth], pa.float64()),
-        }, schema=spec("transient_growth").schema()),
+        }, schema=table_spec("transient_growth").schema()),
     }
     extra = {name: {} for name in TABLES}
     extra["transient_dynamics"] = figure(_figure(context, store, model, checkpoint, order, results, chosen, growth))

@@ -276,7 +276,7 @@ _table("runs", "run of a partition (written when it starts and when it ends)", "
        _c("started_at", STR, "ISO time"), _c("ended_at", STR, "ISO time, when it ended"), required=False)
 
 
-def spec(name: str) -> TableSpec:
+def table_spec(name: str) -> TableSpec:
     if name not in TABLES:
         raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
     return TABLES[name]

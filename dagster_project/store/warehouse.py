@@ -49,7 +49,7 @@ from .errors import CorruptPartitionError, MissingPartitionError, PartitionBusyE
 from .handles import MatrixTable
 from .leases import lease_is_live
 from .manifests import VerifiedFiles, hashing_stream, read_manifest
-from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, spec
+from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, table_spec
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ class Warehouse:
         target = self.partition_directory(table, model, checkpoint) / f"{run_id}.parquet"
         provenance = {"run_id": run_id, "settings_hash": self.settings_hash}
         if table in LOG_TABLES:
-            return TableWriter(target, spec(table), width, provenance)
+            return TableWriter(target, table_spec(table), width, provenance)
 
         def on_written(name: str, written: WrittenTable) -> None:
             entry = {"file": str(written.path.relative_to(self.root)), "rows": written.rows, "bytes": written.bytes,
@@ -304,7 +304,7 @@ class Warehouse:
             else:
                 atomic_write_text(self.staging_directory(run_id, model, checkpoint) / f"{name}.json", json.dumps(entry))
 
-        return TableWriter(target, spec(table), width, provenance, on_written)
+        return TableWriter(target, table_spec(table), width, provenance, on_written)
 
     def write(self, table: str, model: str, checkpoint: str, data: pa.Table | pa.RecordBatch, *,
               width: int | None = None) -> WrittenTable:
@@ -469,7 +469,7 @@ class Warehouse:
     def content_hash(self, table: str, model: str, checkpoint: str) -> str:
         """Hash of the partition's data columns (not its file bytes, not its provenance)."""
         digest = hashlib.sha256()
-        names = spec(table).column_names
+        names = table_spec(table).column_names
         for group in self.row_groups(table, model, checkpoint, columns=names):
             for batch in group.to_batches():
                 hash_batch(digest, batch)
@@ -484,7 +484,7 @@ class Warehouse:
 
     def record_run(self, model: str, checkpoint: str, row: dict) -> None:
         """Write (or rewrite) this run's row of the ``runs`` table for the partition."""
-        table = pa.Table.from_pylist([row], schema=spec("runs").schema())
+        table = pa.Table.from_pylist([row], schema=table_spec("runs").schema())
         Warehouse(self.root, run_id=row["run_id"], settings_hash=row["settings_hash"]).write(
             "runs", model, checkpoint, table)
 

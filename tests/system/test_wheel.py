@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, spec
+from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, table_spec
 from resdyn.dagster_project.store.warehouse import Warehouse
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -33,10 +33,10 @@ def _run(command, **kwargs):
 def _tiny_warehouse(root: Path, rng: np.random.Generator) -> dict[str, float]:
     """One partition's layer_metrics table with random values (what the questions read)."""
     store = Warehouse(root)
-    table_spec = spec("layer_metrics")
+    metrics = table_spec("layer_metrics")
     n = 4
     columns = {}
-    for field in table_spec.schema():
+    for field in metrics.schema():
         if field.name in PROVENANCE_COLUMNS:  # the writer adds them
             continue
         if field.name in ("layer",):

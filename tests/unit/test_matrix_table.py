@@ -6,7 +6,7 @@ import pyarrow as pa
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists
 from resdyn.dagster_project.store.handles import MatrixTable, table_handle
 from resdyn.dagster_project.store.matrices import read_matrix
-from resdyn.dagster_project.store.schema import spec
+from resdyn.dagster_project.store.schema import table_spec
 from resdyn.dagster_project.store.warehouse import Warehouse
 
 
@@ -19,7 +19,7 @@ def _batches_with_shuffled_rows(matrices, rng):
             "sublayer": pa.array([("attn", "mlp")[index % 2]] * len(matrix)),
             "depth": pa.array(np.full(len(matrix), index), pa.int32()),
             "row": pa.array(order.astype(np.int32)), "values": fixed_size_lists(matrix[order])},
-            schema=spec("schur_forms").schema(width))
+            schema=table_spec("schur_forms").schema(width))
 
 
 def test_every_reader_returns_the_written_matrices_in_row_order(tmp_path, fresh_seed):

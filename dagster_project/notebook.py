@@ -14,7 +14,7 @@ SQL runs through the same read-only views as ``resdyn sql`` (the same errors; pa
 DuckDB, never formatted into the text). A LazyFrame scans exactly the files the partitions' manifests
 publish when it is made: a generation published later is not mixed in, and the one it reads is kept
 on disk until the generation after next (docs/operations.md). ``resdyn.run(...)`` materializes
-through the CLI's own path (leases, provenance, publication) with a progress bar.
+through the launch API the CLI calls (run_loop.run_request: leases, provenance, publication) with a progress bar.
 """
 
 from __future__ import annotations
@@ -262,7 +262,8 @@ def open_study(warehouse: str | Path | None = None) -> Study:
 def run(model: str | None = None, checkpoints: list[str] | None = None, *, suite: str | None = None,
         warehouse: str | Path | None = None, progress: bool = True, **settings) -> Study:
     """Materialize ``model`` (a registered name, a directory, a hub id or a GGUF file; or ``suite``) through the
-    CLI's own path (``resdyn run`` on the configured executor: leases, provenance, publication), with a progress
+    launch API ``resdyn run`` calls (:func:`.run_loop.run_request` on the configured executor: registration, leases,
+    provenance, publication), with a progress
     bar (tqdm's auto mode: a line in a terminal, a widget in Jupyter where ipywidgets is installed, else a
     text bar); settings by name (``n_samples=32``, ``backend="autodiff"``). Returns the
     Study of the warehouse it wrote."""

@@ -17,7 +17,7 @@ def open(warehouse=None):  # noqa: A001 - resdyn.open() is the API's name, like 
 
 
 def run(model=None, checkpoints=None, **keywords):
-    """Materialize ``model`` (or ``suite=...``) through the CLI's path with a progress bar, then open the
+    """Materialize ``model`` (or ``suite=...``) through the CLI's launch API with a progress bar, then open the
     warehouse it wrote (:func:`resdyn.dagster_project.notebook.run`)."""
     from .dagster_project.notebook import run as run_study
 

@@ -42,13 +42,15 @@ print(json.dumps(hashes))
 def _run(python: str, root: Path, target: list[str], samples: int) -> float:
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     started = time.perf_counter()
+    # cwd outside both trees: `python -m` puts the working directory first on sys.path
     subprocess.run([python, "-m", "resdyn", "run", *target, "--samples", str(samples), "--warehouse", str(root),
-                    "--log-level", "ERROR"], env=environment, check=True, stdout=subprocess.DEVNULL)
+                    "--log-level", "ERROR"], env=environment, check=True, stdout=subprocess.DEVNULL, cwd=root.parent)
     return time.perf_counter() - started
 
 
 def _hashes(python: str, root: Path) -> dict[str, str]:
-    output = subprocess.run([python, "-c", HASHES, str(root)], capture_output=True, text=True, check=True).stdout
+    output = subprocess.run([python, "-c", HASHES, str(root)], capture_output=True, text=True, check=True,
+                            cwd=root.parent).stdout
     return json.loads(output)
 
 

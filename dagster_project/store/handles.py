@@ -69,10 +69,10 @@ class MatrixTable(TableHandle):
     def matrices(self, group: tuple[str, ...] = SUBLAYER_KEY) -> Iterator[tuple[tuple, np.ndarray]]:
         """((values of ``group``), matrix) in file order, one row group (one matrix) in memory at a time."""
         for data in self.row_groups([*group, "row", "values"]):
-            key = tuple(data.column(name)[0].as_py() for name in group)
-            matrix = matrix_of(data)
-            del data  # before the next row group is read
-            yield key, matrix
+            # no reference kept here once yielded (the matrix may be a view of the row group's buffer): while the
+            # next row group is read, only the caller's copy of the previous matrix is alive
+            yield tuple(data.column(name)[0].as_py() for name in group), matrix_of(data)
+            del data
 
 
 def is_matrix_table(table: str) -> bool:

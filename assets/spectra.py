@@ -44,7 +44,7 @@ def jacobians_in_depth_order(jacobians: MatrixTable, settings) -> tuple[str, lis
     """(file, [(row group, layer, sublayer)] by depth, width d, worker processes) of a jacobians partition:
     what every per-sublayer analysis starts from (one process below PARALLEL_MIN_WIDTH)."""
     order = sublayers_in_depth_order(jacobians)
-    width = len(jacobians.matrix(order[0][0]))
+    width = jacobians.width
     workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
     return str(jacobians.path), order, width, workers
 

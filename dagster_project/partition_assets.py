@@ -57,10 +57,6 @@ class PartitionAsset:
         """The Dagster definition with ``tags`` added to the step kind's op tags."""
         return _definition(self, tuple(sorted((tags or {}).items())))
 
-    @property
-    def keys(self) -> set[dg.AssetKey]:
-        return self.definition().keys
-
     def _compute(self, context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings,
                  inputs: dict):
         with partition_run(context, warehouse, settings) as store:

@@ -45,14 +45,6 @@ class RunOutcome:
         return self.stopped or (1 if self.failed else 0)
 
 
-def run_partitions(config: StudyConfig, keys: list[str], selection: str | None = None, progress=None, **options):
-    """Materialize ``keys`` under ``config`` (made ready by :func:`~.launch.prepare` first): options and
-    outcome as :func:`_run_prepared`."""
-    from .launch import prepare
-
-    return _run_prepared(prepare(config), keys, selection, progress, **options)
-
-
 def _stale_checkpoints(warehouse: str | None, model: str) -> set[str]:
     """The checkpoints of ``model`` whose published partition was made from another source file than the one
     registered now (``partitions.status = 'stale'``)."""
@@ -77,14 +69,15 @@ def run_request(request, flags: dict, progress=None, *, selection: str | None = 
     config = prepare(StudyConfig.resolve(flags))  # every value checked (and a Ray address asked) before any write
     keys = partitions_of(request, ModelRegistry(Warehouse(config.warehouse).registry_file),
                          stale_checkpoints=lambda model: _stale_checkpoints(config.warehouse, model))
-    return _run_prepared(config, keys, selection, progress, resume=resume, log_level=log_level, parallel_runs=parallel_runs,
-               summary_file=summary_file)
+    return run_partitions(config, keys, selection, progress, resume=resume, log_level=log_level,
+                          parallel_runs=parallel_runs, summary_file=summary_file)
 
 
-def _run_prepared(config: StudyConfig, keys: list[str], selection: str | None = None,
+def run_partitions(config: StudyConfig, keys: list[str], selection: str | None = None,
                   progress: Progress | None = None, *, resume: bool = False, log_level: str = "INFO",
                    parallel_runs: int = 0, summary_file: str | Path | None = None) -> RunOutcome:
-    """Materialize ``keys`` under ``config`` (already :func:`~.launch.prepare`-d): every asset, or the assets of
+    """Materialize ``keys`` under ``config`` (made ready by :func:`~.launch.prepare`, as :func:`run_request` does):
+    every asset, or the assets of
     ``selection`` (Dagster's selection syntax; their upstream tables must be published). With ``resume``, the
     partitions the warehouse holds complete at these settings are left out."""
     import dagster as dg

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .matrices import matrix_of
 from .schema import TABLES
@@ -22,7 +23,7 @@ SUBLAYER_KEY = ("layer", "sublayer")
 
 
 class TableHandle:
-    """One partition's table: :meth:`read` (Arrow), :meth:`frame` (polars), :meth:`row_groups`, :attr:`path`."""
+    """One partition's table: :meth:`read` (Arrow), :meth:`row_groups`, :meth:`first`, :attr:`path`."""
 
     def __init__(self, store, table: str, model: str, checkpoint: str) -> None:
         if table not in TABLES:
@@ -40,11 +41,6 @@ class TableHandle:
     def read(self, columns: list[str] | None = None) -> pa.Table:
         return self.store.read(self.table, self.model, self.checkpoint, columns=columns)
 
-    def frame(self, columns: list[str] | None = None):
-        import polars as pl
-
-        return pl.from_arrow(self.read(columns))
-
     def row_groups(self, columns: list[str] | None = None) -> Iterator[pa.Table]:
         """The table one row group at a time."""
         return self.store.row_groups(self.table, self.model, self.checkpoint, columns=columns)
@@ -61,6 +57,11 @@ class MatrixTable(TableHandle):
         """(row group, values of ``group``) of every matrix, in file order."""
         return [(index, tuple(data.column(name)[0].as_py() for name in group))
                 for index, data in enumerate(self.row_groups(list(group)))]
+
+    @property
+    def width(self) -> int:
+        """d, from the file's schema (the footer): no matrix is read for it."""
+        return pq.read_schema(self.path).field("values").type.list_size
 
     def matrix(self, row_group: int) -> np.ndarray:
         return matrix_of(self.store.read_row_group(self.table, self.model, self.checkpoint, row_group,

@@ -1,7 +1,6 @@
 """The one reader of matrix tables: one d x d float64 matrix per Parquet row group.
 
-A matrix table (``jacobians``, ``schur_forms``, ``sample_jacobians``, ``jacobian_folds``, the graphs'
-correlation matrices) stores each matrix as d rows of a ``FixedSizeList<double>[d]`` column ``values``
+A matrix table (``jacobians``, ``schur_forms``, ``sample_jacobians``, ``jacobian_folds``) stores each matrix as d rows of a ``FixedSizeList<double>[d]`` column ``values``
 with a ``row`` index, one row group per matrix, so a reader holds one matrix at a time. Assets and
 the notebook read them through :class:`~.handles.MatrixTable` (a lazy handle over one partition's
 file), worker processes through :func:`read_matrix` (a path and a row group: what a task can carry);

@@ -29,7 +29,7 @@ def test_every_reader_returns_the_written_matrices_in_row_order(tmp_path, fresh_
     store.write("schur_forms", "m", "c", pa.Table.from_batches(list(_batches_with_shuffled_rows(matrices, rng))),
                 width=7)
     table = table_handle(store, "schur_forms", "m", "c")
-    assert isinstance(table, MatrixTable) and table.path.is_file()
+    assert isinstance(table, MatrixTable) and table.path.is_file() and table.width == 7
     keys = table.keys()
     assert keys == [(0, (0, "attn")), (1, (0, "mlp")), (2, (1, "attn")), (3, (1, "mlp"))]
     assert [key for key, _ in table.keys(("depth",))] == [0, 1, 2, 3]

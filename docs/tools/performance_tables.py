@@ -22,6 +22,7 @@ TITLES = {
     "analysis_floor": "All the analysis of one sublayer beside its floor (`benchmarks/analysis_floor.py`)",
     "gguf_import": "GGUF import of a Llama-3.1-8B-shaped file (`benchmarks/gguf_import.py`)",
     "jacobians": "Mean-Jacobian backends side by side (`benchmarks/jacobians.py`)",
+    "matrix_read_threads": "Matrix row groups read with and without Arrow's column threads (`benchmarks/matrix_read_threads.py`)",
     "paper_scale": "Paper-scale checkpoints, truncated depth (`benchmarks/paper_scale.py`)",
     "per_sample": "Per-sample Jacobians at the Llama-3.1-8B shape: closed form against autodiff (`benchmarks/per_sample.py`)",
     "ray_executor": "Ray executor against in-process on a local cluster (`benchmarks/ray_executor.py`)",

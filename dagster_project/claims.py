@@ -8,6 +8,7 @@ directory (default ``<warehouse>/_artefacts/claims/<model>/``).
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -31,11 +32,68 @@ from resdyn.sampling import cumulative_quantity, surgery_quantity
 from .config import SQL_DIRECTORY
 from .store.warehouse import Warehouse
 
+INPUTS = ("sublayers", "cumulative", "surgery", "intervals", "checkpoints", "graphs")  # sql/claims/<name>.sql
+SAVED = (*INPUTS, "surgery_by_depth", "partitions", "runs")
 
-def _frame(store: Warehouse, name: str, model: str) -> pl.DataFrame:
-    """The answer of sql/claims/<name>.sql over the complete partitions, for ``model``."""
-    table = store.query((SQL_DIRECTORY / "claims" / f"{name}.sql").read_text(), complete_only=True)
-    return pl.from_arrow(table).filter(pl.col("model") == model)
+
+def claims_inputs(store: Warehouse, model: str) -> dict[str, pl.DataFrame]:
+    """Everything the claims of ``model`` are computed from, as small frames: the answers of sql/claims/*.sql over
+    the complete partitions, the surgery through depth, the partitions' status and the provenance of the runs
+    that made the tables. :func:`save_claims_inputs` keeps them, so the claims can be recomputed without the
+    warehouse's matrices (a study's partitions may be run in different sessions)."""
+    def answer(sql: str, complete_only: bool = True) -> pl.DataFrame:
+        return pl.from_arrow(store.query(sql, complete_only=complete_only)).filter(pl.col("model") == model)
+
+    frames = {name: answer((SQL_DIRECTORY / "claims" / f"{name}.sql").read_text()) for name in INPUTS}
+    frames["surgery_by_depth"] = answer(
+        "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
+        f"WHERE schur_ordering = '{SCHUR_ORDERING}' ORDER BY depth")
+    frames["partitions"] = answer("SELECT model, checkpoint, status, source_sha256, registered_sha256, d_model "
+                                  "FROM partitions", complete_only=False)
+    # the runs that made the tables the claims read (their provenance columns), not merely the latest runs
+    frames["runs"] = answer(
+        "SELECT t.model, t.checkpoint, t.settings_hash, any_value(r.settings) AS settings, "
+        "any_value(r.git_commit) AS git_commit, any_value(r.resdyn_version) AS resdyn_version "
+        "FROM (SELECT DISTINCT model, checkpoint, run_id, settings_hash FROM layer_metrics) t "
+        "LEFT JOIN runs r ON r.run_id = t.run_id AND r.model = t.model AND r.checkpoint = t.checkpoint "
+        "AND r.settings IS NOT NULL GROUP BY ALL").filter(pl.col("settings").is_not_null())
+    return frames
+
+
+def save_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list[Path]:
+    """``frames`` (:func:`claims_inputs`) as ``<directory>/<checkpoint>/<name>.parquet``, one folder per complete
+    checkpoint, each replaced whole (written beside, then renamed into place)."""
+    directory = Path(directory)
+    written = []
+    for checkpoint in frames["partitions"].filter(pl.col("status") == "complete")["checkpoint"].to_list():
+        staging, target = directory / f".{checkpoint}.partial", directory / checkpoint
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for name in SAVED:
+            frames[name].filter(pl.col("checkpoint") == checkpoint).write_parquet(staging / f"{name}.parquet")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        written.append(target)
+    return written
+
+
+def load_claims_inputs(directory: Path, model: str) -> dict[str, pl.DataFrame]:
+    """The frames :func:`save_claims_inputs` kept under ``directory`` (every checkpoint folder), for ``model``."""
+    directory = Path(directory)
+    folders = sorted(path for path in directory.iterdir() if path.is_dir() and not path.name.startswith(".")) \
+        if directory.is_dir() else []
+    if not folders:
+        raise ValueError(f"{directory} holds no saved claims inputs (one folder per checkpoint, written by "
+                         "`resdyn claims MODEL --save-inputs DIR`)")
+    frames = {}
+    for name in SAVED:
+        parts = [pl.read_parquet(folder / f"{name}.parquet") for folder in folders]
+        frames[name] = pl.concat([part for part in parts if part.height] or parts[:1],
+                                 how="diagonal_relaxed").filter(pl.col("model") == model)
+    if not frames["partitions"].height:
+        models = sorted({m for folder in folders for m in pl.read_parquet(folder / "partitions.parquet")["model"]})
+        raise ValueError(f"{directory} holds no claims inputs of {model} (it holds: {', '.join(models) or 'none'})")
+    return frames
 
 
 def _floats(frame: pl.DataFrame, column: str) -> np.ndarray:
@@ -65,14 +123,14 @@ def _replicates(intervals: pl.DataFrame, quantity: str, depths: np.ndarray) -> n
     return np.asarray([by_depth[int(depth)] for depth in depths], dtype=np.float64).T
 
 
-def checkpoint_data(store: Warehouse, model: str) -> tuple[dict[str, CheckpointData], dict[str, dict[float, np.ndarray]]]:
-    """Every complete checkpoint of ``model`` as CheckpointData, and its surgery ranks through depth per alpha."""
-    sublayers, cumulative, surgery, intervals = (_frame(store, name, model)
+def checkpoint_data(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, CheckpointData],
+                                                              dict[str, dict[float, np.ndarray]]]:
+    """Every complete checkpoint in ``frames`` (:func:`claims_inputs`) as CheckpointData, and its surgery ranks
+    through depth per alpha."""
+    sublayers, cumulative, surgery, intervals = (frames[name]
                                                  for name in ("sublayers", "cumulative", "surgery", "intervals"))
-    sizes, graphs = _by_checkpoint(_frame(store, "checkpoints", model)), _by_checkpoint(_frame(store, "graphs", model))
-    surgery_by_depth = pl.from_arrow(store.query(
-        "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
-        f"WHERE schur_ordering = '{SCHUR_ORDERING}' ORDER BY depth", complete_only=True)).filter(pl.col("model") == model)
+    sizes, graphs = _by_checkpoint(frames["checkpoints"]), _by_checkpoint(frames["graphs"])
+    surgery_by_depth = frames["surgery_by_depth"].sort("depth")
     data, products = {}, {}
     for checkpoint in sorted(set(sublayers["checkpoint"].to_list())):
         rows = sublayers.filter(pl.col("checkpoint") == checkpoint)
@@ -127,25 +185,23 @@ def claim_pairs(store: Warehouse) -> list[dict]:
     return store.query((SQL_DIRECTORY / "claims" / "pairs.sql").read_text()).to_pylist()
 
 
-def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_checkpoint: str,
-                 output: Path | None = None) -> tuple[ClaimsReport, Path]:
+def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trained_checkpoint: str,
+                 output: Path | None = None, *, frames: dict[str, pl.DataFrame] | None = None
+                 ) -> tuple[ClaimsReport, Path]:
+    """The claims of ``model`` from the warehouse ``store`` or, when ``frames`` is given, from saved inputs
+    (:func:`load_claims_inputs`; ``output`` is then required)."""
     from resdyn.figures import claims_panels
 
     if null_checkpoint == trained_checkpoint:
         raise ValueError(f"--null and --trained both name {model}@{null_checkpoint}: a claim compares two checkpoints "
                          "(the null model's and the trained one's); `resdyn models` lists them")
-    partitions = {row["checkpoint"]: row for row in store.query(
-        "SELECT checkpoint, status, source_sha256, registered_sha256, d_model FROM partitions WHERE model = $model",
-        parameters={"model": model}).to_pylist()}
-    if not partitions:
-        from resdyn.models.registry import ModelRegistry
-
-        registered = model in ModelRegistry(store.registry_file).specs
-        models = sorted({row["model"] for row in store.query("SELECT DISTINCT model FROM partitions").to_pylist()})
-        raise ValueError(f"{model} has no partition in {store.root}" + (
-            f": run it first (`resdyn run --model {model}`)" if registered else
-            f" and is not a registered model; the models there: {', '.join(models) or 'none'} (`resdyn models`)"))
-    data, products = checkpoint_data(store, model)
+    if frames is None:
+        _require_partitions(store, model)
+        frames = claims_inputs(store, model)
+    elif output is None:
+        raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
+    partitions = {row["checkpoint"]: row for row in frames["partitions"].iter_rows(named=True)}
+    data, products = checkpoint_data(frames)
     control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
     compared = [null_checkpoint, trained_checkpoint, *([control] if control else [])]
     stale = [c for c in compared if partitions.get(c, {}).get("status") == "stale"]
@@ -178,14 +234,7 @@ def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_che
             trained_checkpoint: data[trained_checkpoint]}
     figure = claims_panels(pair, output, title=f"{model}: {null_checkpoint} vs {trained_checkpoint}",
                            surgery_products=products)
-    # the runs that made the tables the claims read (their provenance columns), not merely the latest runs
-    runs = store.query(
-        "SELECT t.model, t.checkpoint, t.settings_hash, any_value(r.settings) AS settings, "
-        "any_value(r.git_commit) AS git_commit, any_value(r.resdyn_version) AS resdyn_version "
-        "FROM (SELECT DISTINCT model, checkpoint, run_id, settings_hash FROM layer_metrics) t "
-        "LEFT JOIN runs r ON r.run_id = t.run_id AND r.model = t.model AND r.checkpoint = t.checkpoint "
-        "AND r.settings IS NOT NULL GROUP BY ALL", complete_only=True).to_pylist()
-    runs = [r for r in runs if r["model"] == model and r["settings"] is not None]
+    runs = frames["runs"].to_dicts()
     record = {"model": model, "null_checkpoint": null_checkpoint, "trained_checkpoint": trained_checkpoint,
               "quantized_null_checkpoint": control,
               "d_model": data[trained_checkpoint].d_model, "n_samples": data[trained_checkpoint].n_samples,
@@ -203,3 +252,17 @@ def build_claims(store: Warehouse, model: str, null_checkpoint: str, trained_che
     (output / "claims.json").write_text(json.dumps(record, indent=2))
     (output / "claims.md").write_text(report.markdown() + "\n")
     return report, figure
+
+
+def _require_partitions(store: Warehouse, model: str) -> None:
+    """A clear error when ``model`` has no partition in the warehouse at all."""
+    if store.query("SELECT count(*) AS n FROM partitions WHERE model = $model",
+                   parameters={"model": model}).to_pylist()[0]["n"]:
+        return
+    from resdyn.models.registry import ModelRegistry
+
+    registered = model in ModelRegistry(store.registry_file).specs
+    models = sorted({row["model"] for row in store.query("SELECT DISTINCT model FROM partitions").to_pylist()})
+    raise ValueError(f"{model} has no partition in {store.root}" + (
+        f": run it first (`resdyn run --model {model}`)" if registered else
+        f" and is not a registered model; the models there: {', '.join(models) or 'none'} (`resdyn models`)"))

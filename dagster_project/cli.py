@@ -11,6 +11,7 @@
     resdyn forget MODEL@CHECKPOINT [--yes] [--warehouse DIR]
     resdyn report [--warehouse DIR] [--output FILE]
     resdyn claims MODEL [--null CHECKPOINT] [--trained CHECKPOINT] [--output DIR] [--warehouse DIR]
+                 [--save-inputs DIR | --inputs DIR]
     resdyn ui [--warehouse DIR] [--host H] [--port P] [--no-daemon]
 
 Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/settings.py).
@@ -172,15 +173,23 @@ def command_report(arguments) -> int:
 
 def command_claims(arguments) -> int:
     """The paper's claims on one model: null-model checkpoint beside trained, verdicts by fixed rules."""
-    from .claims import build_claims, claim_pairs
+    from .claims import build_claims, claim_pairs, claims_inputs, load_claims_inputs, save_claims_inputs
 
-    store = Warehouse(arguments.warehouse).require_existing()
-    pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
-    _warn_problems(store)
-    null = arguments.null or pair.get("null_checkpoint") or "init"
-    trained = arguments.trained or pair.get("trained_checkpoint") or "trained"
-    report, figure = build_claims(store, arguments.model, null, trained,
-                                  Path(arguments.output) if arguments.output else None)
+    output = Path(arguments.output) if arguments.output else None
+    if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
+        frames = load_claims_inputs(Path(arguments.inputs), arguments.model)
+        report, figure = build_claims(None, arguments.model, arguments.null or "init", arguments.trained or "trained",
+                                      output, frames=frames)
+    else:
+        store = Warehouse(arguments.warehouse).require_existing()
+        pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
+        _warn_problems(store)
+        null = arguments.null or pair.get("null_checkpoint") or "init"
+        trained = arguments.trained or pair.get("trained_checkpoint") or "trained"
+        report, figure = build_claims(store, arguments.model, null, trained, output)
+        if arguments.save_inputs:
+            for folder in save_claims_inputs(claims_inputs(store, arguments.model), Path(arguments.save_inputs)):
+                print(f"claims inputs kept: {folder}")
     print(report.markdown())
     print(f"\nclaims: {figure.parent / 'claims.md'}, {figure.parent / 'claims.json'}, {figure}")
     return 0
@@ -316,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--output", help="directory for claims.json, claims.md, claims.png "
                         "(default: <warehouse>/_artefacts/claims/MODEL)")
     claims.add_argument("--warehouse")
+    claims.add_argument("--save-inputs", metavar="DIR", help="also keep what the claims are computed from (small "
+                        "Parquet frames, one folder per complete checkpoint) under DIR")
+    claims.add_argument("--inputs", metavar="DIR", help="compute the claims from frames kept by --save-inputs (every "
+                        "checkpoint folder under DIR) instead of the warehouse; needs --output")
     claims.set_defaults(handler=command_claims)
 
     forget = commands.add_parser("forget", help="remove a partition MODEL@CHECKPOINT and its data")

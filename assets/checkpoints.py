@@ -34,11 +34,11 @@ def _training_text_of(warehouse: WarehouseResource):
     dg.AssetSpec("training_loss", code_version="1", skippable=True, description="The tiny suite member's training "
                  "loss per optimizer step up to this checkpoint (other models are trained elsewhere: no rows)."),
 ])
-def model_checkpoints(context, settings, store, warehouse):
-    yield from _describe_checkpoint(context, warehouse, settings, store)
+def model_checkpoints(context, settings, outputs, warehouse):
+    yield from _describe_checkpoint(context, warehouse, settings, outputs)
 
 
-def _describe_checkpoint(context, warehouse, settings, store):
+def _describe_checkpoint(context, warehouse, settings, outputs):
     from resdyn.models.layerwise import describe_checkpoint  # torch and transformers: only where a step needs them
     from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
 
@@ -47,7 +47,7 @@ def _describe_checkpoint(context, warehouse, settings, store):
     metadata = {}
     if spec.is_tiny:
         directory = ensure_tiny_checkpoint(
-            spec.family, store.models_directory / model, checkpoint, save_checkpoints=list(spec.checkpoints),
+            spec.family, outputs.models_directory / model, checkpoint, save_checkpoints=list(spec.checkpoints),
             text_loader=_training_text_of(warehouse),
             progress=lambda step, loss: context.log.info(f"training {model}: step {step} loss {loss:.3f}"),
         )
@@ -57,7 +57,7 @@ def _describe_checkpoint(context, warehouse, settings, store):
                            "training_corpus": [record["corpus"]] * len(curve)})
         loss_metadata = {}
         if curve:
-            png = training_loss_figure(curve, store.artefact_directory("figures", model, checkpoint),
+            png = training_loss_figure(curve, outputs.figures,
                                        title=f"{model} training loss")
             loss_metadata.update(figure(png))
             loss_metadata["final_loss"] = dg.MetadataValue.float(curve[-1])
@@ -67,7 +67,7 @@ def _describe_checkpoint(context, warehouse, settings, store):
     if spec.is_gguf:
         from resdyn.models.sources import ensure_local_checkpoint
 
-        _, made = ensure_local_checkpoint(spec, checkpoint, store.models_directory,
+        _, made = ensure_local_checkpoint(spec, checkpoint, outputs.models_directory,
                                           progress=lambda line: context.log.info(f"{context.partition_key}: {line}"))
         origin = made.as_dict()
         metadata.update({key: dg.MetadataValue.text(value) for key, value in origin.items() if value})

@@ -12,10 +12,8 @@ import numpy as np
 from resdyn.corpus import Sample
 from resdyn.dagster_project import interrupts
 from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.files import atomic_path
 from resdyn.models.registry import split_partition_key
-from resdyn.naming import sublayer_depth
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +117,3 @@ class StageProgress:
         self.context.log.info(f"{self.context.partition_key}: {self.stage} {self.done_count}/{self.total} ({what}) "
                               f"done, {self.seconds():.0f} s")
         interrupts.check(f"{self.stage} of {self.context.partition_key}")
-
-
-def read_mean_jacobians(store: Warehouse, model: str, checkpoint: str) -> dict[tuple[int, str], np.ndarray]:
-    """The partition's mean Jacobians keyed (layer, sublayer), in depth order."""
-    matrices = dict(store.matrix_table("jacobians", model, checkpoint).matrices())
-    return {key: matrices[key] for key in sorted(matrices, key=lambda key: sublayer_depth(*key))}

@@ -54,12 +54,12 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
           deps=["unit_amplification", "communities", "layer_metrics"], code_version="3",
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
-def coupling_tests(context, settings, store, unit_amplification: TableHandle, communities: TableHandle,
+def coupling_tests(context, settings, outputs, unit_amplification: TableHandle, communities: TableHandle,
                    layer_metrics: TableHandle):
-    yield _coupling_tests(context, settings, store, unit_amplification, communities, layer_metrics)
+    yield _coupling_tests(context, settings, outputs, unit_amplification, communities, layer_metrics)
 
 
-def _coupling_tests(context, settings, store, unit_amplification, communities, layer_metrics) -> dg.Output:
+def _coupling_tests(context, settings, outputs, unit_amplification, communities, layer_metrics) -> dg.Output:
     model, checkpoint = partition(context)
     amplification = _grouped(unit_amplification.read(["layer", "sublayer", "unit", "log_column_norm"]),
                              ("layer", "sublayer"))
@@ -97,7 +97,7 @@ def _coupling_tests(context, settings, store, unit_amplification, communities, l
                    significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
     table = pa.Table.from_pylist(rows, schema=table_spec("coupling_tests").schema())
     frames = {checkpoint: pl.from_arrow(table)}  # across checkpoints: the coupling_by_checkpoint asset
-    png = figure_frames.coupling_figure(model, frames, store.artefact_directory("figures", model, checkpoint))
+    png = figure_frames.coupling_figure(model, frames, outputs.figures)
     return table_output(table, metadata={**figure(png),
                                          "significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
                                          "undefined_tests": int(sum(r["reason"] is not None for r in rows))})

@@ -72,11 +72,11 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
                      description="Mean central differences (f(x + h v) - f(x - h v)) / 2h along random directions: "
                                  "the independent reference the jacobians check compares E[J] v with."),
     ])
-def measurements(context, settings, store, warehouse, samples: TableHandle):
-    yield from _measure(context, warehouse, settings, store, samples)
+def measurements(context, settings, outputs, warehouse, samples: TableHandle):
+    yield from _measure(context, warehouse, settings, outputs, samples)
 
 
-def _measure(context, warehouse, settings, store, samples):
+def _measure(context, warehouse, settings, outputs, samples):
     from resdyn.jacobians import make_backend
     from resdyn.jacobians.engine import MeasurementOptions, measure_layer_major
     from resdyn.jacobians.probe import PROBE_STEP
@@ -96,7 +96,7 @@ def _measure(context, warehouse, settings, store, samples):
 
     thumbnails, backends, heads, seconds = {}, {}, {}, {}
     with ExitStack() as stack:
-        writers = {table: stack.enter_context(store.open_writer(table, model, checkpoint, width=width))
+        writers = {table: stack.enter_context(outputs.writer(table, width=width))
                    for table in TABLES}
 
         def write_sample_jacobian(layer, sublayer, sample_id, position, matrix):  # as each is computed
@@ -139,7 +139,7 @@ def _measure(context, warehouse, settings, store, samples):
                 backends[f"{layer}/{sublayer}"] = measurement.backends[sublayer]
             del measurement, mean, batch  # one layer's results in memory at a time
     results = {table: writer.result for table, writer in writers.items()}
-    figures_directory = store.artefact_directory("figures", model, checkpoint)
+    figures_directory = outputs.figures
     png = jacobian_heatmaps(thumbnails, figures_directory, title=context.partition_key)
     ledger = layerwise.ledger
     for table in TABLES:

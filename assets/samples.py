@@ -14,11 +14,11 @@ from .common import checkpoint_source, partition
 
 @partition_asset(ANALYSIS, code_version="3", group_name="inputs", deps=["model_checkpoints"],
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
-def samples(context, settings, store, warehouse):
-    yield _draw_samples(context, warehouse, settings, store)
+def samples(context, settings, warehouse):
+    yield _draw_samples(context, warehouse, settings)
 
 
-def _draw_samples(context, warehouse, settings, store) -> dg.Output:
+def _draw_samples(context, warehouse, settings) -> dg.Output:
     from transformers import AutoTokenizer
 
     from resdyn.models.checkpoint import locate_checkpoint

@@ -66,16 +66,16 @@ def jacobians_in_depth_order(jacobians: MatrixTable, settings) -> tuple[str, lis
                      description="Ranks of the cumulative product of Schur-operated Jacobians J(alpha): spectrum kept, "
                                  "non-normal part scaled by alpha (alpha = 1 reproduces cumulative_rank)."),
 ])
-def spectral_analysis(context, settings, store, jacobians: MatrixTable):
-    yield from _analyse(context, settings, store, jacobians)
+def spectral_analysis(context, settings, outputs, jacobians: MatrixTable):
+    yield from _analyse(context, settings, outputs, jacobians)
 
 
-def _analyse(context, settings, store, jacobians):
+def _analyse(context, settings, outputs, jacobians):
     model, checkpoint = partition(context)
     path, order, width, workers = jacobians_in_depth_order(jacobians, settings)
     measured, surgery = CumulativeProduct(), SchurSurgery(SURGERY_ALPHAS)
     metric_rows, rank_rows, surgery_rows, clouds = [], [], [], {}
-    writers = {name: store.open_writer(name, model, checkpoint, width=width)
+    writers = {name: outputs.writer(name, width=width)
                for name in ("eigenvalues", "singular_values", "schur_forms", "cumulative_rank")}
     started = time.perf_counter()
     with writers["eigenvalues"], writers["singular_values"], writers["schur_forms"], writers["cumulative_rank"]:
@@ -110,7 +110,7 @@ def _analyse(context, settings, store, jacobians):
         "schur_surgery": pa.Table.from_pylist(surgery_rows, schema=table_spec("schur_surgery").schema()),
         **{name: writer.result for name, writer in writers.items()},
     }
-    figures_directory = store.artefact_directory("figures", model, checkpoint)
+    figures_directory = outputs.figures
     extra = {name: {} for name in TABLES}
     extra["eigenvalues"] = figure(eigenvalue_clouds(clouds, figures_directory, title=context.partition_key))
     # this checkpoint's own curves; the comparison across checkpoints is the metrics_by_checkpoint asset

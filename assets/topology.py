@@ -100,12 +100,12 @@ def _graph_edges(settings, activations, k: int, progress=None):
                         description="Signed Leiden CPM community, participation and boundary flags of every unit."),
            dg.AssetSpec("gamma_scan", code_version="4", deps=["graph_edges"],
                         description="The resolution scan behind each graph's chosen gamma (modularity, stability).")])
-def community_tables(context, settings, store, graph_edges: TableHandle, activations: TableHandle,
+def community_tables(context, settings, outputs, graph_edges: TableHandle, activations: TableHandle,
                      model_checkpoints: TableHandle):
-    yield from _communities(context, settings, store, graph_edges, activations, model_checkpoints)
+    yield from _communities(context, settings, outputs, graph_edges, activations, model_checkpoints)
 
 
-def _communities(context, settings, store, graph_edges, activations, model_checkpoints):
+def _communities(context, settings, outputs, graph_edges, activations, model_checkpoints):
     model, checkpoint = partition(context)
     rows, scan_rows, sizes, participations = [], [], {}, {}
     seeds = tuple(range(settings.seed, settings.seed + settings.leiden_seeds))
@@ -143,7 +143,7 @@ def _communities(context, settings, store, graph_edges, activations, model_check
                              f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
                              f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers if pool else 1} worker(s))")
     table = pa.concat_tables(rows).cast(table_spec("communities").schema())
-    png = community_distributions(sizes, participations, store.artefact_directory("figures", model, checkpoint),
+    png = community_distributions(sizes, participations, outputs.figures,
                                   title=context.partition_key)
     boundary_share = float(np.mean(table.column("is_boundary").to_numpy(zero_copy_only=False)))
     absolute_share = float(np.mean(table.column("is_boundary_absolute").to_numpy(zero_copy_only=False)))

@@ -40,12 +40,12 @@ TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
                      description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
                                  "full depth."),
 ])
-def transient_analysis(context, settings, store, jacobians: MatrixTable, schur_forms: MatrixTable,
+def transient_analysis(context, settings, outputs, jacobians: MatrixTable, schur_forms: MatrixTable,
                        layer_metrics: TableHandle):
-    yield from _analyse(context, settings, store, jacobians, schur_forms, layer_metrics)
+    yield from _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics)
 
 
-def _analyse(context, settings, store, jacobians, schur_forms, layer_metrics):
+def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
     model, checkpoint = partition(context)
     path, order, width, workers = jacobians_in_depth_order(jacobians, settings)
     metrics = _spectral_metrics(layer_metrics)
@@ -97,7 +97,7 @@ def _analyse(context, settings, store, jacobians, schur_forms, layer_metrics):
         }, schema=table_spec("transient_growth").schema()),
     }
     extra = {name: {} for name in TABLES}
-    extra["transient_dynamics"] = figure(_figure(context, store, model, checkpoint, order, results, chosen, growth))
+    extra["transient_dynamics"] = figure(_figure(context, outputs, model, checkpoint, order, results, chosen, growth))
     for name in TABLES:
         yield table_output(tables[name], name, extra[name])
 
@@ -115,7 +115,7 @@ def _plotted_sublayers(metrics, order) -> dict[str, tuple[int, str]]:
     return {"most non-normal": ranked[-1], "least non-normal": ranked[0]}
 
 
-def _figure(context, store, model, checkpoint, order, results, chosen, growth):
+def _figure(context, outputs, model, checkpoint, order, results, chosen, growth):
     """Pseudospectra of the chosen sublayers (grids computed by their workers), growth against window length."""
     positions = {(layer, sublayer): i for i, (_, layer, sublayer) in enumerate(order)}
     panels = {f"{label}: depth {sublayer_depth(*key)} ({key[1]})": results[positions[key]].contour
@@ -125,6 +125,6 @@ def _figure(context, store, model, checkpoint, order, results, chosen, growth):
         if np.isfinite(g.growth_beyond_spectrum):
             by_window.setdefault(g.window, []).append(g.growth_beyond_spectrum)
     summary = {w: (float(np.max(v)), float(np.median(v))) for w, v in by_window.items()}
-    directory = store.artefact_directory("figures", model, checkpoint)
+    directory = outputs.figures
     return pseudospectra_contours(panels, summary, directory, title=f"{context.partition_key}: pseudospectra "
                                   f"(eps = {', '.join(f'{e:g}' for e in PSEUDOSPECTRAL_EPSILONS)})")

@@ -3,14 +3,15 @@
 An asset module writes only its body::
 
     @partition_asset(ANALYSIS, tables=[dg.AssetSpec("eigenvalues", ...), ...])
-    def spectral_analysis(context, settings, store):
+    def spectral_analysis(context, settings, outputs, jacobians: MatrixTable):
         ...yield table_output(table, "eigenvalues")...
 
 and the factory owns the rest: the partitions, the step kind and its tags, the retry policy, the
 model-runner pool of model steps, and the body's run inside :func:`~.store.runs.partition_run` (the
-partition's lease, the run's provenance row, interrupt checks, the failure recorded on the run). The
-body asks for what it needs by parameter name: ``context``, ``store`` (the warehouse as this run sees it),
-``settings``, ``warehouse`` (the resource: registry, models directory), and its input tables: a parameter
+partition's lease, the run's provenance row, interrupt checks, the failure recorded on the run, and the
+publication once the run's selection is staged). The body asks for what it needs by parameter name:
+``context``, ``outputs`` (:class:`~.store.outputs.PartitionOutputs`: streamed writers and the figure folder),
+``settings``, ``warehouse`` (the resource: registry, corpus directories), and its input tables: a parameter
 named after a table (``jacobians``, ``layer_metrics``) is an input of the asset, which the IO manager loads as
 a lazy handle (:mod:`.store.handles`); lineage shows it as a dependency.
 
@@ -26,15 +27,18 @@ from functools import cache
 
 import dagster as dg
 
+from resdyn.models.registry import split_partition_key
+
 from .partitions import model_checkpoint_partitions
 from .resources import AnalysisSettings, WarehouseResource
 from .steps import MODEL_RUNNER_POOL, STEP_KIND_TAG, STEP_RETRIES
 from .store.io_manager import table_outs
+from .store.outputs import PartitionOutputs
 from .store.runs import partition_run
 from .store.schema import TABLES
 
 MODEL, ANALYSIS = "model", "analysis"  # loads and runs the network / numerics on tables
-BODY_PARAMETERS = ("context", "store", "settings", "warehouse")
+BODY_PARAMETERS = ("context", "outputs", "settings", "warehouse")
 
 
 class PartitionAsset:
@@ -60,7 +64,9 @@ class PartitionAsset:
     def _compute(self, context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings,
                  inputs: dict):
         with partition_run(context, warehouse, settings) as store:
-            given = {"context": context, "store": store, "settings": settings, "warehouse": warehouse, **inputs}
+            model, checkpoint = split_partition_key(context.partition_key)
+            given = {"context": context, "outputs": PartitionOutputs(store, model, checkpoint), "settings": settings,
+                     "warehouse": warehouse, **inputs}
             result = self.body(**{name: given[name] for name in self.asked})
             if inspect.isgenerator(result):
                 yield from result

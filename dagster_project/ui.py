@@ -1,5 +1,9 @@
 """``resdyn ui``: the Dagster UI (webserver + daemon) with the warehouse's figures served beside it.
 
+Dagster's own ``dagster-webserver`` and ``dagster-daemon`` commands run as children on a loopback port;
+this process serves the port the user opens, answers the additions below itself and passes everything
+else to the webserver (:mod:`.ui_proxy`: Dagster has no public API to build its webserver's app here).
+
 Dagster's UI shows a markdown metadata value inline only when it is shorter than 1,000 characters
 (``MetadataEntry.tsx``: ``expandSmallValues && mdStr.length < 1000``); a base64 PNG never is, so it
 sits behind "[Show Markdown]". The materialization metadata therefore links each figure by a short
@@ -120,19 +124,54 @@ def with_artefacts(dagster_app, warehouse_root: Path, groups: list[str] | None =
     return app
 
 
-def build_app(warehouse_root: Path, module: str = DEFINITIONS_MODULE, read_only: bool = False):
-    """The Dagster webserver's ASGI app for ``module`` (the current ``DAGSTER_HOME`` instance), with artefacts."""
-    from dagster import DagsterInstance
-    from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import ModuleTarget
-    from dagster_webserver import __version__
-    from dagster_webserver.app import create_app_from_workspace_process_context
+def build_app(warehouse_root: Path, upstream: str):
+    """The app ``resdyn ui`` serves: figures, stylesheet and expanded graph (:func:`with_artefacts`) in front of
+    the Dagster webserver at ``upstream``, compressed again after the stylesheet is added."""
+    from starlette.middleware.gzip import GZipMiddleware
 
-    instance = DagsterInstance.get()
-    context = WorkspaceProcessContext(instance, version=__version__, read_only=read_only,
-                                      workspace_load_target=ModuleTarget(module, None, os.getcwd(), None))
-    return context, with_artefacts(create_app_from_workspace_process_context(context), warehouse_root,
-                                   study_groups())
+    from .ui_proxy import reverse_proxy
+
+    return GZipMiddleware(with_artefacts(reverse_proxy(upstream), warehouse_root, study_groups()), minimum_size=1024)
+
+
+def _console_script(name: str) -> str:
+    """A command this environment installed (beside its python, else on PATH)."""
+    import shutil
+
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    if not found:
+        raise ValueError(f"{name} is not installed in this environment: install the project (`make install`)")
+    return found
+
+
+def _free_loopback_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_until_serving(upstream: str, process: subprocess.Popen, timeout: float = 300.0) -> None:
+    """Return once the webserver answers ``/server_info``; a clear error if it exits or never answers."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(upstream + "/server_info", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"dagster-webserver exited with code {process.returncode} before serving (its output "
+                               "is above)")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"dagster-webserver did not answer at {upstream} within {timeout:.0f} s")
+        time.sleep(0.5)
 
 
 def _create_instance_storage() -> None:
@@ -149,37 +188,43 @@ def _create_instance_storage() -> None:
 
 
 def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, module: str = DEFINITIONS_MODULE) -> int:
-    """Run the UI until Ctrl-C; the daemon (schedules, sensors, the run queue) is a child stopped by its PID."""
+    """Run the UI until Ctrl-C. The webserver and the daemon (schedules, sensors, the run queue) are children,
+    each in a process group of its own, stopped by PID when this process ends."""
     import uvicorn
 
     if not dagster_home():
         raise ValueError("DAGSTER_HOME is not set: `make ui` sets it to dagster_home/ (or export it yourself)")
     _create_instance_storage()
-    daemon_process = None
-    if daemon:  # its own process group, so that its code server stops with it
-        daemon_process = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-m", module],
-                                          start_new_session=True)
-        log.warning("dagster-daemon started (pid %d)", daemon_process.pid)
+    children: list[subprocess.Popen] = []
     # uvicorn re-raises the SIGTERM it caught once it has shut down: make that (and a closed terminal's
-    # SIGHUP) an exit that runs `finally`, which stops the daemon's process group
+    # SIGHUP) an exit that runs `finally`, which stops the children's process groups
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     try:
-        context, app = build_app(warehouse_root, module)
-        with context:
-            print(f"resdyn ui: http://{host}:{port}/asset-groups  (warehouse {warehouse_root}; figures under "
-                  f"{ARTEFACT_ROUTE})", flush=True)
-            uvicorn.run(app, host=host, port=port, log_level="warning")
+        upstream = f"http://127.0.0.1:{_free_loopback_port()}"
+        webserver = subprocess.Popen([_console_script("dagster-webserver"), "-m", module, "-h", "127.0.0.1", "-p",
+                                      upstream.rsplit(":", 1)[1], "--log-level", "warning"], start_new_session=True)
+        children.append(webserver)
+        log.warning("dagster-webserver started (pid %d) at %s", webserver.pid, upstream)
+        if daemon:
+            children.append(subprocess.Popen([_console_script("dagster-daemon"), "run", "-m", module],
+                                             start_new_session=True))
+            log.warning("dagster-daemon started (pid %d)", children[-1].pid)
+        _wait_until_serving(upstream, webserver)
+        print(f"resdyn ui: http://{host}:{port}/asset-groups  (warehouse {warehouse_root}; figures under "
+              f"{ARTEFACT_ROUTE})", flush=True)
+        uvicorn.run(build_app(warehouse_root, upstream), host=host, port=port, log_level="warning")
     finally:
-        if daemon_process is not None:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)
-            _stop_group(daemon_process)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        for child in reversed(children):
+            _stop_group(child)
     return 0
 
 
 def _stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the process group ``process`` leads (the daemon and its code server), then SIGKILL after 30 s."""
+    """SIGTERM the process group ``process`` leads (the daemon or the webserver, and its code server), then SIGKILL
+    after 30 s."""
     for sent in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sent)

@@ -21,3 +21,11 @@ def materialize_partition(root, key: str, instance: dg.DagsterInstance | None = 
                             instance=instance)
     checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     return result, checks, instance
+
+
+def read_mean_jacobians(store, model: str, checkpoint: str) -> dict:
+    """The partition's mean Jacobians keyed (layer, sublayer), in depth order."""
+    from resdyn.naming import sublayer_depth
+
+    matrices = dict(store.matrix_table("jacobians", model, checkpoint).matrices())
+    return {key: matrices[key] for key in sorted(matrices, key=lambda key: sublayer_depth(*key))}

@@ -10,8 +10,9 @@ record, interrupt checks) and yields one ``dg.Output`` per table. The value is o
                                   it produces several tables at once (one pass over the model writes
                                   activations, Jacobians and probes layer by layer)
 
-Each is staged under the run (``_staging/<run>/``); after each output the partition is published if
-the selection is complete (one manifest swap: readers see the previous generation or this one). A
+Each is staged under the run (``_staging/<run>/``). This manager only stores and loads: publication
+(one manifest swap: readers see the previous generation or this one) is a step of its own, taken by
+:func:`~.runs.partition_run` once the step has yielded everything and the run's selection is staged. A
 failure here is recorded on the run and frees the lease, as a failure of the step's own code does.
 Inputs are loaded as lazy handles (:mod:`.handles`): an asset that takes ``jacobians`` as an argument
 gets a :class:`~.handles.MatrixTable` over this partition's table as the run sees it, and streams it
@@ -61,7 +62,7 @@ def written_output(written: WrittenTable, name: str = "result", metadata: dict |
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):
-    """Stages what partitioned assets return in the warehouse, and publishes complete partitions."""
+    """Stages what partitioned assets return in the warehouse, and loads their inputs as lazy handles."""
 
     warehouse: WarehouseResource
     settings: AnalysisSettings
@@ -83,7 +84,6 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 raise TypeError(f"asset {table} returned {type(obj).__name__}: return a pyarrow.Table, record "
                                 "batches or the WrittenTable of a writer")
             context.add_output_metadata(written_metadata(written, head))
-            run.publish_if_complete(step)
         except BaseException as error:
             run.fail(step_name(step), error, attempt_number(step))
             raise

@@ -8,8 +8,9 @@ Every asset runs inside :func:`partition_run`:
   (its process is gone, or the Dagster instance says it has ended), which is then recorded as
   ``killed``;
 - the run's row of the ``runs`` table is written when its first step for the partition starts;
-- what the step yields is staged by the IO manager, and the output that completes the run's selection
-  for the partition publishes it all (one manifest swap), records ``success`` and frees the lease;
+- what the step yields is staged by the IO manager (which only stores and loads); then, as its own step
+  after the body has yielded everything, the step that completes the run's selection for the partition
+  publishes it all (one manifest swap), records ``success`` and frees the lease;
 - on an exception the files the run wrote for the partition are removed, the run is recorded ``failed`` with
   the first line of the error, the lease is freed, nothing is published;
 - the first step of a run for a partition sweeps what failed or killed runs of it left
@@ -205,8 +206,8 @@ def step_name(context) -> str:
 @contextmanager
 def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
     """The warehouse bound to this run and partition, for one asset step (module docstring). What the step
-    yields is staged, and the partition published, by the IO manager (store/io_manager.py) while the step
-    is inside this block, so nothing is left to do after it."""
+    yields inside this block is staged by the IO manager (store/io_manager.py) as it is yielded; when the block
+    ends without an error, the partition is published if the run has now staged its whole selection."""
     run = bind(context, warehouse, settings)
     store, model, checkpoint = run.store, run.model, run.checkpoint
     single_process = "in_process" in run.executor or "in-process" in run.executor
@@ -222,6 +223,7 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
             run.record()
         interrupts.check(f"the start of {step_name(context)}")
         yield store
+        run.publish_if_complete(context)  # every output of the step is staged by now: publication is its own step
     except GeneratorExit:
         # the step's generator closed where it yielded an output: the IO manager failed on it and recorded why
         release_lease(store, model, checkpoint)

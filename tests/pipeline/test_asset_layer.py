@@ -39,7 +39,7 @@ def toy_tables():
         schema.TABLES.pop(name, None)
 
 
-def _toy_assets(fail_after_reading: bool = False):
+def _toy_assets(fail_after_reading: bool = False, published_after_last_output: list | None = None, root=None):
     @partition_asset(ANALYSIS, group_name="toy", description="toy numbers")
     def toy_source(context):
         yield table_output(pa.table({"value": pa.array([1.0, 2.0, 3.5])}))
@@ -51,6 +51,8 @@ def _toy_assets(fail_after_reading: bool = False):
         if fail_after_reading:
             raise RuntimeError("a failing toy step")
         yield table_output(pa.table({"total": pa.array([values.sum()]), "source_file": [str(toy_source.path)]}))
+        if published_after_last_output is not None:  # every output is staged now, and nothing is published yet
+            published_after_last_output.append(sorted(Warehouse(root).manifest("toy", "a").get("tables", {})))
 
     return toy_source, toy_sum
 
@@ -64,8 +66,12 @@ def _materialize(root, assets, key="toy@a", selection=None):
 
 
 def test_the_io_manager_stages_loads_lazily_and_publishes_once_the_selection_is_staged(tmp_path, toy_tables):
-    result = _materialize(tmp_path, _toy_assets())
+    published_after_last_output = []
+    result = _materialize(tmp_path, _toy_assets(published_after_last_output=published_after_last_output,
+                                                root=tmp_path))
     assert result.success
+    # publication is a step of its own, after the body: the IO manager staging the last output published nothing
+    assert published_after_last_output == [[]]
     store = Warehouse(tmp_path)
     assert set(store.manifest("toy", "a")["tables"]) >= {"toy_source", "toy_sum"}
     total = store.read("toy_sum", "toy", "a").to_pylist()[0]

@@ -53,8 +53,7 @@ def test_registered_paper_model_fails_clearly_without_its_weights(tmp_path, caps
 
 def test_gemma4_with_per_layer_inputs_and_shared_kv_runs_structured_and_equals_autodiff(tmp_path, capsys,
                                                                                           fresh_seed):
-    from resdyn.assets.common import read_mean_jacobians
-
+    from ..pipeline_helpers import read_mean_jacobians
     from ..tiny_models import random_tiny_model
 
     directory = tmp_path / "gemma4"
@@ -80,7 +79,7 @@ def test_select_runs_part_of_a_partition_then_the_rest_from_its_tables(tmp_path,
     """--select 'group:inputs or group:measurements' writes only the model's tables (on the multiprocess
     executor: each partition's run in a process of its own, each step in a subprocess); a second run selecting
     key:layer_metrics (its whole step) reads those jacobians back, and its spectral radii equal numpy's."""
-    from resdyn.assets.common import read_mean_jacobians
+    from ..pipeline_helpers import read_mean_jacobians
 
     torch.manual_seed(fresh_seed)
     directory = tmp_path / "my-llama"

@@ -92,3 +92,99 @@ def test_materialize_from_the_graph_runs_on_resdyns_executor():
     implicit = defs.resolve_implicit_global_asset_job_def()
     assert implicit.executor_def.name == executor_definition(StudyConfig.resolve().executor).name  # in_process default
     assert implicit.executor_def is not dg.multi_or_in_process_executor  # Dagster's default for the graph
+
+
+def _serve_in_thread(app):
+    """``app`` under uvicorn on a free loopback port, in a thread; returns (base URL, stop)."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started:
+        assert time.time() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+
+    def stop():
+        server.should_exit = True
+        thread.join(timeout=30)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
+def test_the_proxy_forwards_http_and_websockets_both_ways(fresh_seed):
+    """`resdyn ui` reaches Dagster's own webserver through ui_proxy: a real upstream server (uvicorn) and a real
+    client; what comes back through the proxy equals what the upstream sent (status, headers, a 3 MB body,
+    websocket frames both ways with the negotiated subprotocol)."""
+    import json
+    import urllib.request
+
+    import aiohttp
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route, WebSocketRoute
+
+    from resdyn.dagster_project.ui_proxy import reverse_proxy
+
+    payload = np.random.default_rng(fresh_seed).bytes(3 * 2 ** 20)
+
+    async def echo(request):
+        return JSONResponse({"method": request.method, "query": str(request.query_params),
+                             "probe": request.headers.get("x-probe"), "body": (await request.body()).decode()},
+                            status_code=201, headers={"x-upstream": "yes"})
+
+    async def big(request):
+        return Response(payload, media_type="application/octet-stream")
+
+    async def websocket(socket):
+        await socket.accept(subprotocol="graphql-transport-ws")
+        while True:
+            message = await socket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message.get("text") == "bye":
+                await socket.close()
+                return
+            if message.get("text") is not None:
+                await socket.send_text(message["text"][::-1])
+            else:
+                await socket.send_bytes(message["bytes"][::-1])
+
+    upstream, stop_upstream = _serve_in_thread(Starlette(routes=[
+        Route("/echo", echo, methods=["GET", "POST"]), Route("/big", big), WebSocketRoute("/ws", websocket)]))
+    proxied, stop_proxy = _serve_in_thread(reverse_proxy(upstream))
+    try:
+        request = urllib.request.Request(f"{proxied}/echo?a=1&b=two", data=b"posted body", method="POST",
+                                         headers={"x-probe": "p"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 201 and response.headers["x-upstream"] == "yes"
+            assert json.loads(response.read()) == {"method": "POST", "query": "a=1&b=two", "probe": "p",
+                                                   "body": "posted body"}
+        with urllib.request.urlopen(f"{proxied}/big", timeout=30) as response:
+            assert response.read() == payload
+        text, binary = payload[:64].hex(), payload[64:4096]
+
+        async def talk():
+            async with aiohttp.ClientSession() as session:
+                async with session.ws_connect(f"{proxied.replace('http', 'ws')}/ws",
+                                              protocols=["graphql-transport-ws"]) as socket:
+                    assert socket.protocol == "graphql-transport-ws"
+                    await socket.send_str(text)
+                    assert (await socket.receive()).data == text[::-1]
+                    await socket.send_bytes(binary)
+                    assert (await socket.receive()).data == binary[::-1]
+                    await socket.send_str("bye")
+                    assert (await socket.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+
+        asyncio.run(talk())
+    finally:
+        stop_proxy()
+        stop_upstream()

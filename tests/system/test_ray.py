@@ -118,7 +118,7 @@ def test_partitions_through_ray_equal_in_process_even_when_a_step_is_killed(clus
         query = f"SELECT model, count(*) AS n FROM {table} GROUP BY model ORDER BY model"
         assert ray_store.query(query).to_pylist() == local_store.query(query).to_pylist(), table
     assert ray_store.query("SELECT DISTINCT status FROM partitions").to_pylist() == [{"status": "complete"}]
-    from resdyn.assets.common import read_mean_jacobians
+    from ..pipeline_helpers import read_mean_jacobians
 
     for name in ("alpha",):
         ours, theirs = read_mean_jacobians(ray_store, name, "local"), read_mean_jacobians(local_store, name, "local")

@@ -35,12 +35,16 @@ demo: install
 
 # The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained and as its null
 # model (their registry entries list both), on 1,000 WikiText-2 windows (--preset paper), then each model's claims.
-# Resumable: --resume skips the partitions the warehouse already holds complete at these settings.
+# Resumable: --resume skips the partitions the warehouse already holds complete at these settings; the claims'
+# inputs (small frames, one folder per checkpoint) are kept in docs/study/MODEL/inputs, so checkpoints run in
+# different sessions (or warehouses) are judged together.
 study: install
 	mkdir -p $(DAGSTER_HOME)
 	$(VENV)/bin/resdyn run --suite study --preset paper --resume
-	$(VENV)/bin/resdyn claims smollm2-135m --null init --trained trained --output docs/study/smollm2-135m
-	$(VENV)/bin/resdyn claims gemma3-270m --null init --trained trained --output docs/study/gemma3-270m
+	$(VENV)/bin/resdyn claims smollm2-135m --null init --trained trained --output docs/study/smollm2-135m \
+	  --save-inputs docs/study/smollm2-135m/inputs
+	$(VENV)/bin/resdyn claims gemma3-270m --null init --trained trained --output docs/study/gemma3-270m \
+	  --save-inputs docs/study/gemma3-270m/inputs
 
 # every tier: tests/unit, tests/pipeline (one warehouse per session) and tests/system (real components, kill drills)
 test: install chromium

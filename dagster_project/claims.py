@@ -188,8 +188,8 @@ def claim_pairs(store: Warehouse) -> list[dict]:
 def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trained_checkpoint: str,
                  output: Path | None = None, *, frames: dict[str, pl.DataFrame] | None = None
                  ) -> tuple[ClaimsReport, Path]:
-    """The claims of ``model`` from the warehouse ``store`` or, when ``frames`` is given, from saved inputs
-    (:func:`load_claims_inputs`; ``output`` is then required)."""
+    """The claims of ``model`` from the warehouse ``store`` or, when ``frames`` is given, from those frames
+    (:func:`load_claims_inputs`); without a warehouse, ``output`` is required."""
     from resdyn.figures import claims_panels
 
     if null_checkpoint == trained_checkpoint:
@@ -198,7 +198,7 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     if frames is None:
         _require_partitions(store, model)
         frames = claims_inputs(store, model)
-    elif output is None:
+    elif output is None and store is None:
         raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
     partitions = {row["checkpoint"]: row for row in frames["partitions"].iter_rows(named=True)}
     data, products = checkpoint_data(frames)

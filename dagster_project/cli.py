@@ -186,10 +186,12 @@ def command_claims(arguments) -> int:
         _warn_problems(store)
         null = arguments.null or pair.get("null_checkpoint") or "init"
         trained = arguments.trained or pair.get("trained_checkpoint") or "trained"
-        report, figure = build_claims(store, arguments.model, null, trained, output)
-        if arguments.save_inputs:
+        frames = None
+        if arguments.save_inputs:  # keep this warehouse's checkpoints beside those kept before, judge them all
             for folder in save_claims_inputs(claims_inputs(store, arguments.model), Path(arguments.save_inputs)):
                 print(f"claims inputs kept: {folder}")
+            frames = load_claims_inputs(Path(arguments.save_inputs), arguments.model)
+        report, figure = build_claims(store, arguments.model, null, trained, output, frames=frames)
     print(report.markdown())
     print(f"\nclaims: {figure.parent / 'claims.md'}, {figure.parent / 'claims.json'}, {figure}")
     return 0
@@ -325,8 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--output", help="directory for claims.json, claims.md, claims.png "
                         "(default: <warehouse>/_artefacts/claims/MODEL)")
     claims.add_argument("--warehouse")
-    claims.add_argument("--save-inputs", metavar="DIR", help="also keep what the claims are computed from (small "
-                        "Parquet frames, one folder per complete checkpoint) under DIR")
+    claims.add_argument("--save-inputs", metavar="DIR", help="keep what the claims are computed from (small Parquet "
+                        "frames, one folder per complete checkpoint) under DIR, beside checkpoints kept there before "
+                        "(a study run over several sessions), and judge from all of them")
     claims.add_argument("--inputs", metavar="DIR", help="compute the claims from frames kept by --save-inputs (every "
                         "checkpoint folder under DIR) instead of the warehouse; needs --output")
     claims.set_defaults(handler=command_claims)

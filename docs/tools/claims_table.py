@@ -1,10 +1,10 @@
-"""Rewrite the README's claims table (between its ``claims:begin`` / ``claims:end`` markers) from
-docs/smollm2/claims.json, and docs/smollm2.md's block from docs/smollm2/claims.md: the files
-``resdyn claims smollm2-135m --output docs/smollm2`` writes.
+"""Rewrite the README's claims tables (each between its ``claims:begin`` / ``claims:end`` markers) from the
+study's ``docs/study/<model>/claims.json`` (the paper's n, ``make study``), and docs/smollm2.md's block from
+docs/smollm2/claims.md (the demo's n = 128: ``resdyn claims smollm2-135m --output docs/smollm2``).
 
     python docs/tools/claims_table.py [--check]
 
-``--check`` exits 1 when the README's table differs from the JSON (nothing written).
+``--check`` exits 1 when a table differs from its JSON (nothing written).
 """
 
 from __future__ import annotations
@@ -20,8 +20,12 @@ CLAIMS = REPOSITORY / "docs" / "smollm2" / "claims.json"
 README = REPOSITORY / "README.md"
 ACCOUNT = REPOSITORY / "docs" / "smollm2.md"
 ACCOUNT_BEGIN = "<!-- claims:begin (docs/smollm2/claims.md, made by `resdyn claims smollm2-135m --output docs/smollm2`) -->"
-BEGIN = "<!-- claims:begin (from docs/smollm2/claims.json: `resdyn claims smollm2-135m --output docs/smollm2`) -->"
+STUDY_MODELS = ("smollm2-135m", "gemma3-270m")  # make study
 END = "<!-- claims:end -->"
+
+
+def study_begin(model: str) -> str:
+    return f"<!-- claims:begin (from docs/study/{model}/claims.json: `make study`) -->"
 
 
 def _cell(text: str) -> str:
@@ -45,7 +49,11 @@ def table(claims: dict) -> str:
 
 
 def _replace(text: str, begin: str, content: str) -> str:
-    start, end = text.index(begin) + len(begin), text.index(END)
+    """``text`` with what stands between ``begin`` and the next END replaced (unchanged without ``begin``)."""
+    if begin not in text:
+        return text
+    start = text.index(begin) + len(begin)
+    end = text.index(END, start)
     return text[:start] + "\n" + content.strip() + "\n" + text[end:]
 
 
@@ -53,7 +61,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
     arguments = parser.parse_args()
-    targets = {README: _replace(README.read_text(), BEGIN, table(json.loads(CLAIMS.read_text()))),
+    readme = README.read_text()
+    for model in STUDY_MODELS:
+        claims = REPOSITORY / "docs" / "study" / model / "claims.json"
+        if claims.is_file():
+            readme = _replace(readme, study_begin(model), table(json.loads(claims.read_text())))
+    targets = {README: readme,
                ACCOUNT: _replace(ACCOUNT.read_text(), ACCOUNT_BEGIN, CLAIMS.with_suffix(".md").read_text())}
     stale = [path for path, text in targets.items() if path.read_text() != text]
     if arguments.check:

@@ -236,17 +236,20 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     assert not torch.equal(quantized["model.layers.0.mlp.up_proj.weight"], null["model.layers.0.mlp.up_proj.weight"])
     assert all(sha in r["model_source"] for r in store.query("SELECT model_source FROM runs").to_pylist())
     # the claims of the paper on this pair (null model vs the file), recomputed here from the tables
-    inputs = warehouse.parent / "claims-inputs"
-    claims = _cli("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(warehouse), "--save-inputs", str(inputs))
+    claims = _cli("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(warehouse))
     assert claims.returncode == 0, claims.stdout[-2000:] + claims.stderr[-2000:]
     claims_directory = warehouse / "_artefacts" / "claims" / "tiny-gguf"
     claims_record = json.loads((claims_directory / "claims.json").read_text())
-    # the same claims from the small frames kept beside (no warehouse): what a study split over sessions relies on
+    # the same claims from the small frames kept beside (then without the warehouse): a study run over several
+    # sessions keeps each session's checkpoints there and is judged from them all
+    inputs = warehouse.parent / "claims-inputs"
+    for source in (("--warehouse", str(warehouse), "--save-inputs", str(inputs)), ("--inputs", str(inputs))):
+        output = inputs.parent / f"claims-from-{source[-2].strip('-')}"
+        again = _cli("claims", "tiny-gguf", "--trained", "local", *source, "--output", str(output))
+        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+        assert json.loads((output / "claims.json").read_text()) == claims_record, source
+        assert (output / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
     assert sorted(path.name for path in inputs.iterdir()) == ["init", "init-quantized", "local"]
-    again = _cli("claims", "tiny-gguf", "--trained", "local", "--inputs", str(inputs), "--output", str(inputs / ".out"))
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    assert json.loads((inputs / ".out" / "claims.json").read_text()) == claims_record
-    assert (inputs / ".out" / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
     verdicts = {claim["key"]: claim["verdict"] for claim in claims_record["claims"]}
     from resdyn.claims import RULES
 

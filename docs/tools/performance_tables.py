@@ -30,6 +30,7 @@ TITLES = {
     "smollm2": "SmolLM2-135M partition, stage by stage (`benchmarks/smollm2.py`)",
     "transient": "Transient dynamics against the spectral stage (`benchmarks/transient.py`)",
     "acceptance_run": "The 2-layer Llama-3.1-8B-shaped checkpoint end to end (`benchmarks/acceptance_run.py`)",
+    "redesign_equivalence": "The code before and after issue 32's redesign, side by side (`benchmarks/redesign_equivalence.py`)",
 }
 
 
@@ -92,6 +93,19 @@ def _analysis_floor(records: list[dict]) -> list[str]:
     return lines
 
 
+def _redesign(results: dict) -> list[str]:
+    """One row per target: seconds of each tree, their ratio, and how many published tables differ."""
+    lines = ["| target | samples | before (s) | after (s) | after / before | tables compared | tables differing |",
+             "|---|---|---|---|---|---|---|"]
+    for target, result in results.items():
+        seconds = result["seconds"]
+        lines.append(f"| `{target}` | {result['samples']} | {_cell(seconds['before'])} | {_cell(seconds['after'])} | "
+                     f"{_cell(result['ratio_after_over_before'])} | {result['tables_compared']} | "
+                     f"{len(result['tables_differing'])}{': ' + _cell(result['tables_differing']) if result['tables_differing'] else ''} |")
+    notes = {result.get("note") for result in results.values() if result.get("note")}
+    return [*lines, "", *sorted(notes)]
+
+
 def _paper_scale(results: dict) -> list[str]:
     lines = ["| checkpoint | selection | run | seconds | peak RSS GB | checks |", "|---|---|---|---|---|---|"]
     for model, runs in results.items():
@@ -122,6 +136,8 @@ def render() -> str:
             lines += _smollm2(results)
         elif path.stem == "paper_scale":
             lines += _paper_scale(results)
+        elif path.stem == "redesign_equivalence":
+            lines += _redesign(results)
         elif path.stem == "analysis_floor":
             lines += _analysis_floor(results)
         elif path.stem == "per_sample":

@@ -27,13 +27,10 @@ from functools import cache
 
 import dagster as dg
 
-from resdyn.models.registry import split_partition_key
-
 from .partitions import model_checkpoint_partitions
 from .resources import AnalysisSettings, WarehouseResource
 from .steps import MODEL_RUNNER_POOL, STEP_KIND_TAG, STEP_RETRIES
 from .store.io_manager import table_outs
-from .store.outputs import PartitionOutputs
 from .store.runs import partition_run
 from .store.schema import TABLES
 
@@ -63,10 +60,8 @@ class PartitionAsset:
 
     def _compute(self, context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings,
                  inputs: dict):
-        with partition_run(context, warehouse, settings) as store:
-            model, checkpoint = split_partition_key(context.partition_key)
-            given = {"context": context, "outputs": PartitionOutputs(store, model, checkpoint), "settings": settings,
-                     "warehouse": warehouse, **inputs}
+        with partition_run(context, warehouse, settings) as outputs:
+            given = {"context": context, "outputs": outputs, "settings": settings, "warehouse": warehouse, **inputs}
             result = self.body(**{name: given[name] for name in self.asked})
             if inspect.isgenerator(result):
                 yield from result

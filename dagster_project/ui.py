@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from .config import dagster_home
+from .ray_local import LOOPBACK, free_ports
 from .store.artefacts import ARTEFACT_ROUTE, artefact_url  # noqa: F401 - artefact_url: re-exported
 
 DEFINITIONS_MODULE = "resdyn.dagster_project.definitions"
@@ -145,14 +146,6 @@ def _console_script(name: str) -> str:
     return found
 
 
-def _free_loopback_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _wait_until_serving(upstream: str, process: subprocess.Popen, timeout: float = 300.0) -> None:
     """Return once the webserver answers ``/server_info``; a clear error if it exits or never answers."""
     import time
@@ -201,9 +194,10 @@ def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, modul
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     try:
-        upstream = f"http://127.0.0.1:{_free_loopback_port()}"
-        webserver = subprocess.Popen([_console_script("dagster-webserver"), "-m", module, "-h", "127.0.0.1", "-p",
-                                      upstream.rsplit(":", 1)[1], "--log-level", "warning"], start_new_session=True)
+        (internal_port,) = free_ports(1)
+        upstream = f"http://{LOOPBACK}:{internal_port}"
+        webserver = subprocess.Popen([_console_script("dagster-webserver"), "-m", module, "-h", LOOPBACK, "-p",
+                                      str(internal_port), "--log-level", "warning"], start_new_session=True)
         children.append(webserver)
         log.warning("dagster-webserver started (pid %d) at %s", webserver.pid, upstream)
         if daemon:
@@ -217,24 +211,28 @@ def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, modul
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        for child in reversed(children):
-            _stop_group(child)
+        _stop_groups(children)
     return 0
 
 
-def _stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the process group ``process`` leads (the daemon or the webserver, and its code server), then SIGKILL
-    after 30 s."""
-    for sent in (signal.SIGTERM, signal.SIGKILL):
+def _stop_groups(processes: list[subprocess.Popen], grace: float = 30.0) -> None:
+    """SIGTERM the process groups ``processes`` lead (the webserver, the daemon, and their code servers) at once,
+    then SIGKILL the groups still there after ``grace`` seconds (one wait for all, not one per child)."""
+    import time
+
+    def signal_group(process: subprocess.Popen, sent: int) -> None:
         try:
             os.killpg(process.pid, sent)
         except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=30)
-            os.killpg(process.pid, signal.SIGTERM)  # a code server the daemon left behind
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
             pass
-        return
+
+    for process in processes:
+        signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_group(process, signal.SIGKILL)
+            process.wait()
+        signal_group(process, signal.SIGTERM)  # a code server the leader left behind

@@ -39,10 +39,10 @@ def reverse_proxy(upstream: str):
                                                   timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)))
         return sessions[0]
 
-    def target(scope) -> str:
+    def target(scope) -> str:  # raw_path: the path as the client encoded it (ASGI keeps the query apart)
         query = scope.get("query_string", b"").decode("latin-1")
-        return upstream + scope.get("raw_path", scope["path"].encode()).decode("latin-1").split("?")[0] + \
-            (f"?{query}" if query else "")
+        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        return upstream + path + (f"?{query}" if query else "")
 
     async def http(scope, receive, send) -> None:
         body = bytearray()

@@ -41,6 +41,7 @@ from ..steps import STEP_RETRIES
 from .errors import PartitionBusyError
 from .leases import acquire_lease, now, release_lease
 from .leftovers import discard_run, sweep_partition
+from .outputs import PartitionOutputs
 from .schema import TABLES
 from .warehouse import Warehouse
 
@@ -204,8 +205,8 @@ def step_name(context) -> str:
 
 
 @contextmanager
-def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
-    """The warehouse bound to this run and partition, for one asset step (module docstring). What the step
+def partition_run(context, warehouse, settings) -> Iterator[PartitionOutputs]:
+    """What one asset step may write for this run and partition (module docstring). What the step
     yields inside this block is staged by the IO manager (store/io_manager.py) as it is yielded; when the block
     ends without an error, the partition is published if the run has now staged its whole selection."""
     run = bind(context, warehouse, settings)
@@ -222,7 +223,7 @@ def partition_run(context, warehouse, settings) -> Iterator[Warehouse]:
             sweep_partition(store, model, checkpoint)  # what failed or killed runs left, before this one writes
             run.record()
         interrupts.check(f"the start of {step_name(context)}")
-        yield store
+        yield PartitionOutputs(store, model, checkpoint)
         run.publish_if_complete(context)  # every output of the step is staged by now: publication is its own step
     except GeneratorExit:
         # the step's generator closed where it yielded an output: the IO manager failed on it and recorded why

@@ -9,7 +9,7 @@ editable); both run ``python -m resdyn run`` into fresh warehouses, alternating 
 rounds so that a machine's changing load falls on both alike. Written for the orchestration redesign (issue 32:
 assets that declare their inputs), which must change neither a number nor the speed.
 
-Writes benchmarks/results/redesign_equivalence.json.
+Appends its result to benchmarks/results/redesign_equivalence.json (one list of runs per target).
 """
 
 from __future__ import annotations
@@ -54,6 +54,14 @@ def _hashes(python: str, root: Path) -> dict[str, str]:
     return json.loads(output)
 
 
+def _commit(python: str) -> str:
+    """The commit of the code tree this interpreter imports (a worktree's HEAD), so a result names what it measured."""
+    package = subprocess.run([python, "-c", "import resdyn; print(resdyn.__file__)"], capture_output=True, text=True,
+                             check=True, cwd=tempfile.gettempdir()).stdout.strip()
+    return subprocess.run(["git", "-C", str(Path(package).parent), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="python of the code tree before the change")
@@ -78,14 +86,17 @@ def main() -> None:
                       flush=True)
     differing = sorted(key for key in set(hashes["before"]) | set(hashes["after"])
                        if hashes["before"].get(key) != hashes["after"].get(key))
-    result = {"target": " ".join(target), "samples": arguments.samples, "seconds": seconds,
+    result = {"target": " ".join(target), "samples": arguments.samples,
+              "commits": {"before": _commit(arguments.before), "after": _commit(arguments.after)},
+              "seconds": seconds,
               "ratio_after_over_before": round(sum(seconds["after"]) / sum(seconds["before"]), 3),
               "tables_compared": len(hashes["after"]), "tables_differing": differing,
               "note": "content hashes of every published table's data columns; seconds of `resdyn run`, rounds "
                       "alternating before/after on the same machine"}
     print(json.dumps(result, indent=1))
     previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    previous[result["target"]] = result
+    # every invocation is kept (a later one is another sample of the same ratio, which is how its noise is seen)
+    previous.setdefault(result["target"], []).append(result)
     RESULTS.write_text(json.dumps(previous, indent=1) + "\n")
 
 

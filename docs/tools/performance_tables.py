@@ -94,15 +94,16 @@ def _analysis_floor(records: list[dict]) -> list[str]:
 
 
 def _redesign(results: dict) -> list[str]:
-    """One row per target: seconds of each tree, their ratio, and how many published tables differ."""
-    lines = ["| target | samples | before (s) | after (s) | after / before | tables compared | tables differing |",
-             "|---|---|---|---|---|---|---|"]
-    for target, result in results.items():
-        seconds = result["seconds"]
-        lines.append(f"| `{target}` | {result['samples']} | {_cell(seconds['before'])} | {_cell(seconds['after'])} | "
-                     f"{_cell(result['ratio_after_over_before'])} | {result['tables_compared']} | "
-                     f"{len(result['tables_differing'])}{': ' + _cell(result['tables_differing']) if result['tables_differing'] else ''} |")
-    notes = {result.get("note") for result in results.values() if result.get("note")}
+    """One row per run of a target: the commits compared, seconds of each tree, their ratio, tables that differ."""
+    lines = ["| target | samples | before | after | before (s) | after (s) | after / before | tables compared | "
+             "tables differing |", "|---|---|---|---|---|---|---|---|---|"]
+    runs = [run for target in results.values() for run in target]
+    for run in runs:
+        seconds, commits, differing = run["seconds"], run["commits"], run["tables_differing"]
+        lines.append(f"| `{run['target']}` | {run['samples']} | {commits['before']} | {commits['after']} | "
+                     f"{_cell(seconds['before'])} | {_cell(seconds['after'])} | {_cell(run['ratio_after_over_before'])} | "
+                     f"{run['tables_compared']} | {len(differing)}{': ' + _cell(differing) if differing else ''} |")
+    notes = {run.get("note") for run in runs if run.get("note")}
     return [*lines, "", *sorted(notes)]
 
 

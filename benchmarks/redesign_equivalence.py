@@ -74,6 +74,7 @@ def main() -> None:
     arguments = parser.parse_args()
     target = (["--suite", arguments.suite] if arguments.suite else
               ["--model", arguments.model, *(["--checkpoint", arguments.checkpoint] if arguments.checkpoint else [])])
+    commits = {"before": _commit(arguments.before), "after": _commit(arguments.after)}  # what runs, read before it does
     seconds: dict[str, list[float]] = {"before": [], "after": []}
     hashes: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="resdyn-equivalence-") as scratch:
@@ -87,7 +88,7 @@ def main() -> None:
     differing = sorted(key for key in set(hashes["before"]) | set(hashes["after"])
                        if hashes["before"].get(key) != hashes["after"].get(key))
     result = {"target": " ".join(target), "samples": arguments.samples,
-              "commits": {"before": _commit(arguments.before), "after": _commit(arguments.after)},
+              "commits": commits,
               "seconds": seconds,
               "ratio_after_over_before": round(sum(seconds["after"]) / sum(seconds["before"]), 3),
               "tables_compared": len(hashes["after"]), "tables_differing": differing,

@@ -23,8 +23,8 @@ import sys
 import time
 
 from .config import child_environment, set_for_this_process
+from .ports import LOOPBACK, free_ports
 
-LOOPBACK = "127.0.0.1"
 LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 as a node's address
 
 
@@ -71,18 +71,6 @@ def worker(arguments) -> int:
         time.sleep(0.2)
     node.kill_all_processes(check_alive=False, allow_graceful=True)
     return 0
-
-
-def free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for item in sockets:
-        item.bind((LOOPBACK, 0))
-    ports = [item.getsockname()[1] for item in sockets]
-    for item in sockets:
-        item.close()
-    return ports
 
 
 class LocalCluster:

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from .config import dagster_home
-from .ray_local import LOOPBACK, free_ports
+from .ports import LOOPBACK, free_ports
 from .store.artefacts import ARTEFACT_ROUTE, artefact_url  # noqa: F401 - artefact_url: re-exported
 
 DEFINITIONS_MODULE = "resdyn.dagster_project.definitions"

@@ -7,6 +7,7 @@ import asyncio
 
 import numpy as np
 
+from resdyn.dagster_project.ports import free_ports
 from resdyn.dagster_project.ui import ARTEFACT_ROUTE, STYLESHEET, artefact_url, study_groups, with_artefacts
 
 PAGE = b"<html><head><title>Dagster</title></head><body>graph</body></html>"
@@ -96,15 +97,12 @@ def test_materialize_from_the_graph_runs_on_resdyns_executor():
 
 def _serve_in_thread(app):
     """``app`` under uvicorn on a free loopback port, in a thread; returns (base URL, stop)."""
-    import socket
     import threading
     import time
 
     import uvicorn
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -9,7 +9,6 @@ study's report.html with every image loaded. Screenshots go to docs/figures/ (sh
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+
+from resdyn.dagster_project.ports import free_ports
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -86,9 +87,7 @@ def webserver(tmp_path):
                    "DAGSTER_HOME": str(home), "RESDYN_WAREHOUSE": str(warehouse), "RESDYN_SAMPLES": "8",
                    "RESDYN_SEQ_LEN": "16", "RESDYN_LEIDEN_SEEDS": "2", "RESDYN_PERMUTATIONS": "50",
                    "RESDYN_PER_SAMPLE": "2"}
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)
     process = subprocess.Popen([str(BIN / "resdyn"), "ui", "--host", "127.0.0.1", "--port", str(port)],
                                cwd=REPOSITORY, env=environment, stdout=open(tmp_path / "ui.log", "w"),
                                stderr=subprocess.STDOUT)

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from resdyn.dagster_project.ray_local import LocalCluster, free_ports
+from resdyn.dagster_project.ports import free_ports
+from resdyn.dagster_project.ray_local import LocalCluster
 from resdyn.dagster_project.store.warehouse import Warehouse
 
 from ..cli_helpers import save_model

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -10,6 +9,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from resdyn.dagster_project.ports import free_ports
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -33,12 +34,6 @@ def test_definitions_load_like_dagster_dev(tmp_path):
         cwd=REPOSITORY, env=_environment(tmp_path), capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert "passed validation" in completed.stdout + completed.stderr
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _graphql(port: int, query: str, variables: dict | None = None) -> dict:
@@ -81,7 +76,7 @@ def _stale_status(port: int, asset: str) -> str:
 
 
 def test_webserver_launches_a_partition_materialization(tmp_path):
-    port = _free_port()
+    (port,) = free_ports(1)
     environment = _environment(tmp_path)
     log = open(tmp_path / "webserver.log", "w")
     server = subprocess.Popen(

@@ -17,21 +17,14 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from itertools import islice
 
+from resdyn.threads import limit_blas_threads
+
 from . import interrupts
 
 
 def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
-
-def _limit_blas_threads(threads: int) -> None:
-    from threadpoolctl import threadpool_limits
-
-    global _LIMITS
-    _LIMITS = threadpool_limits(limits=threads)  # kept alive for the worker's life
-
-
-_LIMITS = None
 
 
 def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, lookahead: int = 1) -> Iterator:
@@ -46,7 +39,7 @@ def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, l
         return
     threads = max(1, default_workers() // workers)
     context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_limit_blas_threads,
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=limit_blas_threads,
                                initargs=(threads,))
     finished = False
     try:

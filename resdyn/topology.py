@@ -218,9 +218,9 @@ _WORKER_GRAPHS: dict = {}
 
 
 def _worker_start() -> None:
-    from threadpoolctl import threadpool_limits
+    from .threads import limit_blas_threads
 
-    threadpool_limits(1)
+    limit_blas_threads(1)
 
 
 def _worker_leiden(task: tuple[int, SignedEdges, float, int]) -> tuple[np.ndarray, float]:

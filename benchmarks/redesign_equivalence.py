@@ -26,18 +26,29 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[1]
 RESULTS = REPOSITORY / "benchmarks" / "results" / "redesign_equivalence.json"
 HASHES = """
-import json, sys
-from resdyn.dagster_project.store.schema import TABLES
+import hashlib, json, sys
+from resdyn.dagster_project.store.schema import TABLES, table_spec
 from resdyn.dagster_project.store.warehouse import Warehouse
 store = Warehouse(sys.argv[1])
-hashes = {}
+hashes, columns = {}, {}
 for model, checkpoint in sorted(store.partitions()):
     for table in sorted(store.manifest(model, checkpoint)["tables"]):
-        if table in TABLES:
-            hashes[f"{model}@{checkpoint}/{table}"] = store.content_hash(table, model, checkpoint)
-print(json.dumps(hashes))
+        if table not in TABLES:
+            continue
+        names = table_spec(table).column_names
+        whole, each = hashlib.sha256(), {name: hashlib.sha256() for name in names}
+        for group in store.row_groups(table, model, checkpoint, columns=names):
+            for batch in group.to_batches():  # the order of Warehouse.content_hash, one pass for both
+                for name, column in zip(batch.schema.names, batch.columns):
+                    for buffer in column.buffers():
+                        if buffer is not None:
+                            whole.update(memoryview(buffer))
+                            each[name].update(memoryview(buffer))
+        key = f"{model}@{checkpoint}/{table}"
+        hashes[key] = whole.hexdigest()[:16]
+        columns[key] = {name: digest.hexdigest()[:16] for name, digest in each.items()}
+print(json.dumps({"tables": hashes, "columns": columns}))
 """
-
 
 def _run(python: str, root: Path, target: list[str], samples: int) -> float:
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
@@ -48,7 +59,8 @@ def _run(python: str, root: Path, target: list[str], samples: int) -> float:
     return time.perf_counter() - started
 
 
-def _hashes(python: str, root: Path) -> dict[str, str]:
+def _hashes(python: str, root: Path) -> dict[str, dict]:
+    """{"tables": {partition/table: hash}, "columns": {partition/table: {column: hash}}} of a warehouse."""
     output = subprocess.run([python, "-c", HASHES, str(root)], capture_output=True, text=True, check=True,
                             cwd=root.parent).stdout
     return json.loads(output)
@@ -83,15 +95,22 @@ def main() -> None:
                 root = Path(scratch) / f"{label}-{round_number}"
                 seconds[label].append(round(_run(python, root, target, arguments.samples), 1))
                 hashes[label] = _hashes(python, root)
-                print(f"round {round_number + 1}: {label} {seconds[label][-1]} s, {len(hashes[label])} tables",
+                print(f"round {round_number + 1}: {label} {seconds[label][-1]} s, {len(hashes[label]['tables'])} tables",
                       flush=True)
-    differing = sorted(key for key in set(hashes["before"]) | set(hashes["after"])
-                       if hashes["before"].get(key) != hashes["after"].get(key))
+    before, after = hashes["before"], hashes["after"]
+    differing = sorted(key for key in set(before["tables"]) | set(after["tables"])
+                       if before["tables"].get(key) != after["tables"].get(key))
+    # which columns differ says whether a difference is data or where a file was (e.g. each venv's path to a wheel)
+    columns_differing = {key: sorted(name for name in set(before["columns"].get(key, {})) |
+                                     set(after["columns"].get(key, {}))
+                                     if before["columns"].get(key, {}).get(name) != after["columns"].get(key, {}).get(name))
+                         for key in differing}
     result = {"target": " ".join(target), "samples": arguments.samples,
               "commits": commits,
               "seconds": seconds,
               "ratio_after_over_before": round(sum(seconds["after"]) / sum(seconds["before"]), 3),
-              "tables_compared": len(hashes["after"]), "tables_differing": differing,
+              "tables_compared": len(after["tables"]), "tables_differing": differing,
+              "columns_differing": columns_differing,
               "note": "content hashes of every published table's data columns; seconds of `resdyn run`, rounds "
                       "alternating before/after on the same machine"}
     print(json.dumps(result, indent=1))

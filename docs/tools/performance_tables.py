@@ -104,7 +104,11 @@ def _redesign(results: dict) -> list[str]:
                      f"{_cell(seconds['before'])} | {_cell(seconds['after'])} | {_cell(run['ratio_after_over_before'])} | "
                      f"{run['tables_compared']} | {len(differing)}{': ' + _cell(differing) if differing else ''} |")
     notes = {run.get("note") for run in runs if run.get("note")}
-    return [*lines, "", *sorted(notes)]
+    columns = [f"- `{run['target']}` ({run['commits']['after']}): {table} differs in {', '.join(names) or 'no column'}"
+               for run in runs for table, names in run.get("columns_differing", {}).items()]
+    explained = [f"- `{run['target']}` ({run['commits']['after']}): {run['differences_explained']}"
+                 for run in runs if run.get("differences_explained")]
+    return [*lines, "", *sorted(notes), *([""] + columns if columns else []), *([""] + explained if explained else [])]
 
 
 def _paper_scale(results: dict) -> list[str]:

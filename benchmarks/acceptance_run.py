@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_log import parse_run_log  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 RESULTS = REPOSITORY / "benchmarks" / "results" / "acceptance_run.json"
@@ -26,25 +28,11 @@ COMMAND = ["--samples", "8", "--seq-len", "32"]
 
 
 def parse(log: str) -> dict:
-    """The numbers of one ``/usr/bin/time -v resdyn run ...`` output."""
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", log)
-    if wall is None:
-        raise ValueError("no /usr/bin/time -v report in the log: run the command under /usr/bin/time -v")
-    hours, minutes, seconds = (float(part) if part else 0.0 for part in wall.groups())
-    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", log).group(1))
-    steps_line = re.search(r"steps: (.*)", log).group(1)
-    steps = {name: float(value) for name, value in re.findall(r"([\w]+) ([\d.]+) s", steps_line)}
-    checks = re.search(r"checks (\d+)/(\d+) passed", log)
-    return {
-        "command": "resdyn run --model DIR " + " ".join(COMMAND),
-        "wall_seconds": round(3600 * hours + 60 * minutes + seconds, 1),
-        "wall_minutes": round((3600 * hours + 60 * minutes + seconds) / 60, 1),
-        "max_rss_kb": rss_kb, "max_rss_gib": round(rss_kb / 2**20, 2),
-        "exit_status": int(re.search(r"Exit status: (\d+)", log).group(1)),
-        "checks_passed": f"{checks.group(1)}/{checks.group(2)}" if checks else None,
-        "target_minutes": 40, "target_rss_gb": 6,
-        "stages": {name: seconds for name, seconds in steps.items() if seconds >= 1.0},
-    }
+    """The numbers of one ``/usr/bin/time -v resdyn run ...`` output, with this run's command and targets."""
+    numbers = parse_run_log(log)
+    stages = numbers.pop("stages")
+    return {"command": "resdyn run --model DIR " + " ".join(COMMAND), **numbers,
+            "target_minutes": 40, "target_rss_gb": 6, "stages": stages}
 
 
 def main() -> int:
@@ -56,7 +44,6 @@ def main() -> int:
     if arguments.from_log:
         log = arguments.from_log.read_text()
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         import paper_scale
 
         checkpoint = paper_scale.build_checkpoint("llama-3.1-8b", 2, arguments.directory)

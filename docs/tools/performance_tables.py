@@ -4,8 +4,9 @@
     python docs/tools/performance_tables.py --check   # exit 1 when it is not what the results say
 
 Each benchmark script writes its JSON; this renders every file into one section: scalar results as a
-two-column table, lists of records as one row per record (their scalar fields), and the two nested
-benchmarks (SmolLM2-135M's stages, the paper-scale checkpoints) as one row per stage or run.
+two-column table, lists of records (a file's, or each under a key of it) as one row per record (their scalar
+fields), and the two nested benchmarks (SmolLM2-135M's stages, the paper-scale checkpoints) as one row per
+stage or run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ TITLES = {
     "scale": "Analysis stages by width d (`benchmarks/scale.py`)",
     "smollm2": "SmolLM2-135M partition, stage by stage (`benchmarks/smollm2.py`)",
     "transient": "Transient dynamics against the spectral stage (`benchmarks/transient.py`)",
+    "study": "The study at the paper's n = 1000, one partition at a time (`benchmarks/study.py`)",
     "acceptance_run": "The 2-layer Llama-3.1-8B-shaped checkpoint end to end (`benchmarks/acceptance_run.py`)",
     "redesign_equivalence": "The code before and after issue 32's redesign, side by side (`benchmarks/redesign_equivalence.py`)",
 }
@@ -145,12 +147,13 @@ def render() -> str:
             lines += _redesign(results)
         elif path.stem == "analysis_floor":
             lines += _analysis_floor(results)
-        elif path.stem == "per_sample":
-            lines += _scalars(results) + [""] + _records(results["sublayers"])
         elif isinstance(results, list) and results:
             lines += _records(results)
         elif isinstance(results, dict):
             lines += _scalars(results)
+            for values in results.values():  # each list of records (per_sample's sublayers, study's partitions)
+                if isinstance(values, list) and values and isinstance(values[0], dict):
+                    lines += ["", *_records(values)]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -3,7 +3,8 @@
 Each fold k is carried through depth by one worker: per sublayer the leave-one-fold-out mean
 J_(-k) = (n J - n_k J_k) / (n - n_k) (``jacobian_folds``, resdyn.sampling) gets the spectral stage's
 analysis (Schur form with its basis, SVD, every layer_metrics measure but the alignment ones), and the
-products of the J_(-k) and of their alpha = 0 Schur surgery (LAPACK's ordering) their ranks. One row per
+products of the J_(-k) and of their alpha = 0 surgery (LAPACK's Schur ordering, and the polar normal part) their
+ranks. One row per
 (quantity, depth): the full-sample value (from layer_metrics, cumulative_rank, schur_surgery), the
 jackknife standard error, the 95% t interval and the K replicates, from which any statistic over
 sublayers gets its own interval (resdyn/claims.py).
@@ -22,18 +23,20 @@ from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
 from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
 from resdyn.dagster_project.store.io_manager import table_output
 from resdyn.dagster_project.store.schema import table_spec
-from resdyn.depth import RANK_DEFINITIONS, SCHUR_ORDERING
+from resdyn.depth import RANK_DEFINITIONS
 from resdyn.naming import sublayer_depth
 
 from .common import StageProgress
 from .spectra import jacobians_in_depth_order
-from .spectral_worker import fold_through_depth, read_matrix
+from .spectral_worker import FOLD_SURGERY_ORDERINGS, fold_through_depth, read_matrix
 
-# The samples' interval of the surgery is under LAPACK's ordering only: the two reordered ones cost 2 dtrexc passes
-# and 2 more product chains per fold (at d = 576 they were 60% of this stage); their readings carry no interval.
+# The samples' interval of the surgery is under LAPACK's ordering and the polar normal part (FOLD_SURGERY_ORDERINGS):
+# the two modulus orderings cost 2 dtrexc passes and 2 more product chains per fold (at d = 576 they were 60% of this
+# stage) and their readings carry no interval. The polar normal part costs per fold and sublayer about half a Schur
+# form and one more product chain (a fold's step 1.4x at d = 576, 1.6x at d = 640, measured on one BLAS thread).
 
 
-@partition_asset(ANALYSIS, code_version="1", group_name="spectra",
+@partition_asset(ANALYSIS, code_version="2", group_name="spectra",
           deps=["jacobians", "jacobian_folds", "layer_metrics", "cumulative_rank", "schur_surgery", "sample_jacobians"],
           description="Sampling intervals of every layer_metrics measure, the cumulative ranks and the alpha = 0 "
                       "surgery: block jackknife over the fold means (resdyn/sampling.py).")
@@ -79,8 +82,8 @@ def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumu
     folds_path = str(jacobian_folds.path)
     of_mean = {(r["layer"], r["sublayer"]): r for r in layer_metrics.read().to_pylist()}
     cumulative = {r["depth"]: r for r in cumulative_rank.read().to_pylist()}
-    surgery = {r["depth"]: r for r in schur_surgery.read().to_pylist()
-               if r["alpha"] == 0.0 and r["schur_ordering"] == SCHUR_ORDERING}
+    surgery = {(r["schur_ordering"], r["depth"]): r for r in schur_surgery.read().to_pylist()
+               if r["alpha"] == 0.0 and r["schur_ordering"] in FOLD_SURGERY_ORDERINGS}
     n_folds = len(next(iter(fold_groups.values())))
     steps = {fold: [(index, fold_groups[(layer, sublayer)][fold], sum(fold_counts[(layer, sublayer)]),
                      fold_counts[(layer, sublayer)][fold]) for index, layer, sublayer in order] for fold in range(n_folds)}
@@ -111,9 +114,11 @@ def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumu
         for rank in RANK_DEFINITIONS:
             rows.append(_row(layer, sublayer, sampling.cumulative_quantity(rank), cumulative[depth][rank],
                              [r["cumulative"][rank] for r in fold_results]))
-            if depth in surgery:
-                rows.append(_row(layer, sublayer, sampling.surgery_quantity(SCHUR_ORDERING, rank), surgery[depth][rank],
-                                 [r["surgery"][rank] for r in fold_results]))
+            for ordering in FOLD_SURGERY_ORDERINGS:
+                if (ordering, depth) in surgery:
+                    rows.append(_row(layer, sublayer, sampling.surgery_quantity(ordering, rank),
+                                     surgery[(ordering, depth)][rank],
+                                     [r["surgery"][ordering][rank] for r in fold_results]))
     return pa.Table.from_pylist(rows, schema=schema)
 
 

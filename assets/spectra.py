@@ -4,7 +4,8 @@ One pass per partition, each factorization computed once: per sublayer (in paral
 the real Schur form, the singular values and one SVD of J - I (resdyn.spectra.analyse_sublayer;
 the Schur form is stored, in ``schur_forms``, for the transient stage);
 then, in depth order, the cumulative products of the Jacobians and of their Schur-operated
-versions J(alpha) = Z T(alpha) Z^T, reusing each Schur form (resdyn.depth).
+versions J(alpha) = Z T(alpha) Z^T, and of N + alpha (J - N) for the polar normal part N, reusing each
+Schur form (resdyn.depth, resdyn.normal_part).
 """
 
 import time
@@ -62,9 +63,11 @@ def jacobians_in_depth_order(jacobians: MatrixTable, settings) -> tuple[str, lis
                                  "operator type (resdyn.spectra)."),
         dg.AssetSpec("cumulative_rank", code_version="2", deps=["jacobians"], group_name="depth",
                      description="Ranks of the composed Jacobian J_depth ... J_0 (rescaled float64 product) at every depth."),
-        dg.AssetSpec("schur_surgery", code_version="3", deps=["jacobians"], group_name="depth",
+        dg.AssetSpec("schur_surgery", code_version="4", deps=["jacobians"], group_name="depth",
                      description="Ranks of the cumulative product of Schur-operated Jacobians J(alpha): spectrum kept, "
-                                 "non-normal part scaled by alpha (alpha = 1 reproduces cumulative_rank)."),
+                                 "non-normal part scaled by alpha (alpha = 1 reproduces cumulative_rank), under three "
+                                 "Schur orderings and beside them J(alpha) = N + alpha (J - N) for the polar normal "
+                                 "part N (polar-normal, no ordering; resdyn/normal_part.py)."),
 ])
 def spectral_analysis(context, settings, outputs, jacobians: MatrixTable):
     yield from _analyse(context, settings, outputs, jacobians)

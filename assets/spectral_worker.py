@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from resdyn.dagster_project.store.matrices import read_matrix
+from resdyn.depth import POLAR_NORMAL, SCHUR_ORDERING
 from resdyn.spectra import analyse_sublayer
+
+# the normal parts whose alpha = 0 surgery each fold replicates (sampling_intervals): LAPACK's Schur ordering and the
+# polar normal part, which depends on no ordering; the two modulus orderings carry no interval (assets/sampling.py)
+FOLD_SURGERY_ORDERINGS = (SCHUR_ORDERING, POLAR_NORMAL)
 
 
 def analyse_row_group(task: tuple[str, int]):
@@ -42,19 +47,22 @@ def transient_of_row_group(task: tuple):
 def fold_through_depth(task: tuple) -> list[dict]:
     """One fold carried through depth: (jacobians file, folds file, fold, [(row group of J, row group of J_k,
     n, n_k)] by depth) -> per depth the layer_metrics of the leave-one-fold-out mean J_(-k) = (n J - n_k J_k) /
-    (n - n_k) (no alignment metrics, which no claim reads), the ranks of their product so far and of the product
-    of their alpha = 0 Schur surgery under LAPACK's ordering. Each fold is independent of the others, so the folds
-    run in parallel and nothing larger than one depth's numbers leaves the worker."""
-    from resdyn.depth import RANK_DEFINITIONS, SCHUR_ORDERING, CumulativeProduct, SchurSurgery, rank_summary
+    (n - n_k) (no alignment metrics, which no claim reads), the ranks of their product so far and, for each entry
+    of FOLD_SURGERY_ORDERINGS ("surgery": {ordering: {rank: value}}), of the product of their alpha = 0 surgery.
+    Each fold is independent of the others, so the folds run in parallel and nothing larger than one depth's
+    numbers leaves the worker."""
+    from resdyn.depth import RANK_DEFINITIONS, CumulativeProduct, SchurSurgery, rank_summary
 
     path, folds_path, fold, steps = task
-    product, surgery = CumulativeProduct(), SchurSurgery((0.0,), orderings=(SCHUR_ORDERING,), reordered_alphas=())
+    product = CumulativeProduct()
+    surgery = SchurSurgery((0.0,), orderings=FOLD_SURGERY_ORDERINGS, reordered_alphas=(0.0,))
     results = []
     for mean_group, fold_group, n, n_k in steps:
         matrix = (n * read_matrix(path, mean_group) - n_k * read_matrix(folds_path, fold_group)) / (n - n_k)
         spectrum = analyse_sublayer(matrix, alignment=False)
-        operated = surgery.push(spectrum.schur_form, spectrum.schur_basis)[0]
+        operated = surgery.push(spectrum.schur_form, spectrum.schur_basis)
         results.append({"metrics": spectrum.metrics, "cumulative": rank_summary(product.push(matrix)),
-                        "surgery": {rank: operated[rank] for rank in RANK_DEFINITIONS}})
+                        "surgery": {row["schur_ordering"]: {rank: row[rank] for rank in RANK_DEFINITIONS}
+                                    for row in operated}})
         del matrix, spectrum
     return results

@@ -15,7 +15,11 @@ then does not scale linearly (measured on a random 8 x 8: dep(J(0.5)) = 2.662 vs
 with t^alpha at alpha = 0 and 1 and gives dep(J(alpha)) = alpha dep(J) exactly.
 
 The normal part depends on the order of the eigenvalues along the diagonal of T (the Schur basis Z
-does), so the surgery is also run on T reordered by eigenvalue modulus (:func:`reorder_real_schur`).
+does), so the surgery is also run on T reordered by eigenvalue modulus (:func:`reorder_real_schur`), and
+beside the Schur orderings on a normal part that depends on no ordering (``polar-normal``): the polar normal
+part N = U Lambda U^* of J = V Lambda V^{-1}, U the unitary polar factor of the unit-column eigenvector matrix
+V (resdyn/normal_part.py, from the same Schur form), with J(alpha) = N + alpha (J - N). That path keeps J's
+spectrum at alpha = 0 (N) and alpha = 1 (J), not in between.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg.lapack import dtrexc
 
+from .normal_part import PolarNormalForm, polar_normal_form
 from .spectra import (
     effective_rank,
     eigenvalues_of_schur_form,
@@ -38,10 +43,15 @@ from .spectra import (
 )
 
 SURGERY_BLOCK_RULE = "sinh"  # s - 1/s = alpha (t - 1/t); see the module docstring
+POLAR_BLOCK_RULE = "polar"  # the polar-normal rows: J(alpha) = N + alpha (J - N), no 2x2 block rebalanced
 SCHUR_ORDERING = "lapack-default"  # scipy.linalg.schur(output='real', sort=None)
 MODULUS_ASCENDING = "modulus-ascending"  # |lambda| non-decreasing down the diagonal (reorder_real_schur)
 MODULUS_DESCENDING = "modulus-descending"  # |lambda| non-increasing down the diagonal
-SCHUR_ORDERINGS = (SCHUR_ORDERING, MODULUS_ASCENDING, MODULUS_DESCENDING)
+SCHUR_FORM_ORDERINGS = (SCHUR_ORDERING, MODULUS_ASCENDING, MODULUS_DESCENDING)  # orders of T's diagonal
+# not an ordering but a definition of the normal part that needs none (polar_surgery_form); recorded in the same
+# schur_ordering column
+POLAR_NORMAL = "polar-normal"
+SCHUR_ORDERINGS = (*SCHUR_FORM_ORDERINGS, POLAR_NORMAL)
 RANK_DEFINITIONS = ("effective_rank", "participation_ratio", "stable_rank")  # of a product: rank_summary's real-valued ranks
 REORDERED_ALPHAS = (0.0, 1.0)  # the alphas SchurSurgery runs on a reordered form (alpha = 1: a check)
 
@@ -151,7 +161,7 @@ def reorder_real_schur(schur_form: np.ndarray, basis: np.ndarray, key: str) -> t
     if key == SCHUR_ORDERING:
         return schur_form, basis
     if key not in (MODULUS_ASCENDING, MODULUS_DESCENDING):
-        raise ValueError(f"unknown Schur ordering {key!r}; expected one of {SCHUR_ORDERINGS}")
+        raise ValueError(f"unknown Schur ordering {key!r}; expected one of {SCHUR_FORM_ORDERINGS}")
     sign = 1.0 if key == MODULUS_ASCENDING else -1.0
     form = np.array(schur_form, dtype=np.float64, order="F")  # copies: DTREXC then works in place
     vectors = np.array(basis, dtype=np.float64, order="F")
@@ -200,6 +210,44 @@ def block_eigenvalue_drift(schur_form: np.ndarray, operated: np.ndarray) -> floa
     return float(np.max(np.abs(eigenvalues_of_schur_form(operated) - eigenvalues_of_schur_form(schur_form))))
 
 
+def polar_surgery_form(schur_form: np.ndarray, polar: PolarNormalForm, alpha: float) -> np.ndarray:
+    """T(alpha) of the polar-normal surgery, in the Schur basis: N_T + alpha (T - N_T), so that
+    Z T(alpha) Z^T = N + alpha (J - N) for the polar normal part N = Z N_T Z^T of J = Z T Z^T
+    (resdyn/normal_part.py). alpha = 0 gives N_T, alpha = 1 gives T itself (the array passed), and only those two
+    keep J's spectrum: in between, the eigenvalues of the sum move (:func:`polar_surgery_drift`)."""
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if alpha == 0.0:
+        return polar.normal_form
+    if alpha == 1.0:
+        return schur_form
+    return polar.normal_form + alpha * (schur_form - polar.normal_form)
+
+
+def spectral_distance(eigenvalues: np.ndarray, reference: np.ndarray) -> float:
+    """Hausdorff distance between two spectra, max(max_i min_j |a_i - b_j|, max_j min_i |a_i - b_j|): a lower bound
+    on the largest move of an eigenvalue under any matching of the two."""
+    distance = np.abs(np.asarray(eigenvalues)[:, None] - np.asarray(reference)[None, :])
+    return float(max(distance.min(axis=1).max(), distance.min(axis=0).max()))
+
+
+def polar_surgery_drift(schur_form: np.ndarray, polar: PolarNormalForm, alpha: float, operated: np.ndarray) -> float:
+    """The max_eigenvalue_drift of a polar-normal row (``operated`` = :func:`polar_surgery_form`).
+
+    alpha = 0: the eigenpair residual max_i ||N_T u_i - lambda_i u_i||_2 of the computed N_T with T's own eigenvalues
+    and its unit eigenvectors u_i (PolarNormalForm.eigenpair_residual): N_T is built from T's eigenvalues, so this
+    is the error of the construction, and for a normal N_T each lambda_i is within it of N_T's spectrum.
+    alpha = 1: 0 (the operated form is T itself). Any other alpha: the path does not keep the spectrum, and the
+    drift is :func:`spectral_distance` between the eigenvalues of the operated form (scipy.linalg.eigvals, one more
+    eigendecomposition, ~ 10 d^3 flops) and T's.
+    """
+    if alpha == 0.0:
+        return polar.eigenpair_residual
+    if alpha == 1.0:
+        return 0.0
+    return spectral_distance(scipy.linalg.eigvals(operated), eigenvalues_of_schur_form(schur_form))
+
+
 def rank_summary(step: ProductStep) -> dict:
     """The ranks of one cumulative product (resdyn.spectra's definitions) and its log largest singular value."""
     s = step.singular_values_normalised
@@ -208,17 +256,22 @@ def rank_summary(step: ProductStep) -> dict:
 
 
 class SchurSurgery:
-    """The cumulative products of the Schur-operated Jacobians J(alpha) = Z T(alpha) Z^T, for several alphas
-    and Schur orderings at once, one depth at a time, from each Jacobian's real Schur form (computed once,
-    by its caller): ``alphas`` on LAPACK's ordering (``lapack-default``), ``reordered_alphas`` on every other
-    ordering in ``orderings`` (the form reordered by :func:`reorder_real_schur`; alpha = 1 gives J again).
+    """The cumulative products of the operated Jacobians J(alpha), for several alphas and normal parts at once, one
+    depth at a time, from each Jacobian's real Schur form J = Z T Z^T (computed once, by its caller): ``alphas`` on
+    LAPACK's ordering (``lapack-default``), ``reordered_alphas`` on every other entry of ``orderings``: a Schur
+    ordering (J(alpha) = Z' T'(alpha) Z'^T on the form reordered by :func:`reorder_real_schur`), or ``polar-normal``
+    (J(alpha) = N + alpha (J - N), N the polar normal part, :func:`polar_surgery_form`). alpha = 1 gives J again
+    under every one.
 
     Per depth, ordering and alpha: T(alpha) costs O(d^2), Z T(alpha) Z^T two d x d products (4 d^3 flops),
     the product update one more (2 d^3) and its singular values one SVD (~ 4/3 d^3 for values only), so
     ~ 7.3 d^3 flops per (ordering, alpha), plus ~ 3 d^3 flops of Level-1 rotations per reordered ordering,
-    against ~ 25 d^3 for the Schur form itself; by default (5 + 2 + 2 alphas) ~ 72 d^3. The spectral drift is
-    read off the diagonal blocks (:func:`block_eigenvalue_drift`, against the same ordering's T), never from
-    another eigendecomposition.
+    against ~ 25 d^3 for the Schur form itself; by default (5 + 2 + 2 + 2 alphas) ~ 86 d^3. The polar normal
+    part adds, once per depth, DTREVC's eigenvectors of T (~ d^3 / 3), one SVD with vectors and three products
+    (resdyn.normal_part.polar_normal_form): measured about half a Schur form at d = 576 and 640. The spectral drift
+    is read off the diagonal blocks (:func:`block_eigenvalue_drift`, against the same ordering's T), or for
+    ``polar-normal`` off the construction of N (:func:`polar_surgery_drift`), never from another
+    eigendecomposition at the default alphas.
     """
 
     def __init__(self, alphas: Iterable[float], orderings: Iterable[str] = SCHUR_ORDERINGS,
@@ -235,15 +288,29 @@ class SchurSurgery:
 
     def push(self, schur_form: np.ndarray, schur_basis: np.ndarray) -> list[dict]:
         """One row per (ordering, alpha) for the next depth: the ranks of the operated product so far and the
-        largest eigenvalue drift of any block up to this depth."""
+        largest eigenvalue drift of any block (polar-normal: :func:`polar_surgery_drift`) up to this depth."""
         rows = []
         for ordering, alphas in self.plan.items():
-            form, basis = reorder_real_schur(schur_form, schur_basis, ordering)
-            for alpha in alphas:
-                operated = operated_schur_form(form, alpha)
+            for alpha, operated, basis, drift, rule in _operated_forms(ordering, alphas, schur_form, schur_basis):
                 key = (ordering, alpha)
-                self.drift[key] = max(self.drift[key], block_eigenvalue_drift(form, operated))
+                self.drift[key] = max(self.drift[key], drift)
                 step = self.chains[key].push(basis @ operated @ basis.T)
                 rows.append({"alpha": alpha, **rank_summary(step), "max_eigenvalue_drift": self.drift[key],
-                             "block_rule": SURGERY_BLOCK_RULE, "schur_ordering": ordering})
+                             "block_rule": rule, "schur_ordering": ordering})
         return rows
+
+
+def _operated_forms(ordering: str, alphas: tuple, schur_form: np.ndarray, schur_basis: np.ndarray) -> Iterator[tuple]:
+    """(alpha, T(alpha), its basis Z, eigenvalue drift, block rule) under ``ordering``, for each alpha."""
+    if not alphas:
+        return
+    if ordering == POLAR_NORMAL:
+        polar = polar_normal_form(schur_form)
+        for alpha in alphas:
+            operated = polar_surgery_form(schur_form, polar, alpha)
+            yield alpha, operated, schur_basis, polar_surgery_drift(schur_form, polar, alpha, operated), POLAR_BLOCK_RULE
+        return
+    form, basis = reorder_real_schur(schur_form, schur_basis, ordering)
+    for alpha in alphas:
+        operated = operated_schur_form(form, alpha)
+        yield alpha, operated, basis, block_eigenvalue_drift(form, operated), SURGERY_BLOCK_RULE

@@ -132,11 +132,13 @@ def test_lapack_ordering_is_returned_unchanged_and_unknown_orderings_are_refused
     assert same_form is form and same_basis is basis
     with pytest.raises(ValueError, match="ordering"):
         depth.reorder_real_schur(form, basis, "modulus")
+    with pytest.raises(ValueError, match="ordering"):  # the polar normal part is no order of T's diagonal
+        depth.reorder_real_schur(form, basis, depth.POLAR_NORMAL)
     with pytest.raises(ValueError, match="orderings"):
         depth.SchurSurgery([0.0], orderings=["modulus"])
 
 
-@pytest.mark.parametrize("key", depth.SCHUR_ORDERINGS)
+@pytest.mark.parametrize("key", depth.SCHUR_FORM_ORDERINGS)
 def test_surgery_at_zero_is_normal_with_the_same_eigenvalues_under_every_ordering(key, fresh_seed):
     rng = np.random.default_rng(fresh_seed)
     jacobian = _non_normal(rng, 30)
@@ -164,8 +166,11 @@ def test_surgery_rows_per_ordering_and_alpha_one_is_the_measured_product_under_e
     assert {(row["schur_ordering"], row["alpha"]) for row in rows} == {
         ("lapack-default", 0.0), ("lapack-default", 0.5), ("lapack-default", 1.0),
         ("modulus-ascending", 0.0), ("modulus-ascending", 1.0),
-        ("modulus-descending", 0.0), ("modulus-descending", 1.0)}
-    assert len(rows) == 7 * len(steps)
+        ("modulus-descending", 0.0), ("modulus-descending", 1.0),
+        ("polar-normal", 0.0), ("polar-normal", 1.0)}
+    assert len(rows) == 9 * len(steps)
+    assert {row["block_rule"] for row in rows if row["schur_ordering"] == "polar-normal"} == {"polar"}
+    assert {row["block_rule"] for row in rows if row["schur_ordering"] != "polar-normal"} == {"sinh"}
     for ordering in depth.SCHUR_ORDERINGS:
         np.testing.assert_allclose(surgery.chains[ordering, 1.0].product, measured.product, rtol=0, atol=1e-10)
         assert surgery.chains[ordering, 1.0].log_scale == pytest.approx(measured.log_scale, rel=1e-12)
@@ -182,18 +187,19 @@ def test_the_normal_part_and_its_product_depend_on_the_ordering(fresh_seed):
     rng = np.random.default_rng(fresh_seed)
     jacobian = _non_normal(rng, 24)
     form, basis = scipy.linalg.schur(jacobian, output="real")
+    orderings = depth.SCHUR_FORM_ORDERINGS  # the polar normal part depends on none (tests/unit/test_normal_part.py)
     normal = {}
-    for key in depth.SCHUR_ORDERINGS:
+    for key in orderings:
         reordered, reordered_basis = depth.reorder_real_schur(form, basis, key)
         normal[key] = reordered_basis @ depth.operated_schur_form(reordered, 0.0) @ reordered_basis.T
     for a, b in [(0, 1), (0, 2), (1, 2)]:
-        key_a, key_b = depth.SCHUR_ORDERINGS[a], depth.SCHUR_ORDERINGS[b]
+        key_a, key_b = orderings[a], orderings[b]
         assert np.linalg.norm(normal[key_a] - normal[key_b]) > 1e-2 * np.linalg.norm(jacobian)
     surgery, _, rows, _ = _surgery_through_depth(rng)
     last = max(row["depth"] for row in rows)
     full_depth = {row["schur_ordering"]: row["effective_rank"] for row in rows
                   if row["alpha"] == 0.0 and row["depth"] == last}
     for a, b in [(0, 1), (0, 2), (1, 2)]:
-        chain_a, chain_b = (surgery.chains[depth.SCHUR_ORDERINGS[k], 0.0] for k in (a, b))
+        chain_a, chain_b = (surgery.chains[orderings[k], 0.0] for k in (a, b))
         assert np.linalg.norm(chain_a.product - chain_b.product) > 1e-2
-        assert full_depth[depth.SCHUR_ORDERINGS[a]] != pytest.approx(full_depth[depth.SCHUR_ORDERINGS[b]], rel=1e-6)
+        assert full_depth[orderings[a]] != pytest.approx(full_depth[orderings[b]], rel=1e-6)

@@ -1,0 +1,701 @@
+"""Power of the coupling tests, pooled tests across sublayers, and the operator-type regression.
+
+Per sublayer, the community test (:mod:`resdyn.community_coupling`) ranks K communities, often 4 to 10: its exact
+two-sided permutation p cannot fall below 2/K! (no ties), its Monte-Carlo p not below 1/(1 + B), and
+Benjamini-Hochberg over m sublayers rejects nothing unless some p <= 0.05/m (0.0014 at m = 36). A coupling the
+tests do not find is then a statement about the tests. This module gives
+
+(a) power by planted-effect simulation: :func:`community_test_power`, :func:`unit_test_power` (one sublayer's
+    test) and :func:`pooled_community_power` (the pooled test of (b)), with :func:`smallest_attainable_p` and
+    :func:`bh_first_rejection_level` for the levels a family of tests needs;
+(b) pooled tests across the sublayers of one checkpoint from what the warehouse keeps per sublayer:
+    :func:`pooled_rank_correlation_test` (rho and K) and :func:`pooled_rank_biserial_test` (r, n_b and n_i);
+(c) :func:`operator_type_regression`: the coupling regressed on the asymmetry index and the rotation share
+    (:mod:`resdyn.spectra`) across sublayers, with a null that permutes whole layers (:func:`layer_permutations`).
+
+The power simulations test many simulated data sets at once (:func:`rank_correlation_p_values`,
+:func:`coupling_p_values`) with the statistic, the degree strata (:func:`resdyn.coupling.degree_strata`), the
+tie tolerance and the p = (1 + #)/(1 + B) of :func:`resdyn.coupling.rank_correlation_test` and
+:func:`resdyn.coupling.coupling_test`, each data set with its own B permutations; ``method="direct"`` runs those
+two functions themselves, one data set at a time (slower; tests/unit/test_coupling_power.py checks that both
+ways give the same p's within their Monte-Carlo error).
+
+Only numpy and scipy (and the project's own numpy code) are imported here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.stats
+
+from resdyn.community_coupling import MIN_COMMUNITIES
+from resdyn.coupling import coupling_test, degree_strata, rank_correlation_test
+
+__all__ = ["NORMAL_FROM_GROUP_SIZE", "OperatorTypeRegression", "PooledTestResult", "PowerEstimate",
+           "bh_first_rejection_level", "community_test_power", "coupling_p_values", "expected_sample_spearman",
+           "gaussian_copula_pearson", "layer_permutations", "null_rank_biserial_draws", "null_spearman_draws",
+           "operator_type_regression", "pooled_community_power", "pooled_rank_biserial_test",
+           "pooled_rank_correlation_test", "rank_biserial_shift", "rank_correlation_p_values",
+           "smallest_attainable_p", "unit_test_power"]
+
+ALTERNATIVES = ("two-sided", "less", "greater")
+METHODS = ("vectorised", "direct")
+# Both groups of at least this many units: the pooled unit-level null draws a sublayer's rank-biserial r from its
+# normal approximation (null_rank_biserial_draws says why); below it, exactly.
+NORMAL_FROM_GROUP_SIZE = 20
+_TOLERANCE = 1e-12  # as resdyn.coupling: a permuted statistic within this of the observed one counts as extreme
+_CELLS = 1 << 23  # elements of one working array (64 MiB of float64) in the chunked simulations
+
+
+# --------------------------------------------------------------------------------------------------------------
+# planted effects
+
+
+def gaussian_copula_pearson(spearman_rho):
+    """Pearson r of the bivariate normal whose (population) Spearman correlation is ``spearman_rho``.
+
+        r = 2 sin(pi rho_S / 6),    the inverse of    rho_S = (6 / pi) arcsin(r / 2)
+
+    (Kruskal 1958, J. Am. Stat. Assoc. 53:814, sec. 4: the grade correlation of a bivariate normal). A Gaussian
+    copula with this r has Spearman correlation rho_S; r = rho_S at 0 and +-1 and |r| > |rho_S| between.
+    """
+    return 2.0 * np.sin(np.pi * np.asarray(spearman_rho, dtype=np.float64) / 6.0)
+
+
+def expected_sample_spearman(spearman_rho, n: int):
+    """Expected sample Spearman rho of ``n`` pairs from the bivariate normal of population Spearman ``spearman_rho``.
+
+        E[r_S] = (6 / pi) [ (n - 2) / (n + 1) arcsin(r / 2) + 1 / (n + 1) arcsin(r) ],    r = 2 sin(pi rho_S / 6)
+
+    (Moran 1948, Biometrika 35:203: E[r_S] = ((n - 2) rho_S + 3 tau) / (n + 1) with Kendall's tau = (2 / pi)
+    arcsin r). The planted rho of :func:`community_test_power` is rho_S; over few communities the sample rho
+    is smaller on average: 0.51 for rho_S = 0.58 at n = 6.
+    """
+    r = gaussian_copula_pearson(spearman_rho)
+    return 6.0 / np.pi * ((n - 2) / (n + 1) * np.arcsin(r / 2.0) + np.arcsin(r) / (n + 1))
+
+
+def rank_biserial_shift(effect):
+    """Normal location shift delta that gives the rank-biserial effect ``effect`` (Kerby 2014).
+
+    For X_b ~ N(delta, 1) and X_i ~ N(0, 1) independent, the common-language effect size is
+    P(X_b > X_i) = Phi(delta / sqrt 2) (McGraw & Wong 1992, Psychol. Bull. 111:361), and the population
+    rank-biserial effect r = 2 P(X_b > X_i) - 1 (the limit of 2 U / (n_b n_i) - 1), so
+
+        r = 2 Phi(delta / sqrt 2) - 1,    delta = sqrt 2 Phi^{-1}((r + 1) / 2),    |r| < 1.
+    """
+    effect = np.asarray(effect, dtype=np.float64)
+    if np.any(np.abs(effect) >= 1):
+        raise ValueError(f"a planted rank-biserial effect must lie in (-1, 1), not {effect}")
+    return np.sqrt(2.0) * scipy.stats.norm.ppf((effect + 1.0) / 2.0)
+
+
+def _bivariate_normal(rng: np.random.Generator, spearman_rho: float, shape: tuple[int, int]):
+    """(x, y) of ``shape``: pairs from the standard bivariate normal of Spearman correlation ``spearman_rho``."""
+    if not -1.0 <= spearman_rho <= 1.0:
+        raise ValueError(f"a planted Spearman rho must lie in [-1, 1], not {spearman_rho}")
+    r = float(gaussian_copula_pearson(spearman_rho))
+    x = rng.standard_normal(shape)
+    return x, r * x + np.sqrt(max(0.0, 1.0 - r * r)) * rng.standard_normal(shape)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# levels
+
+
+def smallest_attainable_p(n_communities: int, n_permutations: int, *, alternative: str = "two-sided") -> float:
+    """The smallest p the community test can be relied on to reach, without ties:
+
+        max(1 / (1 + B), 2 / K!)    (two-sided),    max(1 / (1 + B), 1 / K!)    (one-sided).
+
+    The exact permutation p of K communities is the share of the K! orderings of the gains whose rho is at least as
+    extreme as the observed one; the observed ordering and, two-sided, its reverse always are, hence 2/K! (4
+    communities: 2/24 = 0.083; 6: 0.0028). The Monte-Carlo p = (1 + #)/(1 + B) (Phipson & Smyth 2010) estimates
+    it and is never below 1/(1 + B). (For a perfect ordering it reaches 1/(1 + B) by luck, when none of the B
+    permutations hits an extreme ordering: probability (1 - 2/K!)^B, 0.06 at K = 6, B = 1000.) With ties the floor
+    is higher: permutations that only move tied gains give the same rho, so it is at least 2 prod_j t_j! / K! for
+    tie groups of sizes t_j.
+    """
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
+    extreme_orderings = 2 if alternative == "two-sided" else 1
+    return max(1.0 / (1 + n_permutations), extreme_orderings / math.factorial(int(n_communities)))
+
+
+def bh_first_rejection_level(n_tests: int, fdr: float = 0.05) -> float:
+    """The level q/m that a single test's p must reach for Benjamini-Hochberg at FDR q over m tests to reject it when
+    no other test's p is small.
+
+    BH rejects the k smallest p's for the largest k with p_(k) <= k q / m (Benjamini & Hochberg 1995, J. R. Stat. Soc.
+    B 57:289); its first rejection, p_(1) <= q / m, is the hardest (0.05 / 36 = 0.0014). The power of one sublayer's
+    test at this level is the power to find an effect carried by that sublayer alone.
+    """
+    if n_tests < 1:
+        raise ValueError(f"a family needs at least one test, not {n_tests}")
+    return fdr / n_tests
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the two tests, for many data sets at once
+
+
+def _standardised_ranks(values: np.ndarray) -> np.ndarray:
+    """Average ranks along the last axis, centred and scaled to unit norm (their inner product is Spearman's rho)."""
+    ranks = scipy.stats.rankdata(values, axis=-1)
+    ranks -= ranks.mean(axis=-1, keepdims=True)
+    norm = np.linalg.norm(ranks, axis=-1, keepdims=True)
+    if np.any(norm == 0):
+        raise ValueError("a rank correlation needs non-constant samples")
+    return ranks / norm
+
+
+def _rank_correlation_p_values(x, y, n_permutations: int, rng: np.random.Generator):
+    rx, ry = _standardised_ranks(np.atleast_2d(x)), _standardised_ranks(np.atleast_2d(y))
+    if rx.shape != ry.shape:
+        raise ValueError(f"x and y differ in shape: {rx.shape} and {ry.shape}")
+    n_sets, n = rx.shape
+    rho = np.einsum("sk,sk->s", rx, ry)
+    extreme = np.zeros(n_sets, dtype=np.int64)
+    chunk = max(1, _CELLS // (n_permutations * n))
+    for start in range(0, n_sets, chunk):
+        block = slice(start, min(start + chunk, n_sets))
+        size = block.stop - block.start
+        order = rng.permuted(np.broadcast_to(np.arange(n), (size * n_permutations, n)), axis=1)
+        permuted = np.take_along_axis(ry[block, None, :], order.reshape(size, n_permutations, n), axis=2)
+        permuted_rho = np.einsum("sbk,sk->sb", permuted, rx[block])
+        extreme[block] = np.sum(np.abs(permuted_rho) >= np.abs(rho[block, None]) - _TOLERANCE, axis=1)
+    return rho, (1.0 + extreme) / (1.0 + n_permutations)
+
+
+def rank_correlation_p_values(x: np.ndarray, y: np.ndarray, *, n_permutations: int = 1000,
+                              seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(rho, p) of :func:`resdyn.coupling.rank_correlation_test` for every row of ``x`` and ``y`` (data sets of n
+    pairs, shape (S, n)), all at once.
+
+    rho is Spearman's rank correlation (the inner product of the standardised average ranks; Spearman 1904) and
+
+        p = (1 + #{b : |rho_b| >= |rho| - 1e-12}) / (1 + B)
+
+    over B permutations of y drawn for each row separately (Phipson & Smyth 2010, Stat. Appl. Genet. Mol. Biol.
+    9:39): the test of :func:`~resdyn.coupling.rank_correlation_test` with a different seed per row, so a row's p
+    differs from that function's by Monte-Carlo error only. Rows must be non-constant.
+    """
+    return _rank_correlation_p_values(x, y, n_permutations, np.random.default_rng(seed))
+
+
+def _random_subset_sums(values: np.ndarray, size: int, n_draws: int, rng: np.random.Generator) -> np.ndarray:
+    """(rows, n_draws): sums of ``size`` entries drawn without replacement from each row of ``values`` (rows, n),
+    an independent uniformly random subset per draw, by Floyd's algorithm (Bentley & Floyd 1987, Commun. ACM
+    30:754: for j = n - k, ..., n - 1 take t uniform on {0, ..., j}, or j if t is taken), run on the smaller of the
+    subset and its complement: min(k, n - k) random numbers per draw where a full shuffle takes n."""
+    values = np.asarray(values, dtype=np.float64)
+    rows, n = values.shape
+    total = values.sum(axis=1)[:, None]
+    if size <= 0 or size >= n:
+        return np.broadcast_to(total if size >= n else np.zeros((rows, 1)), (rows, n_draws)).copy()
+    complement = size > n - size
+    k = n - size if complement else size
+    sums = np.empty(rows * n_draws)
+    chunk = max(1, _CELLS // n)
+    for start in range(0, rows * n_draws, chunk):
+        stop = min(start + chunk, rows * n_draws)
+        owner = np.arange(start, stop) // n_draws
+        line = np.arange(stop - start)
+        taken = np.zeros((stop - start, n), dtype=bool)
+        subtotal = np.zeros(stop - start)
+        for j in range(n - k, n):
+            pick = rng.integers(0, j + 1, size=stop - start)
+            pick = np.where(taken[line, pick], j, pick)
+            taken[line, pick] = True
+            subtotal += values[owner, pick]
+        sums[start:stop] = subtotal
+    sums = sums.reshape(rows, n_draws)
+    return total - sums if complement else sums
+
+
+def _coupling_p_values(amplification, is_boundary, degree, n_permutations: int, rng: np.random.Generator):
+    amplification = np.atleast_2d(np.asarray(amplification, dtype=np.float64))
+    is_boundary = np.asarray(is_boundary, dtype=bool)
+    if amplification.shape[1] != len(is_boundary) or not np.all(np.isfinite(amplification)):
+        raise ValueError("amplification must be finite, one column per unit of is_boundary")
+    n_boundary, n_interior = int(is_boundary.sum()), int((~is_boundary).sum())
+    if n_boundary == 0 or n_interior == 0:
+        raise ValueError(f"both groups must be non-empty: {n_boundary} boundary, {n_interior} interior units")
+    ranks = scipy.stats.rankdata(amplification, axis=1)
+    scale, offset = 2.0 / (n_boundary * n_interior), n_boundary * (n_boundary + 1) / 2.0
+    effect = scale * (ranks[:, is_boundary].sum(axis=1) - offset) - 1.0
+    strata = (degree_strata(np.asarray(degree, dtype=np.float64)) if degree is not None
+              else np.zeros(len(is_boundary), dtype=int))
+    permuted_sum = np.zeros((len(ranks), n_permutations))
+    for stratum in np.unique(strata):
+        members = np.flatnonzero(strata == stratum)
+        permuted_sum += _random_subset_sums(ranks[:, members], int(is_boundary[members].sum()), n_permutations, rng)
+    permuted = scale * (permuted_sum - offset) - 1.0
+    extreme = np.sum(np.abs(permuted) >= np.abs(effect)[:, None] - _TOLERANCE, axis=1)
+    return effect, (1.0 + extreme) / (1.0 + n_permutations)
+
+
+def coupling_p_values(amplification: np.ndarray, is_boundary: np.ndarray, degree: np.ndarray | None = None, *,
+                      n_permutations: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(rank-biserial effect, degree-stratified permutation p) of :func:`resdyn.coupling.coupling_test` for every row
+    of ``amplification`` (S data sets of the same units, shape (S, n_units); finite), all at once.
+
+    r = 2 U_b / (n_b n_i) - 1 with U_b = R_b - n_b (n_b + 1) / 2, R_b the boundary units' rank sum (Mann & Whitney
+    1947; Kerby 2014), and
+
+        p = (1 + #{b : |r_b| >= |r| - 1e-12}) / (1 + B),
+
+    r_b with the boundary labels shuffled within the quantile bins of ``degree``
+    (:func:`resdyn.coupling.degree_strata`; one bin without ``degree``), B shuffles per row. A shuffle within a bin
+    of n_g units, b_g of them boundary, makes the bin's share of R_b the sum of a uniformly random b_g-subset of its
+    ranks, which is what is drawn (:func:`_random_subset_sums`). The test of
+    :func:`~resdyn.coupling.coupling_test` with a different seed per row.
+    """
+    return _coupling_p_values(amplification, is_boundary, degree, n_permutations, np.random.default_rng(seed))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# (a) power of one sublayer's test
+
+
+@dataclass(frozen=True)
+class PowerEstimate:
+    """Share of simulated data sets whose test rejects at ``level`` (p <= level), and its Monte-Carlo standard error
+    sqrt(power (1 - power) / n_simulations) (binomial; at most 0.5 / sqrt(n_simulations))."""
+
+    power: float
+    standard_error: float
+    level: float
+    n_simulations: int
+
+
+def _power(p_values: np.ndarray, level: float) -> PowerEstimate:
+    power = float(np.mean(p_values <= level))
+    return PowerEstimate(power, math.sqrt(power * (1.0 - power) / len(p_values)), level, len(p_values))
+
+
+def _check(level: float, n_simulations: int, method: str = "vectorised") -> None:
+    if not 0.0 < level <= 1.0:
+        raise ValueError(f"level must lie in (0, 1], not {level}")
+    if n_simulations < 1:
+        raise ValueError(f"n_simulations must be positive, not {n_simulations}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+
+
+def community_test_power(n_communities: int, planted_rho: float, *, level: float = 0.05,
+                         n_permutations: int = 1000, n_simulations: int = 2000, seed: int = 0,
+                         method: str = "vectorised") -> PowerEstimate:
+    """Power of one sublayer's community test (:func:`resdyn.community_coupling.community_coupling_test`): the share
+    of simulated sublayers whose two-sided permutation p is <= ``level``.
+
+    Each simulation draws K (position, log gain) pairs from the standard bivariate normal with Pearson
+    r = 2 sin(pi planted_rho / 6) (:func:`gaussian_copula_pearson`; Kruskal 1958), whose population Spearman
+    correlation is ``planted_rho`` (its expected sample rho over K points is :func:`expected_sample_spearman`), and
+    runs :func:`resdyn.coupling.rank_correlation_test` with B = ``n_permutations`` (``method="direct"``: that
+    function, one simulation at a time) or the same test for all simulations at once
+    (:func:`rank_correlation_p_values`, the default). Monte-Carlo standard error sqrt(power (1 - power) / S): at most
+    0.011 at the default S = 2000 (B = 1000: about 0.25 s at K = 6, 0.4 s at K = 10; ``method="direct"``
+    about 1 ms per simulation at K = 6). For a BH family pass ``level`` =
+    :func:`bh_first_rejection_level`; a level below 1/(1 + B) cannot be reached (power 0, no simulation), and below
+    :func:`smallest_attainable_p` only by the luck that function describes.
+    """
+    _check(level, n_simulations, method)
+    if n_communities < MIN_COMMUNITIES:
+        raise ValueError(f"the community test needs at least {MIN_COMMUNITIES} communities, not {n_communities}")
+    if level < 1.0 / (1 + n_permutations):
+        return PowerEstimate(0.0, 0.0, level, 0)
+    rng = np.random.default_rng(seed)
+    x, y = _bivariate_normal(rng, planted_rho, (n_simulations, n_communities))
+    if method == "direct":
+        seeds = rng.integers(0, 2 ** 63, size=n_simulations)
+        p = np.array([rank_correlation_test(x[s], y[s], n_permutations=n_permutations, seed=int(seeds[s]))[1]
+                      for s in range(n_simulations)])
+    else:
+        _, p = _rank_correlation_p_values(x, y, n_permutations, rng)
+    return _power(p, level)
+
+
+def unit_test_power(n_boundary: int, n_interior: int, planted_effect: float, *, level: float = 0.05,
+                    n_permutations: int = 1000, degree: np.ndarray | None = None,
+                    is_boundary: np.ndarray | None = None, n_simulations: int = 200, seed: int = 0,
+                    method: str = "vectorised") -> PowerEstimate:
+    """Power of one sublayer's unit-level test (:func:`resdyn.coupling.coupling_test`): the share of simulated
+    sublayers whose degree-stratified permutation p is <= ``level``.
+
+    Each simulation draws every unit's amplification from N(0, 1) and adds delta to the boundary units',
+    delta = sqrt 2 Phi^{-1}((r + 1) / 2) (:func:`rank_biserial_shift`; McGraw & Wong 1992), so that the population
+    rank-biserial effect is ``planted_effect`` = r, and runs :func:`~resdyn.coupling.coupling_test`
+    (``method="direct"``, one simulation at a time: 30 to 50 ms each at 640 units and B = 1000) or the same test for
+    all simulations at once (:func:`coupling_p_values`, the default: for S = 200, B = 1000 and 640 units about
+    0.65 s with 64 boundary units, 1.9 s with 160; the time grows with the smaller group, or with each degree
+    stratum's). ``degree`` (one value per unit), when given, sets the strata of the test as observed, and
+    ``is_boundary`` places the boundary labels as observed (default: the first ``n_boundary`` units). Monte-Carlo
+    standard error sqrt(power (1 - power) / S): at most 0.035 at S = 200, 0.015 at a power of 0.05. A ``level``
+    below 1/(1 + B) cannot be reached (power 0, no simulation).
+    """
+    _check(level, n_simulations, method)
+    n_units = n_boundary + n_interior
+    if is_boundary is None:
+        is_boundary = np.arange(n_units) < n_boundary
+    is_boundary = np.asarray(is_boundary, dtype=bool)
+    if len(is_boundary) != n_units or int(is_boundary.sum()) != n_boundary:
+        raise ValueError(f"is_boundary must hold {n_units} units, {n_boundary} of them boundary")
+    if degree is not None and len(degree) != n_units:
+        raise ValueError(f"degree must hold one value per unit ({n_units}), not {len(degree)}")
+    if n_boundary < 1 or n_interior < 1:
+        raise ValueError(f"both groups must be non-empty: {n_boundary} boundary, {n_interior} interior units")
+    if level < 1.0 / (1 + n_permutations):
+        return PowerEstimate(0.0, 0.0, level, 0)
+    rng = np.random.default_rng(seed)
+    amplification = rng.standard_normal((n_simulations, n_units)) + rank_biserial_shift(planted_effect) * is_boundary
+    if method == "direct":
+        seeds = rng.integers(0, 2 ** 63, size=n_simulations)
+        p = np.array([coupling_test(amplification[s], is_boundary, degree, n_permutations=n_permutations,
+                                    seed=int(seeds[s])).p_permutation for s in range(n_simulations)])
+    else:
+        _, p = _coupling_p_values(amplification, is_boundary, degree, n_permutations, rng)
+    return _power(p, level)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# (b) pooled tests across sublayers
+
+
+def null_spearman_draws(n_communities, n_draws: int, *, seed: int = 0) -> np.ndarray:
+    """(n_draws, m): for each of m sublayers (K_s = ``n_communities[s]``), Spearman rho of a uniformly random
+    permutation of 1..K_s against 1..K_s, independently across draws and sublayers:
+
+        rho = 1 - 6 sum_k (pi(k) - k)^2 / (K (K^2 - 1)),
+
+    the exact null distribution of Spearman's rho of K untied pairs under exchangeability (Spearman 1904), with
+    mean 0 and variance 1 / (K - 1) (Hotelling & Pabst 1936, Ann. Math. Stat. 7:29).
+    """
+    sizes = np.asarray(n_communities, dtype=np.int64).reshape(-1)
+    if np.any(sizes < 2):
+        raise ValueError(f"a rank correlation needs at least 2 points per sublayer: {sizes}")
+    rng = np.random.default_rng(seed)
+    draws = np.empty((n_draws, len(sizes)))
+    for size in np.unique(sizes):
+        columns = np.flatnonzero(sizes == size)
+        identity = np.arange(size)
+        order = rng.permuted(np.broadcast_to(identity, (n_draws * len(columns), size)), axis=1)
+        squared = np.sum((order - identity) ** 2, axis=1).reshape(n_draws, len(columns))
+        draws[:, columns] = 1.0 - 6.0 * squared / (size * (size * size - 1.0))
+    return draws
+
+
+def null_rank_biserial_draws(n_boundary, n_interior, n_draws: int, *, seed: int = 0,
+                             normal_from_group_size: int = NORMAL_FROM_GROUP_SIZE) -> np.ndarray:
+    """(n_draws, m): for each of m sublayers, a rank-biserial effect r = 2 U / (n_b n_i) - 1 under exchangeable
+    labels without ties, independently across draws and sublayers; mean 0 and variance
+
+        Var r = (n_b + n_i + 1) / (3 n_b n_i)    (from Var U = n_b n_i (n_b + n_i + 1) / 12, Mann & Whitney 1947).
+
+    Exact where the smaller group has fewer than ``normal_from_group_size`` units: R_b is the rank sum of a
+    uniformly random n_b-subset of 1..n_b + n_i (:func:`_random_subset_sums`), U = R_b - n_b (n_b + 1) / 2.
+    Otherwise r ~ N(0, Var r) (Mann & Whitney 1947: U is asymptotically normal), because the exact draw costs
+    O(n_draws min(n_b, n_i)) per sublayer and the normal one O(n_draws). Both groups >= 20 is where that is safe for a
+    pooled test: the exact U is symmetric and its tails are lighter than the normal's (two-sided tail at |z| = 3:
+    0.85 of the normal's at n_b = 20, n_i = 620; 0.95 at 64, 576), so the approximation errs on the conservative
+    side, and the pooled mean over many sublayers is closer to normal still. ``normal_from_group_size`` larger than
+    every group makes every draw exact.
+    """
+    boundary = np.asarray(n_boundary, dtype=np.int64).reshape(-1)
+    interior = np.asarray(n_interior, dtype=np.int64).reshape(-1)
+    if boundary.shape != interior.shape or np.any(boundary < 1) or np.any(interior < 1):
+        raise ValueError("every sublayer needs at least one boundary and one interior unit")
+    rng = np.random.default_rng(seed)
+    draws = np.empty((n_draws, len(boundary)))
+    for column, (b, i) in enumerate(zip(boundary.tolist(), interior.tolist())):
+        if min(b, i) >= normal_from_group_size:
+            draws[:, column] = rng.normal(0.0, math.sqrt((b + i + 1) / (3.0 * b * i)), size=n_draws)
+        else:
+            rank_sum = _random_subset_sums(np.arange(1.0, b + i + 1.0)[None, :], b, n_draws, rng)[0]
+            draws[:, column] = 2.0 * (rank_sum - b * (b + 1) / 2.0) / (b * i) - 1.0
+    return draws
+
+
+@dataclass(frozen=True)
+class PooledTestResult:
+    """A pooled test across sublayers: the weighted mean ``statistic``, its Monte-Carlo ``p_value`` under the
+    ``alternative``, the ``n_sublayers`` it pooled and the standard deviation of the statistic under the null,
+    1 / sqrt(sum_s w_s); undefined (statistic nan, p 1, ``reason`` set) without a defined sublayer."""
+
+    statistic: float
+    p_value: float
+    n_sublayers: int
+    null_standard_deviation: float
+    alternative: str
+    reason: str = ""
+
+    @property
+    def defined(self) -> bool:
+        return not self.reason
+
+
+def _monte_carlo_p(statistic, null: np.ndarray, alternative: str) -> np.ndarray:
+    """p = (1 + #{b : T_b at least as extreme as T}) / (1 + B) (Phipson & Smyth 2010), for each T in ``statistic``."""
+    statistic = np.asarray(statistic, dtype=np.float64)
+    if alternative == "two-sided":
+        statistic, null = np.abs(statistic), np.abs(null)
+    elif alternative == "less":
+        statistic, null = -statistic, -null
+    ordered = np.sort(null)
+    extreme = len(ordered) - np.searchsorted(ordered, statistic - _TOLERANCE, side="left")
+    return (1.0 + extreme) / (1.0 + len(ordered))
+
+
+def _pooled(values, weights, null_draws, alternative: str):
+    """Weighted mean of ``values`` and its p against the (B, m) null draws; values (m,) or (S, m)."""
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
+    statistic = values @ weights / weights.sum()
+    return statistic, _monte_carlo_p(statistic, null_draws @ weights / weights.sum(), alternative)
+
+
+def _undefined(alternative: str, what: str) -> PooledTestResult:
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
+    return PooledTestResult(float("nan"), 1.0, 0, float("nan"), alternative, f"no sublayer with a defined {what}")
+
+
+def pooled_rank_correlation_test(rhos, n_communities, *, alternative: str = "two-sided",
+                                 n_simulations: int = 10000, seed: int = 0) -> PooledTestResult:
+    """Pooled test of the community coupling across the sublayers of one checkpoint, from each sublayer's Spearman
+    rho and number of communities K (what the warehouse keeps).
+
+        T = sum_s w_s rho_s / sum_s w_s,    w_s = K_s - 1,
+
+    the inverse-variance weighted mean: under exchangeability of the gains, without ties, E rho_s = 0 and
+    Var rho_s = 1 / (K_s - 1) (Hotelling & Pabst 1936), so Var T = 1 / sum_s (K_s - 1). The null distribution of
+    T is simulated exactly: ``n_simulations`` draws of, for every sublayer independently, the rho of a random
+    permutation of 1..K_s (:func:`null_spearman_draws`), and p = (1 + #{b : T_b at least as extreme})/(1 + B)
+    (Phipson & Smyth 2010) in the direction of ``alternative`` ("less": coupling negative; "two-sided": |T_b| >=
+    |T|). Sublayers with a NaN rho (undefined tests) are left out. The null treats the sublayers as independent
+    (each sublayer's gains permuted separately) and the rho's as untied (ties make Var rho_s smaller, so the test
+    conservative). It pools the effect: a small coupling of one sign in many sublayers, which BH over the
+    per-sublayer tests cannot reject (:func:`smallest_attainable_p`), moves T by about 1 / sqrt(sum_s (K_s - 1)).
+    """
+    rhos = np.asarray(rhos, dtype=np.float64).reshape(-1)
+    sizes = np.asarray(n_communities, dtype=np.float64).reshape(-1)
+    if rhos.shape != sizes.shape:
+        raise ValueError(f"one K per rho: {rhos.shape} and {sizes.shape}")
+    defined = np.isfinite(rhos)
+    if not defined.any():
+        return _undefined(alternative, "rho")
+    if np.any(np.abs(rhos[defined]) > 1.0 + 1e-12) or not np.all(np.isfinite(sizes[defined])):
+        raise ValueError("a defined rho lies in [-1, 1] and has a finite K")
+    sizes = sizes[defined].astype(np.int64)
+    weights = (sizes - 1).astype(np.float64)
+    statistic, p = _pooled(rhos[defined], weights, null_spearman_draws(sizes, n_simulations, seed=seed),
+                           alternative)
+    return PooledTestResult(float(statistic), float(p), int(defined.sum()), 1.0 / math.sqrt(weights.sum()),
+                            alternative)
+
+
+def pooled_rank_biserial_test(effects, n_boundary, n_interior, *, alternative: str = "two-sided",
+                              n_simulations: int = 10000, seed: int = 0,
+                              normal_from_group_size: int = NORMAL_FROM_GROUP_SIZE) -> PooledTestResult:
+    """Pooled test of the unit-level coupling across the sublayers of one checkpoint, from each sublayer's
+    rank-biserial effect r_s and group sizes (what the warehouse keeps).
+
+        T = sum_s w_s r_s / sum_s w_s,    w_s = 3 n_b n_i / (n_b + n_i + 1) = 1 / Var r_s
+
+    (Var r_s under exchangeable labels without ties: :func:`null_rank_biserial_draws`), Var T = 1 / sum_s w_s. The
+    null of T is simulated from independent draws of every sublayer's null r (exact rank sums where a group has
+    fewer than ``normal_from_group_size`` units, normal beyond: :func:`null_rank_biserial_draws` says why), p as in
+    :func:`pooled_rank_correlation_test`. NaN effects (undefined tests) are left out. The null is exchangeability of
+    all of a sublayer's labels, not within degree strata: the pooled test does not guard against a boundary-degree
+    confound as the per-sublayer stratified p does.
+    """
+    effects = np.asarray(effects, dtype=np.float64).reshape(-1)
+    boundary = np.asarray(n_boundary, dtype=np.float64).reshape(-1)
+    interior = np.asarray(n_interior, dtype=np.float64).reshape(-1)
+    if not effects.shape == boundary.shape == interior.shape:
+        raise ValueError("one n_boundary and one n_interior per effect")
+    defined = np.isfinite(effects)
+    if not defined.any():
+        return _undefined(alternative, "rank-biserial effect")
+    boundary, interior = boundary[defined].astype(np.int64), interior[defined].astype(np.int64)
+    weights = 3.0 * boundary * interior / (boundary + interior + 1.0)
+    null = null_rank_biserial_draws(boundary, interior, n_simulations, seed=seed,
+                                    normal_from_group_size=normal_from_group_size)
+    statistic, p = _pooled(effects[defined], weights, null, alternative)
+    return PooledTestResult(float(statistic), float(p), int(defined.sum()), 1.0 / math.sqrt(weights.sum()),
+                            alternative)
+
+
+def pooled_community_power(n_communities_per_sublayer, planted_rho, *, level: float = 0.05,
+                           alternative: str = "two-sided", n_simulations: int = 1000, n_null: int = 10000,
+                           seed: int = 0) -> PowerEstimate:
+    """Power of :func:`pooled_rank_correlation_test` over sublayers of K_s = ``n_communities_per_sublayer[s]``
+    communities: the share of simulated checkpoints whose pooled p is <= ``level``.
+
+    Each simulation draws, for every sublayer, K_s pairs from the bivariate normal of population Spearman
+    correlation ``planted_rho`` (a number for every sublayer, or one per sublayer; see
+    :func:`community_test_power`), computes each sublayer's sample rho and the pooled test with
+    ``n_simulations=n_null`` and ``seed``: the p of :func:`pooled_rank_correlation_test` for that seed (its null
+    draws do not depend on the data, so they are drawn once). Monte-Carlo standard error at most 0.016 at the
+    default 1000 simulations.
+    """
+    _check(level, n_simulations)
+    sizes = np.asarray(n_communities_per_sublayer, dtype=np.int64).reshape(-1)
+    planted = np.broadcast_to(np.asarray(planted_rho, dtype=np.float64), sizes.shape)
+    if len(sizes) == 0 or np.any(sizes < 2):
+        raise ValueError(f"every sublayer needs at least 2 communities: {sizes}")
+    rng = np.random.default_rng(seed)
+    rhos = np.empty((n_simulations, len(sizes)))
+    for column, (size, rho) in enumerate(zip(sizes.tolist(), planted.tolist())):
+        x, y = _bivariate_normal(rng, rho, (n_simulations, size))
+        rhos[:, column] = np.einsum("sk,sk->s", _standardised_ranks(x), _standardised_ranks(y))
+    weights = (sizes - 1).astype(np.float64)
+    _, p = _pooled(rhos, weights, null_spearman_draws(sizes, n_null, seed=seed), alternative)
+    return _power(p, level)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# (c) operator-type dependence as a regression across sublayers
+
+
+def layer_permutations(layer, n_permutations: int, *, seed: int = 0) -> np.ndarray:
+    """(B, n) row indices: in permutation b, sublayer i takes the operator measures of sublayer ``out[b, i]``.
+
+    Whole layers move: the layers are permuted among themselves and each carries all its rows along, so the
+    attention and MLP sublayers of a decoder layer keep their pair (exchangeability blocks permuted as wholes,
+    Winkler et al. 2014, NeuroImage 92:381). Layers holding different numbers of sublayers (one lost its other
+    sublayer to an undefined test) are permuted only among layers of the same count, so that every row has a
+    partner and no layer is split; within a layer, rows keep their order of appearance (pass the sublayers of every
+    layer in the same order, e.g. attention then MLP, so that the k-th sublayer of one layer takes the k-th of
+    another). The number of distinct permutations is prod_g L_g! over the groups of L_g layers.
+    """
+    layer = np.asarray(layer).reshape(-1)
+    _, code = np.unique(layer, return_inverse=True)
+    rows_of = [np.flatnonzero(code == index) for index in range(code.max() + 1)] if len(layer) else []
+    source = np.tile(np.arange(len(layer)), (n_permutations, 1))
+    rng = np.random.default_rng(seed)
+    counts = np.array([len(rows) for rows in rows_of])
+    for count in np.unique(counts):
+        group = np.flatnonzero(counts == count)
+        if len(group) < 2:
+            continue
+        block = np.stack([rows_of[index] for index in group])  # (layers in the group, rows per layer)
+        order = rng.permuted(np.broadcast_to(np.arange(len(group)), (n_permutations, len(group))), axis=1)
+        source[:, block.ravel()] = block[order].reshape(n_permutations, -1)
+    return source
+
+
+@dataclass(frozen=True)
+class OperatorTypeRegression:
+    """Coupling ~ intercept + asymmetry + rotation share over sublayers, standardised predictors, with layer-
+    permutation p's (:func:`operator_type_regression`). Undefined: numbers nan, p's 1, ``reason`` set."""
+
+    n_sublayers: int
+    n_layers: int
+    intercept: float  # the mean coupling (predictors centred)
+    slope_asymmetry: float  # coupling per standard deviation of the asymmetry index
+    slope_rotation: float  # coupling per standard deviation of the rotation share
+    r_squared: float
+    p_asymmetry: float  # layer-permutation p of the asymmetry slope (two-sided)
+    p_rotation: float
+    p_value: float  # layer-permutation p of R^2: the joint null that the coupling depends on neither measure
+    rho_asymmetry: float  # Spearman rho of coupling with the asymmetry index
+    p_rho_asymmetry: float  # its layer-permutation p (two-sided)
+    rho_rotation: float
+    p_rho_rotation: float
+    sd_asymmetry: float  # the predictors' standard deviations (divide a slope by one to get it per unit)
+    sd_rotation: float
+    n_layer_orderings: int  # distinct layer permutations: p cannot fall much below 1 / this
+    n_permutations: int
+    reason: str = ""
+
+    @property
+    def defined(self) -> bool:
+        return not self.reason
+
+
+def _undefined_regression(n_sublayers: int, n_layers: int, n_permutations: int, reason: str):
+    nan = float("nan")
+    return OperatorTypeRegression(n_sublayers, n_layers, nan, nan, nan, nan, 1.0, 1.0, 1.0, nan, 1.0, nan, 1.0,
+                                  nan, nan, 0, n_permutations, reason)
+
+
+def _permutation_p(observed: np.ndarray, permuted: np.ndarray, two_sided: bool = True) -> np.ndarray:
+    """(1 + #{b : |T_b| >= |T|}) / (1 + B) per column (two-sided), or T_b >= T; relative tolerance 1e-10."""
+    if two_sided:
+        observed, permuted = np.abs(observed), np.abs(permuted)
+    extreme = np.sum(permuted >= observed - 1e-10 * (1.0 + np.abs(observed)), axis=0)
+    return (1.0 + extreme) / (1.0 + len(permuted))
+
+
+def operator_type_regression(coupling, asymmetry, rotation_share, layer, *, n_permutations: int = 10000,
+                             seed: int = 0) -> OperatorTypeRegression:
+    """Does the coupling depend on the operator's measured type, as a continuous relation across sublayers?
+
+    Over the sublayers where coupling (a per-sublayer rho or rank-biserial effect), asymmetry index and rotation
+    share (:func:`resdyn.spectra.asymmetry_index`, :func:`resdyn.spectra.rotation_share`) are all finite, ordinary
+    least squares (numpy.linalg.lstsq) of
+
+        c_s = b_0 + b_a z(a_s) + b_r z(q_s) + e_s,    z(v) = (v - mean v) / sd v    (sd with ddof 0),
+
+    so the slopes are coupling per standard deviation of each measure and comparable between the two, b_0 is the
+    mean coupling, and R^2 = 1 - sum e_s^2 / sum (c_s - mean c)^2. Also Spearman's rho of c with each measure
+    (scipy.stats.spearmanr).
+
+    Null: the coupling does not depend on the operator measures. Neighbouring sublayers are not independent, so
+    the permutations move whole layers (:func:`layer_permutations`): the layers' predictor rows are permuted
+    among the layers, each layer's attention and MLP rows together, and B = ``n_permutations`` permutations give
+    p = (1 + #{b : |T_b| >= |T|}) / (1 + B) (Phipson & Smyth 2010) for each slope and each rho (two-sided) and
+    for R^2 (T_b >= T). Both measures move together, so each slope's p tests the joint null with that slope as
+    statistic, not the slope's partial effect given the other. Regressing c on the permuted design equals
+    regressing the inversely permuted c on the fixed design, which is how the B fits are computed. Fewer than 4
+    sublayers, or a constant measure or coupling, make the fit undefined (``reason``).
+    """
+    coupling, asymmetry, rotation_share = (np.asarray(values, dtype=np.float64).reshape(-1)
+                                           for values in (coupling, asymmetry, rotation_share))
+    layer = np.asarray(layer).reshape(-1)
+    if not len(coupling) == len(asymmetry) == len(rotation_share) == len(layer):
+        raise ValueError("coupling, asymmetry, rotation_share and layer need one entry per sublayer")
+    finite = np.isfinite(coupling) & np.isfinite(asymmetry) & np.isfinite(rotation_share)
+    c, layer = coupling[finite], layer[finite]
+    n, n_layers = int(finite.sum()), len(np.unique(layer))
+    if n < 4:
+        return _undefined_regression(n, n_layers, n_permutations, f"{n} sublayers with finite values; the fit of "
+                                                                  "3 coefficients needs at least 4")
+    predictors = np.column_stack([asymmetry[finite], rotation_share[finite]])
+    sd = predictors.std(axis=0)
+    constant = [name for name, spread in (("asymmetry index", sd[0]), ("rotation share", sd[1]),
+                                          ("coupling", float(np.ptp(c)))) if spread == 0]
+    if constant:
+        return _undefined_regression(n, n_layers, n_permutations, f"the {constant[0]} is the same in every sublayer")
+    design = np.column_stack([np.ones(n), (predictors - predictors.mean(axis=0)) / sd])
+    coefficients, _, rank, _ = np.linalg.lstsq(design, c, rcond=None)
+    if rank < 3:
+        return _undefined_regression(n, n_layers, n_permutations, "the two measures are collinear")
+    total = float(np.sum((c - c.mean()) ** 2))
+    r_squared = 1.0 - float(np.sum((c - design @ coefficients) ** 2)) / total
+    rho = np.array([scipy.stats.spearmanr(c, predictors[:, k]).statistic for k in range(2)])
+
+    source = layer_permutations(layer, n_permutations, seed=seed)
+    rows = np.arange(n_permutations)[:, None]
+    permuted_c = np.empty((n_permutations, n))
+    permuted_c[rows, source] = c  # the pair (c_i, x_source[i]) becomes (permuted_c[source[i]], x_source[i])
+    permuted_coefficients = permuted_c @ np.linalg.pinv(design).T
+    permuted_r_squared = 1.0 - np.sum((permuted_c - permuted_coefficients @ design.T) ** 2, axis=1) / total
+    ranks_c = _standardised_ranks(c)
+    permuted_ranks = np.empty((n_permutations, n))
+    permuted_ranks[rows, source] = ranks_c
+    permuted_rho = permuted_ranks @ _standardised_ranks(predictors.T).T
+
+    p_slopes = _permutation_p(coefficients[1:], permuted_coefficients[:, 1:])
+    p_rho = _permutation_p(rho, permuted_rho)
+    p_r_squared = float(_permutation_p(np.array([r_squared]), permuted_r_squared[:, None], two_sided=False)[0])
+    counts = np.unique(np.unique(layer, return_counts=True)[1], return_counts=True)[1]
+    orderings = math.prod(math.factorial(int(count)) for count in counts)
+    return OperatorTypeRegression(n, n_layers, float(coefficients[0]), float(coefficients[1]), float(coefficients[2]),
+                                  r_squared, float(p_slopes[0]), float(p_slopes[1]), p_r_squared, float(rho[0]),
+                                  float(p_rho[0]), float(rho[1]), float(p_rho[1]), float(sd[0]), float(sd[1]),
+                                  orderings, n_permutations)

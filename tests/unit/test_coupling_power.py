@@ -1,0 +1,442 @@
+"""Power, pooled tests and the operator-type regression (resdyn/coupling_power.py), against independent references:
+exact enumeration of permutations, closed forms, scipy, and the tests of resdyn/coupling.py themselves."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from resdyn import coupling_power as cp
+from resdyn.coupling import coupling_test, false_discovery, rank_correlation_test
+
+
+def _orderings_rho(n):
+    """Spearman rho of every one of the n! orderings of 1..n against 1..n (the exact null, untied)."""
+    orderings = np.array(list(itertools.permutations(range(n))))
+    return 1.0 - 6.0 * np.sum((orderings - np.arange(n)) ** 2, axis=1) / (n * (n * n - 1.0))
+
+
+def _exact_size_of_monte_carlo_test(null_values, pmf, level, n_permutations, deviation):
+    """P(p <= level) of the two-sided test p = (1 + #)/(1 + B) under its null, exactly: given an observed value v
+    the count of B permuted values at least as extreme is Binomial(B, q(v)), q(v) = P(|V'| >= |v|), and the
+    test rejects when the count is at most floor(level (1 + B)) - 1."""
+    extreme = np.abs(deviation(null_values))
+    order = np.argsort(extreme)
+    tail = np.cumsum(pmf[order][::-1])[::-1]  # P(|V'| >= the sorted |v|), ties handled below
+    q = tail[np.searchsorted(extreme[order], extreme - 1e-9, side="left")]
+    allowed = math.floor(level * (1 + n_permutations) + 1e-9) - 1
+    return float(np.sum(pmf * scipy.stats.binom.cdf(allowed, n_permutations, q)))
+
+
+def _rank_sum_pmf(n_boundary, n_units):
+    """Distribution of the rank sum of a uniformly random n_boundary-subset of 1..n_units (0/1-knapsack counts)."""
+    counts = np.zeros((n_boundary + 1, n_units * (n_units + 1) // 2 + 1))
+    counts[0, 0] = 1.0
+    for rank in range(1, n_units + 1):
+        counts[1:, rank:] += counts[:-1, :-rank].copy()
+    return counts[n_boundary] / counts[n_boundary].sum()
+
+
+def _within(value, reference, standard_error, factor=5.0):
+    assert abs(value - reference) <= factor * standard_error, (value, reference, standard_error)
+
+
+# ---------------------------------------------------------------------------------------------------- (a) power
+
+
+@pytest.mark.parametrize("n_communities", [5, 8])
+def test_community_power_without_effect_is_the_exact_size_of_the_test(fresh_seed, n_communities):
+    level, n_permutations, n_simulations = 0.05, 199, 4000
+    rho = _orderings_rho(n_communities)
+    size = _exact_size_of_monte_carlo_test(rho, np.full(len(rho), 1.0 / len(rho)), level, n_permutations, lambda v: v)
+    assert size < level  # the discreteness of the exact null makes the test conservative
+    power = cp.community_test_power(n_communities, 0.0, level=level, n_permutations=n_permutations,
+                                    n_simulations=n_simulations, seed=fresh_seed)
+    assert power.n_simulations == n_simulations and power.level == level
+    _within(power.power, size, math.sqrt(size * (1 - size) / n_simulations))
+    assert power.standard_error == pytest.approx(math.sqrt(power.power * (1 - power.power) / n_simulations))
+
+
+@pytest.mark.parametrize("n_boundary, n_interior, with_degree", [(12, 36, False), (64, 576, True)])
+def test_unit_power_without_effect_is_the_size_of_the_test(fresh_seed, n_boundary, n_interior, with_degree):
+    level, n_permutations, n_simulations = 0.1, 99, 600
+    rng = np.random.default_rng(fresh_seed)
+    n_units = n_boundary + n_interior
+    if with_degree:  # degree strata as observed: boundary units mostly of high degree; ties in the rank sums are rare
+        degree = rng.gamma(2.0, size=n_units)
+        is_boundary = np.zeros(n_units, bool)
+        is_boundary[rng.choice(n_units, n_boundary, replace=False, p=degree / degree.sum())] = True
+        size = math.floor(level * (1 + n_permutations)) / (1 + n_permutations)
+    else:  # few units: ties between observed and permuted rank sums matter; the exact size from the exact null
+        degree = is_boundary = None
+        pmf = _rank_sum_pmf(n_boundary, n_units)
+        size = _exact_size_of_monte_carlo_test(np.arange(len(pmf), dtype=float), pmf, level, n_permutations,
+                                               lambda total: 2 * total - n_boundary * (n_units + 1))
+    power = cp.unit_test_power(n_boundary, n_interior, 0.0, level=level, n_permutations=n_permutations, degree=degree,
+                               is_boundary=is_boundary, n_simulations=n_simulations, seed=fresh_seed)
+    _within(power.power, size, math.sqrt(size * (1 - size) / n_simulations))
+
+
+def _clearly_above(high, low):
+    assert high.power - low.power > 4 * math.hypot(high.standard_error, low.standard_error), (high, low)
+
+
+def test_power_rises_with_the_planted_effect_and_with_the_size(fresh_seed):
+    community = {rho: cp.community_test_power(6, rho, n_permutations=499, seed=fresh_seed) for rho in (0.0, 0.6, 0.95)}
+    _clearly_above(community[0.95], community[0.6])
+    _clearly_above(community[0.6], community[0.0])
+    _clearly_above(cp.community_test_power(10, 0.6, n_permutations=499, seed=fresh_seed), community[0.6])
+    unit = {effect: cp.unit_test_power(32, 288, effect, n_permutations=199, seed=fresh_seed) for effect in (0.0, 0.25)}
+    _clearly_above(unit[0.25], unit[0.0])
+    _clearly_above(cp.unit_test_power(64, 576, 0.25, n_permutations=199, seed=fresh_seed), unit[0.25])
+    _clearly_above(cp.unit_test_power(64, 576, -0.25, n_permutations=199, seed=fresh_seed), unit[0.0])  # both signs
+
+
+def test_a_level_below_what_the_permutations_can_reach_has_no_power():
+    """BH over 60 sublayers at B = 1000: 0.05/60 < 1/1001, so no p can reach it, whatever the effect."""
+    level = cp.bh_first_rejection_level(60)
+    assert level < 1 / 1001
+    assert cp.unit_test_power(64, 576, 0.9, level=level, n_permutations=1000).power == 0.0
+    assert cp.community_test_power(10, 1.0, level=level, n_permutations=1000).power == 0.0
+    # at 36 sublayers a perfect ordering of 6 communities passes only when no permutation hits it: (1 - 2/720)^1000
+    luck = cp.community_test_power(6, 1.0, level=cp.bh_first_rejection_level(36), n_permutations=1000, seed=3)
+    _within(luck.power, (1 - 2 / 720) ** 1000, math.sqrt(0.06 * 0.94 / luck.n_simulations))
+
+
+def test_the_vectorised_power_is_the_power_of_the_tests_themselves(fresh_seed):
+    """method="direct" runs rank_correlation_test / coupling_test per simulation on the same simulated data."""
+    for power in (lambda method: cp.community_test_power(7, 0.7, n_permutations=199, n_simulations=300,
+                                                         seed=fresh_seed, method=method),
+                  lambda method: cp.unit_test_power(10, 30, 0.5, n_permutations=199, n_simulations=100,
+                                                    degree=np.arange(40.0), is_boundary=np.arange(40) % 4 == 0,
+                                                    seed=fresh_seed, method=method)):
+        vectorised, direct = power("vectorised"), power("direct")
+        # same data, other permutations: only data sets near the threshold can change sides
+        assert abs(vectorised.power - direct.power) <= 0.1, (vectorised, direct)
+
+
+def test_batch_rank_correlation_p_values_match_rank_correlation_test(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    x = rng.normal(size=(30, 7))
+    y = 0.6 * x + rng.normal(size=(30, 7))
+    n_permutations = 3000
+    rho, p = cp.rank_correlation_p_values(x, y, n_permutations=n_permutations, seed=fresh_seed)
+    ordered = cp.rank_correlation_p_values(np.arange(12.0), -np.arange(12.0) ** 3, n_permutations=n_permutations)
+    assert ordered[0] == pytest.approx(-1.0) and ordered[1] == 1 / (1 + n_permutations)  # 2/12! is out of reach
+    for row in range(len(x)):
+        reference_rho, reference_p = rank_correlation_test(x[row], y[row], n_permutations=n_permutations, seed=row)
+        assert rho[row] == pytest.approx(reference_rho, abs=1e-12)
+        spread = math.sqrt(2 * reference_p * (1 - reference_p) / n_permutations)
+        assert abs(p[row] - reference_p) <= 5 * spread + 2 / (1 + n_permutations), (row, p[row], reference_p)
+
+
+def test_batch_coupling_p_values_match_coupling_test_with_degree_strata(fresh_seed):
+    """A degree confound (boundary units of high degree, amplification rising with degree; four degrees, so the
+    strata are the degrees): only the stratified permutation p stays large, so a batch test that ignored the strata
+    would disagree with coupling_test."""
+    rng = np.random.default_rng(fresh_seed)
+    n_units, n_permutations = 120, 1000
+    degree = rng.permutation(np.repeat([1.0, 2.0, 3.0, 4.0], 30))
+    is_boundary = np.zeros(n_units, bool)
+    is_boundary[rng.choice(n_units, 30, replace=False, p=degree ** 4 / np.sum(degree ** 4))] = True
+    amplification = degree + rng.normal(size=(12, n_units)) * 0.1
+    amplification[0, is_boundary] += 10.0  # an effect beyond every permutation: p = 1 / (1 + B)
+    effect, p = cp.coupling_p_values(amplification, is_boundary, degree, n_permutations=n_permutations,
+                                     seed=fresh_seed)
+    _, unstratified = cp.coupling_p_values(amplification, is_boundary, n_permutations=n_permutations, seed=fresh_seed)
+    assert np.median(unstratified) < 0.01 < np.median(p)  # the confound alone gives a small unstratified p
+    assert p[0] == 1 / (1 + n_permutations)
+    for row in range(len(amplification)):
+        reference = coupling_test(amplification[row], is_boundary, degree, n_permutations=n_permutations, seed=row)
+        assert effect[row] == pytest.approx(reference.effect, abs=1e-12)
+        spread = math.sqrt(2 * reference.p_permutation * (1 - reference.p_permutation) / n_permutations)
+        assert abs(p[row] - reference.p_permutation) <= 5 * spread + 2 / (1 + n_permutations)
+
+
+# ------------------------------------------------------------------------------------------- planted effects
+
+
+def test_kruskal_relation_plants_the_spearman_correlation(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    planted = rng.choice([-1, 1]) * rng.uniform(0.4, 0.9)
+    x, y = cp._bivariate_normal(rng, planted, (20, 20000))
+    sample = np.array([scipy.stats.spearmanr(a, b).statistic for a, b in zip(x, y)])
+    standard_error = sample.std(ddof=1) / math.sqrt(len(sample))
+    expected = cp.expected_sample_spearman(planted, 20000)  # rho_S up to a bias of order rho_S / n
+    assert abs(expected - planted) < 1e-3
+    _within(sample.mean(), planted, standard_error, 5)
+    naive = 6 / np.pi * np.arcsin(planted / 2)  # what planting Pearson r = rho_S would give
+    assert abs(naive - planted) > 10 * standard_error  # so the test would catch it
+    # over few points the sample rho is smaller on average (Moran 1948), as expected_sample_spearman says
+    x, y = cp._bivariate_normal(rng, 0.6, (200000, 6))
+    small = np.einsum("sk,sk->s", cp._standardised_ranks(x), cp._standardised_ranks(y))
+    _within(small.mean(), cp.expected_sample_spearman(0.6, 6), small.std() / math.sqrt(len(small)), 5)
+
+
+def test_normal_shift_plants_the_rank_biserial_effect(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    planted = rng.uniform(-0.8, 0.8)
+    delta = cp.rank_biserial_shift(planted)
+    effects = [2 * scipy.stats.mannwhitneyu(rng.normal(delta, 1, 3000), rng.normal(0, 1, 3000)).statistic / 3000 ** 2
+               - 1 for _ in range(20)]
+    _within(np.mean(effects), planted, np.std(effects, ddof=1) / math.sqrt(len(effects)), 5)
+    with pytest.raises(ValueError):
+        cp.rank_biserial_shift(1.0)
+
+
+# ------------------------------------------------------------------------------------- closed forms and floors
+
+
+@pytest.mark.parametrize("n", [4, 5, 6, 7])
+def test_spearman_null_variance_is_one_over_n_minus_one(fresh_seed, n):
+    exact = _orderings_rho(n)
+    assert exact.mean() == pytest.approx(0.0, abs=1e-12)
+    assert exact.var() == pytest.approx(1.0 / (n - 1), rel=1e-12)  # the closed form, by enumeration
+    draws = cp.null_spearman_draws([n, n, 3 + n], 40000, seed=fresh_seed)
+    for column, size in enumerate([n, n, 3 + n]):  # E rho^2 = Var rho, its standard error from the draws
+        squared = draws[:, column] ** 2
+        _within(squared.mean(), 1.0 / (size - 1), squared.std() / math.sqrt(len(squared)))
+        _within(draws[:, column].mean(), 0.0, draws[:, column].std() / math.sqrt(len(squared)))
+    assert abs(np.corrcoef(draws[:, 0], draws[:, 1])[0, 1]) < 4 / math.sqrt(len(draws))  # independent sublayers
+    assert np.mean(draws[:, 0] == 1.0) == pytest.approx(1 / math.factorial(n), abs=4 * math.sqrt(
+        1 / math.factorial(n) / len(draws)) + 1e-12)
+
+
+def test_rank_biserial_null_variance_and_exact_distribution(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    n_boundary, n_interior = 3, 5
+    subsets = np.array(list(itertools.combinations(range(1, 9), n_boundary)))
+    exact = 2 * (subsets.sum(axis=1) - 6) / 15 - 1
+    assert exact.var() == pytest.approx((n_boundary + n_interior + 1) / (3 * n_boundary * n_interior), rel=1e-12)
+    draws = cp.null_rank_biserial_draws([n_boundary], [n_interior], 20000, seed=fresh_seed)[:, 0]
+    values, expected = np.unique(exact, return_counts=True)
+    observed = np.array([np.sum(np.isclose(draws, value)) for value in values])
+    assert observed.sum() == len(draws)
+    assert scipy.stats.chisquare(observed, expected / expected.sum() * len(draws)).pvalue > 1e-5
+    # a label-permutation reference at a size of each branch (exact: a group under 20; normal: both 20 or more)
+    for b, i in ((7, 600), (40, 300)):
+        labels = np.zeros(b + i, bool)
+        labels[:b] = True
+        reference = np.array([2 * (np.sum(np.flatnonzero(rng.permutation(labels)) + 1) - b * (b + 1) / 2) / (b * i) - 1
+                              for _ in range(4000)])
+        variance = (b + i + 1) / (3 * b * i)
+        _within(reference.var(), variance, variance * math.sqrt(2 / len(reference)), 5)
+        ours = cp.null_rank_biserial_draws([b], [i], 20000, seed=fresh_seed)[:, 0]
+        _within(ours.var(), variance, variance * math.sqrt(2.2 / len(ours)))
+        assert scipy.stats.ks_2samp(ours, reference).pvalue > 1e-5
+
+
+@pytest.mark.parametrize("n", [4, 5])
+def test_smallest_attainable_p_by_enumeration(n):
+    rho = _orderings_rho(n)
+    exact_p = [np.mean(np.abs(rho) >= abs(value) - 1e-12) for value in rho]
+    assert min(exact_p) == pytest.approx(2 / math.factorial(n))
+    assert cp.smallest_attainable_p(n, 10 ** 6) == pytest.approx(min(exact_p))
+    one_sided = [np.mean(rho >= value - 1e-12) for value in rho]
+    assert cp.smallest_attainable_p(n, 10 ** 6, alternative="greater") == pytest.approx(min(one_sided))
+    assert cp.smallest_attainable_p(n, 9) == pytest.approx(max(0.1, 2 / math.factorial(n)))
+    assert cp.smallest_attainable_p(10, 1000) == pytest.approx(1 / 1001)
+
+
+def test_rank_correlation_test_of_a_perfect_ordering_reaches_the_floor():
+    rho, p = rank_correlation_test(np.arange(4.0), np.arange(4.0) ** 2, n_permutations=20000, seed=1)
+    assert rho == pytest.approx(1.0)
+    _within(p, cp.smallest_attainable_p(4, 20000), math.sqrt(2 / 24 * (1 - 2 / 24) / 20000))
+
+
+def test_bh_first_rejection_level_is_the_level_scipy_rejects_at():
+    for m in (1, 7, 36):
+        level = cp.bh_first_rejection_level(m)
+        p = np.ones(m)
+        p[0] = level
+        assert false_discovery(p)[0] <= 0.05 + 1e-15
+        p[0] = level * 1.001
+        assert false_discovery(p)[0] > 0.05
+
+
+# --------------------------------------------------------------------------------------------- (b) pooled tests
+
+
+def _spearman(x, y):
+    """Spearman's rho of untied samples: 1 - 6 sum d^2 / (n (n^2 - 1)) (Spearman 1904)."""
+    d = scipy.stats.rankdata(x) - scipy.stats.rankdata(y)
+    return 1.0 - 6.0 * np.sum(d * d) / (len(x) * (len(x) ** 2 - 1.0))
+
+
+def _rank_biserial(boundary, interior):
+    """2 U / (n_b n_i) - 1 with U = R_b - n_b (n_b + 1) / 2 (Mann & Whitney 1947; Kerby 2014)."""
+    rank_sum = scipy.stats.rankdata(np.concatenate([boundary, interior]))[:len(boundary)].sum()
+    return 2.0 * (rank_sum - len(boundary) * (len(boundary) + 1) / 2.0) / (len(boundary) * len(interior)) - 1.0
+
+
+def test_the_reference_formulas_are_scipys():
+    rng = np.random.default_rng(0)
+    x, y, z = rng.normal(size=9), rng.normal(size=9), rng.normal(size=30)
+    assert _spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y).statistic, abs=1e-12)
+    assert _rank_biserial(x, z) == pytest.approx(2 * scipy.stats.mannwhitneyu(x, z).statistic / 270 - 1, abs=1e-12)
+
+
+def _null_family(rng, size_range=(4, 11)):
+    sizes = rng.integers(*size_range, size=int(rng.integers(6, 20)))
+    return np.array([_spearman(rng.normal(size=k), rng.normal(size=k)) for k in sizes]), sizes
+
+
+def test_pooled_rank_correlation_p_is_uniform_under_the_null(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    p = {alternative: [] for alternative in ("two-sided", "less")}
+    for family in range(200):
+        rhos, sizes = _null_family(rng)
+        for alternative in p:
+            p[alternative].append(cp.pooled_rank_correlation_test(rhos, sizes, alternative=alternative,
+                                                                  n_simulations=1000, seed=family).p_value)
+    for values in p.values():
+        assert scipy.stats.kstest(values, "uniform").pvalue > 1e-5
+        assert np.sum(np.asarray(values) <= 0.05) <= scipy.stats.binom.isf(1e-5, len(values), 0.05)
+
+
+def test_pooled_rank_correlation_finds_a_small_negative_coupling_in_every_sublayer(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    sizes = np.full(36, 6)
+    x, y = cp._bivariate_normal(rng, -0.6, (36, 6))
+    rhos = np.array([scipy.stats.spearmanr(a, b).statistic for a, b in zip(x, y)])
+    less = cp.pooled_rank_correlation_test(rhos, sizes, alternative="less", seed=fresh_seed)
+    assert less.p_value < 1e-3 and less.statistic == pytest.approx(np.mean(rhos))
+    assert cp.pooled_rank_correlation_test(rhos, sizes, alternative="greater", seed=fresh_seed).p_value > 0.9
+    assert cp.pooled_rank_correlation_test(rhos, sizes, seed=fresh_seed).p_value < 2e-3
+    assert less.null_standard_deviation == pytest.approx(1 / math.sqrt(36 * 5))
+
+
+def test_pooled_test_weights_by_k_minus_one_and_leaves_out_undefined_sublayers(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    rhos, sizes = _null_family(rng)
+    with_gaps = np.insert(rhos, [1, 3], np.nan)
+    sizes_with_gaps = np.insert(sizes.astype(float), [1, 3], [np.nan, 7])
+    result = cp.pooled_rank_correlation_test(with_gaps, sizes_with_gaps, seed=fresh_seed)
+    assert result == cp.pooled_rank_correlation_test(rhos, sizes, seed=fresh_seed)
+    assert result.n_sublayers == len(rhos) and result.defined
+    assert result.statistic == pytest.approx(np.sum((sizes - 1) * rhos) / np.sum(sizes - 1), rel=1e-12)
+    undefined = cp.pooled_rank_correlation_test([np.nan, np.nan], [5, 6])
+    assert not undefined.defined and undefined.p_value == 1.0 and np.isnan(undefined.statistic) and undefined.reason
+    assert not cp.pooled_rank_biserial_test([np.nan], [3], [5]).defined
+
+
+def test_pooled_rank_biserial_is_uniform_under_the_null_and_finds_a_planted_effect(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+
+    def family(shift):
+        boundary = rng.integers(3, 40, size=12)
+        interior = rng.integers(20, 200, size=12)
+        effects = [_rank_biserial(rng.normal(shift, 1, b), rng.normal(0, 1, i)) for b, i in zip(boundary, interior)]
+        return np.array(effects), boundary, interior
+    p = [cp.pooled_rank_biserial_test(*family(0.0), n_simulations=1000, seed=index).p_value for index in range(200)]
+    assert scipy.stats.kstest(p, "uniform").pvalue > 1e-5
+    effects, boundary, interior = family(0.6)  # r = 2 Phi(0.6 / sqrt 2) - 1 = 0.33, some 8 null SDs
+    greater = cp.pooled_rank_biserial_test(effects, boundary, interior, alternative="greater", seed=fresh_seed)
+    weights = 3 * boundary * interior / (boundary + interior + 1)
+    assert greater.statistic == pytest.approx(np.sum(weights * effects) / np.sum(weights), rel=1e-12)
+    assert greater.p_value < 1e-3
+    assert cp.pooled_rank_biserial_test(effects, boundary, interior, alternative="less", seed=1).p_value > 0.9
+
+
+def test_pooled_community_power_holds_its_level_and_beats_the_per_sublayer_family(fresh_seed):
+    sizes = [6] * 36
+    null = cp.pooled_community_power(sizes, 0.0, n_simulations=2000, seed=fresh_seed)
+    # two errors: the simulations' and that of the one null sample (10000 draws) the test's seed fixes
+    _within(null.power, 0.05, math.sqrt(0.05 * 0.95 / 2000 + 0.05 * 0.95 / 10000))
+    pooled = cp.pooled_community_power(sizes, 0.3, seed=fresh_seed)
+    single = cp.community_test_power(6, 0.3, level=cp.bh_first_rejection_level(36), seed=fresh_seed)
+    assert pooled.power > 0.8 > 0.1 > single.power
+
+
+# -------------------------------------------------------------------------------------- (c) operator regression
+
+
+def _layered(rng, n_layers, dependence=0.0):
+    """Two sublayers per layer; the operator measures and the coupling share a layer component (neighbouring
+    sublayers are alike), the coupling depends on the asymmetry by ``dependence``."""
+    layer = np.repeat(np.arange(n_layers), 2)
+    asymmetry = rng.normal(size=n_layers)[layer] + 0.3 * rng.normal(size=2 * n_layers)
+    rotation = rng.normal(size=n_layers)[layer] + 0.3 * rng.normal(size=2 * n_layers)
+    coupling = dependence * asymmetry + rng.normal(size=n_layers)[layer] + 0.3 * rng.normal(size=2 * n_layers)
+    return coupling, asymmetry, rotation, layer
+
+
+def test_regression_slopes_are_least_squares_on_standardised_predictors(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    coupling, asymmetry, rotation, layer = _layered(rng, 15, 0.4)
+    coupling[[2, 9]] = np.nan
+    rotation[4] = np.inf
+    fit = cp.operator_type_regression(coupling, asymmetry, rotation, layer, n_permutations=200, seed=fresh_seed)
+    keep = np.isfinite(coupling) & np.isfinite(rotation)
+    c = coupling[keep]
+    za, zq = ((v[keep] - v[keep].mean()) / v[keep].std() for v in (asymmetry, rotation))
+
+    def residual(values, on):
+        line = scipy.stats.linregress(on, values)
+        return values - line.intercept - line.slope * on
+    # Frisch-Waugh-Lovell: a slope of the multiple regression is the simple slope of the residualised variables
+    assert fit.slope_asymmetry == pytest.approx(scipy.stats.linregress(residual(za, zq), residual(c, zq)).slope, rel=1e-9)
+    assert fit.slope_rotation == pytest.approx(scipy.stats.linregress(residual(zq, za), residual(c, za)).slope, rel=1e-9)
+    assert fit.intercept == pytest.approx(c.mean(), rel=1e-9)
+    design = np.column_stack([np.ones(len(c)), za, zq])
+    solution = np.linalg.solve(design.T @ design, design.T @ c)
+    assert fit.r_squared == pytest.approx(1 - np.sum((c - design @ solution) ** 2) / np.sum((c - c.mean()) ** 2))
+    assert fit.rho_asymmetry == pytest.approx(scipy.stats.spearmanr(c, asymmetry[keep]).statistic)
+    assert fit.rho_rotation == pytest.approx(scipy.stats.spearmanr(c, rotation[keep]).statistic)
+    assert (fit.n_sublayers, fit.n_layers) == (int(keep.sum()), 15)
+    assert fit.sd_asymmetry == pytest.approx(asymmetry[keep].std())
+
+
+def test_layer_permutation_p_is_small_with_a_planted_dependence_and_not_without(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    planted = cp.operator_type_regression(*_layered(rng, 20, -2.0), n_permutations=999, seed=fresh_seed)
+    assert planted.slope_asymmetry < 0 and planted.p_asymmetry < 0.01 and planted.p_value < 0.01
+    assert planted.rho_asymmetry < 0 and planted.p_rho_asymmetry < 0.01
+    p = np.array([[getattr(cp.operator_type_regression(*_layered(rng, 12), n_permutations=199, seed=index), name)
+                   for name in ("p_value", "p_asymmetry", "p_rho_rotation")] for index in range(60)])
+    for column in p.T:  # exact under the null even though sublayers of a layer are alike
+        assert np.sum(column <= 0.05) <= scipy.stats.binom.isf(1e-5, len(column), 0.05)
+        assert scipy.stats.kstest(column, "uniform").pvalue > 1e-5
+
+
+def test_layers_move_together():
+    layer = np.array([0, 0, 1, 1, 2, 3, 3, 2, 4, 5, 5])  # layers 4 and 5 hold 1 and 2 sublayers; 2's rows apart
+    source = cp.layer_permutations(layer, 500, seed=0)
+    rows_of = {value: np.flatnonzero(layer == value) for value in np.unique(layer)}
+    moved = set()
+    for permutation in source:
+        assert sorted(permutation) == list(range(len(layer)))
+        targets = set()
+        for value, rows in rows_of.items():
+            taken = layer[permutation[rows]]
+            assert len(set(taken)) == 1  # a layer takes all its rows from one layer ...
+            assert np.array_equal(permutation[rows], rows_of[taken[0]])  # ... all of them, in order
+            targets.add(taken[0])
+            moved.add((value, taken[0]))
+        assert len(targets) == len(rows_of)
+    assert (4, 4) in moved and not any(value == 4 and other != 4 for value, other in moved)  # alone in its size
+    assert {(0, 5), (5, 2), (2, 1)} <= moved  # the two-sublayer layers do exchange
+
+
+def test_a_layer_level_relation_is_judged_by_layer_orderings_only(fresh_seed):
+    """Four layers, both sublayers of a layer alike, coupling perfectly ordered with the asymmetry: of the 4! layer
+    orderings only the observed one and its reverse give |rho| = 1, so p = 2/24 (permuting single sublayers would
+    give 2 * 2^4 / 8! = 0.0008)."""
+    rng = np.random.default_rng(fresh_seed)
+    layer = np.repeat(np.arange(4), 2)
+    asymmetry = np.sort(rng.normal(size=4))[layer]
+    rotation = rng.normal(size=4)[layer]
+    fit = cp.operator_type_regression(2 * asymmetry + 1, asymmetry, rotation, layer, n_permutations=4000,
+                                      seed=fresh_seed)
+    assert fit.rho_asymmetry == pytest.approx(1.0) and fit.n_layer_orderings == 24
+    _within(fit.p_rho_asymmetry, 2 / 24, math.sqrt(2 / 24 * 22 / 24 / 4000))
+
+
+def test_regression_undefined_cases():
+    layer = np.arange(6)
+    few = cp.operator_type_regression([1, 2, np.nan], [1, 2, 3], [3, 1, 2], layer[:3])
+    assert not few.defined and "4" in few.reason and few.p_value == 1.0 and np.isnan(few.r_squared)
+    constant = cp.operator_type_regression(np.arange(6.0), np.ones(6), np.arange(6.0) ** 2, layer)
+    assert not constant.defined and "asymmetry" in constant.reason

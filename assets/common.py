@@ -27,10 +27,10 @@ def checkpoint_source(warehouse: WarehouseResource, model: str, checkpoint: str)
     if spec.is_tiny:
         return str(warehouse.open().models_directory / model / checkpoint), None
     if spec.is_gguf:  # imported (or initialised) by model_checkpoints
-        from resdyn.models.registry import INIT_QUANTIZED_REVISION, INIT_REVISION
+        from resdyn.models.registry import MADE_REVISIONS
         from resdyn.models.sources import gguf_checkpoint_label, store_directory
 
-        label = checkpoint if revision in (INIT_REVISION, INIT_QUANTIZED_REVISION) else gguf_checkpoint_label(spec)
+        label = checkpoint if revision in MADE_REVISIONS else gguf_checkpoint_label(spec)
         directory = store_directory(warehouse.open().models_directory, spec, label)
         if not (directory / "config.json").is_file():
             raise FileNotFoundError(f"{model}@{checkpoint} has not been imported into {directory} yet: materialize "

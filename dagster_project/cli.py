@@ -278,7 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "file's stem)")
     run.add_argument("--null-model", action="store_true", help="with a new GGUF --model: also its checkpoint 'init', "
                      "the same config with freshly initialised weights (HF's initialisation, seed 0), and "
-                     "'init-quantized', those weights rounded through the file's own tensor types")
+                     "'init-quantized', those weights rounded through the file's own tensor types, and "
+                     "'rounding-x1' / 'rounding-x2', the file's weights with 1x / 2x their own rounding variance "
+                     "added (the claims extrapolate to no rounding: SIMEX)")
     for setting in SETTINGS:
         run.add_argument(setting.flag, dest=setting.name, default=None,
                          help=f"{setting.help} [{setting.variable}; default {setting.default}]")

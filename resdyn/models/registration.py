@@ -29,7 +29,7 @@ class Request:
     checkpoints: tuple[str, ...] = ()  # to run (registered), or the label(s) of a new source
     revision: str | None = None  # a new hub id's revision
     name: str | None = None  # a new source's model name
-    null_model: bool = False  # a new GGUF file: also its init and init-quantized checkpoints
+    null_model: bool = False  # a new GGUF file: also its init, init-quantized and rounding-noise checkpoints
 
     def __post_init__(self) -> None:
         if (self.suite is None) == (not self.models):
@@ -109,7 +109,13 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
                    stale_checkpoints: Callable[[str], set[str]], say: Callable[[str], None]) -> list[str]:
     """Record a GGUF file (checked and hashed first: a damaged or unsupported file registers nothing)."""
     from .gguf_import import check_importable
-    from .registry import GGUF_REVISION, INIT_QUANTIZED_REVISION, INIT_REVISION
+    from .registry import (
+        GGUF_REVISION,
+        INIT_QUANTIZED_REVISION,
+        INIT_REVISION,
+        MADE_REVISIONS,
+        ROUNDING_NOISE_REVISIONS,
+    )
 
     if request.revision:
         raise RegistrationError(f"--revision names a hub revision, but {path} is a GGUF file (one checkpoint; label "
@@ -122,6 +128,8 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
     if request.null_model:
         checkpoints[INIT_REVISION] = INIT_REVISION
         checkpoints[INIT_QUANTIZED_REVISION] = INIT_QUANTIZED_REVISION  # the quantization control
+        for dose in ROUNDING_NOISE_REVISIONS:  # the file's own rounding as a dose-response (SIMEX): rules v4
+            checkpoints[dose] = dose
     previous = registry.specs.get(name)
     changed = bool(previous is not None and previous.sha256 and previous.sha256 != description.sha256)
     registry.add(ModelSpec(name, description.family, str(path), checkpoints, description.sha256,
@@ -129,7 +137,7 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
     # what was made from another file (its null model, their quantized control) is stale: this run remakes it
     stale = stale_checkpoints(name)
     rerun = [label for label, revision in (previous.checkpoints.items() if previous is not None else ())
-             if revision in (INIT_REVISION, INIT_QUANTIZED_REVISION) and label not in checkpoints and label in stale]
+             if revision in MADE_REVISIONS and label not in checkpoints and label in stale]
     say(f"registered {name} -> {path} (GGUF {description.architecture}, {description.quantization_summary}, sha256 "
         f"{description.sha256[:12]}{'; changed since last registered: it will be imported again' if changed else ''}"
         f"), checkpoints {list(checkpoints) + rerun}"

@@ -9,7 +9,8 @@ inside an installed Python distribution (``package:DISTRIBUTION/PATH``, located 
 distribution's installed metadata, without importing it), or one that ships in ``parts`` (concatenated once:
 resdyn.models.parts). The checkpoints of a GGUF model are
 ``gguf`` (the file, imported once), ``init`` (the null model: the same config, freshly
-initialised) or ``init-quantized`` (the null model rounded through the file's own tensor types);
+initialised), ``init-quantized`` (the null model rounded through the file's own tensor types) or
+``rounding-x1`` / ``rounding-x2`` (the file's weights with 1x / 2x their own rounding variance added);
 ``sha256`` and ``quantization`` record the registered file.
 """
 
@@ -28,6 +29,10 @@ PACKAGE_PREFIX = "package:"
 GGUF_REVISION = "gguf"  # a GGUF model's checkpoint made from the file itself
 INIT_REVISION = "init"  # the same config, freshly initialised (resdyn.models.null_model)
 INIT_QUANTIZED_REVISION = "init-quantized"  # init rounded through the file's types (resdyn.models.quantized_null_model)
+# the trained file's weights plus lambda times their own rounding variance (resdyn.models.rounding_noise): SIMEX doses
+ROUNDING_NOISE_REVISIONS = {"rounding-x1": 1.0, "rounding-x2": 2.0}
+# checkpoints made from a GGUF model's file rather than the file itself, each stored at its own label
+MADE_REVISIONS = (INIT_REVISION, INIT_QUANTIZED_REVISION, *ROUNDING_NOISE_REVISIONS)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 BUILT_IN = Path(__file__).with_name("registry.toml")
 

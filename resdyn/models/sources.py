@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .registry import GGUF_REVISION, INIT_QUANTIZED_REVISION, INIT_REVISION, ModelSpec
+from .registry import GGUF_REVISION, INIT_QUANTIZED_REVISION, INIT_REVISION, ROUNDING_NOISE_REVISIONS, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,9 @@ def registered_origin(spec: ModelSpec, checkpoint: str) -> CheckpointOrigin:
     revision = spec.checkpoints[checkpoint]
     initialization = {INIT_REVISION: "the registered GGUF's config, freshly initialised",
                       INIT_QUANTIZED_REVISION: "the registered GGUF's config, freshly initialised, then rounded "
-                                               "through the file's own tensor types"}.get(revision, "")
+                                               "through the file's own tensor types",
+                      **{kind: f"the registered GGUF's weights plus {multiple:g}x their own rounding variance"
+                         for kind, multiple in ROUNDING_NOISE_REVISIONS.items()}}.get(revision, "")
     return CheckpointOrigin(spec.source, spec.sha256, spec.quantization, initialization)
 
 
@@ -94,6 +96,15 @@ def ensure_local_checkpoint(spec: ModelSpec, checkpoint: str, models_directory: 
         return destination, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
                                              f"{made['initialization']}; seed {made['seed']}; "
                                              f"{quantized['initialization']}")
+    if revision in ROUNDING_NOISE_REVISIONS:  # the file's weights with more rounding noise: a SIMEX dose
+        from .rounding_noise import rounding_noise_checkpoint
+
+        destination = store_directory(models_directory, spec, checkpoint)
+        made = rounding_noise_checkpoint(gguf_file, trained, destination, ROUNDING_NOISE_REVISIONS[revision],
+                                         expected_sha256=record.sha256, progress=progress)
+        return destination, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
+                                             made["initialization"])
     raise KeyError(f"model {spec.name}: checkpoint {checkpoint} has revision {revision!r}; a GGUF model's checkpoints "
-                   f"are {GGUF_REVISION!r} (the file), {INIT_REVISION!r} (its null model) or "
-                   f"{INIT_QUANTIZED_REVISION!r} (the null model rounded through the file's types)")
+                   f"are {GGUF_REVISION!r} (the file), {INIT_REVISION!r} (its null model), "
+                   f"{INIT_QUANTIZED_REVISION!r} (the null model rounded through the file's types) or "
+                   f"{', '.join(map(repr, ROUNDING_NOISE_REVISIONS))} (the file's weights with more rounding noise)")

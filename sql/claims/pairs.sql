@@ -3,7 +3,8 @@
 SELECT model, arg_min(checkpoint, checkpoint_order(checkpoint)) AS null_checkpoint,
        arg_max(checkpoint, checkpoint_order(checkpoint)) AS trained_checkpoint, count(*) AS n_checkpoints
 FROM partitions
-WHERE status = 'complete' AND checkpoint <> 'init-quantized'  -- the quantization control is neither end
+-- the quantization control and the rounding-noise doses (resdyn/models/rounding_noise.py) are neither end
+WHERE status = 'complete' AND checkpoint NOT IN ('init-quantized', 'rounding-x1', 'rounding-x2')
 GROUP BY model
 HAVING count(*) >= 2
 ORDER BY model;

@@ -28,6 +28,9 @@ def _origins(warehouse: Path, model: str, complete_only: bool = True) -> dict:
     return {row["checkpoint"]: (row["d_model"], row["source_sha256"]) for row in rows}
 
 
+MADE = ("local", "init", "init-quantized", "rounding-x1", "rounding-x2")  # what --null-model registers
+
+
 def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_the_next_run(tmp_path, fresh_seed):
     warehouse, path = tmp_path / "warehouse", tmp_path / "W" / "t.gguf"
     path.parent.mkdir()
@@ -37,8 +40,8 @@ def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_
                     "--warehouse", str(warehouse), timeout=900)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     old = describe_gguf(path).sha256
-    assert _origins(warehouse, "t", complete_only=False) == {c: (32, old) for c in ("local", "init", "init-quantized")}
-    assert _statuses(warehouse, "t") == {c: "incomplete" for c in ("local", "init", "init-quantized")}
+    assert _origins(warehouse, "t", complete_only=False) == {c: (32, old) for c in MADE}
+    assert _statuses(warehouse, "t") == {c: "incomplete" for c in MADE}
 
     write_gguf(random_model("llama", fresh_seed + 1, hidden_size=64), path)  # another model, twice as wide
     new = describe_gguf(path).sha256
@@ -46,11 +49,11 @@ def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_
     # it before its partitions run; a run stopped there leaves exactly this)
     registry = ModelRegistry(warehouse / "registry.json")
     registry.add(replace(registry.get("t"), sha256=new))
-    assert _statuses(warehouse, "t") == {c: "stale" for c in ("local", "init", "init-quantized")}
+    assert _statuses(warehouse, "t") == {c: "stale" for c in MADE}
     check = run_cli("check", "--warehouse", str(warehouse))
     assert check.returncode == 1
     stale = [line for line in check.stdout.splitlines() if line.startswith("stale: ")]
-    assert len(stale) == 3 and all(old[:12] in line and new[:12] in line and "resdyn run --model t --checkpoint"
+    assert len(stale) == len(MADE) and all(old[:12] in line and new[:12] in line and "resdyn run --model t --checkpoint"
                                    in line for line in stale), check.stdout
     claims = run_cli("claims", "t", "--trained", "local", "--warehouse", str(warehouse))
     assert claims.returncode == 2 and claims.stderr.count("\n") == 1, claims.stderr
@@ -59,11 +62,12 @@ def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_
 
     again = run_cli("run", "--model", str(path), *SMALL, "--warehouse", str(warehouse), timeout=900)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    assert "init, init-quantized made from another file: remade from this one" in again.stdout
+    assert "init, init-quantized, rounding-x1, rounding-x2 made from another file: remade from this one" in \
+        again.stdout
     record = json.loads((warehouse / "_models" / "t" / "local" / IMPORT_RECORD).read_text())
     assert record["sha256"] == new
-    assert _statuses(warehouse, "t") == {c: "complete" for c in ("local", "init", "init-quantized")}
-    assert _origins(warehouse, "t") == {c: (64, new) for c in ("local", "init", "init-quantized")}
+    assert _statuses(warehouse, "t") == {c: "complete" for c in MADE}
+    assert _origins(warehouse, "t") == {c: (64, new) for c in MADE}
     assert run_cli("check", "--warehouse", str(warehouse)).returncode == 0
     claims = run_cli("claims", "t", "--trained", "local", "--warehouse", str(warehouse))
     assert claims.returncode == 0, claims.stderr[-2000:]

@@ -51,7 +51,7 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
 
 
 @partition_asset(ANALYSIS, group_name="coupling",
-          deps=["unit_amplification", "communities", "layer_metrics"], code_version="3",
+          deps=["unit_amplification", "communities", "layer_metrics"], code_version="4",
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
 def coupling_tests(context, settings, outputs, unit_amplification: TableHandle, communities: TableHandle,
@@ -94,7 +94,8 @@ def _coupling_tests(context, settings, outputs, unit_amplification, communities,
     for row, value, value_by, value_permutation, defined in zip(rows, q, q_by, q_permutation, mask):
         row.update(q_value=float(value) if defined else None, q_value_by=float(value_by) if defined else None,
                    q_value_permutation=float(value_permutation) if defined else None,
-                   significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
+                   # BH on the degree-stratified permutation p: the p that guards against a boundary/degree confound
+                   significant=bool(value_permutation < coupling.SIGNIFICANCE) if defined else None)
     table = pa.Table.from_pylist(rows, schema=table_spec("coupling_tests").schema())
     frames = {checkpoint: pl.from_arrow(table)}  # across checkpoints: the coupling_by_checkpoint asset
     png = figure_frames.coupling_figure(model, frames, outputs.figures)
@@ -104,7 +105,7 @@ def _coupling_tests(context, settings, outputs, unit_amplification, communities,
 
 
 @partition_asset(ANALYSIS, group_name="coupling",
-          deps=["graph_edges", "communities", "jacobians", "layer_metrics"], code_version="1",
+          deps=["graph_edges", "communities", "jacobians", "layer_metrics"], code_version="2",
           description="Community position (mean participation) vs community gain ||J P_C||_F / ||P_C||_F per sublayer: "
                       "Spearman rho, permutation p (J, its symmetric part, J - I), BH q within the model checkpoint.")
 def community_coupling(context, settings, communities: TableHandle, graph_edges: TableHandle,
@@ -140,6 +141,7 @@ def _community_coupling(context, settings, communities, graph_edges, activations
                                                             if test.reason]
         rows.append({"layer": layer, "sublayer": sublayer, "depth": depth, "boundary": boundary,
                      "n_communities": primary.n_communities,
+                     "community_sizes": sorted(position.size.tolist(), reverse=True),
                      "position_measure": community_level.POSITION_MEASURE,
                      **{f"rho{suffix}": test.rho if test.defined else None for suffix, test in
                         (("", primary), ("_symmetric", tests["symmetric"]), ("_update", tests["update"]))},

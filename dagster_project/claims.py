@@ -19,14 +19,19 @@ from resdyn.claims import (
     RULES,
     CheckpointData,
     ClaimsReport,
+    coupling_power_table,
     diagnostics,
     evaluate,
+    extrapolate_to_zero_rounding,
+    rules_hash,
     with_quantization_control,
+    with_rounding_control,
 )
 from resdyn.depth import RANK_DEFINITIONS as RANKS
 from resdyn.depth import SCHUR_ORDERING
 from resdyn.depth import SCHUR_ORDERINGS as ORDERINGS
 from resdyn.models.registry import INIT_QUANTIZED_REVISION as QUANTIZED_CHECKPOINT
+from resdyn.models.registry import ROUNDING_NOISE_REVISIONS
 from resdyn.sampling import cumulative_quantity, surgery_quantity
 
 from .config import SQL_DIRECTORY
@@ -164,6 +169,10 @@ def checkpoint_data(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, Checkpoi
             coupling_significant=rows["coupling_significant"].fill_null(False).to_numpy().astype(bool),
             community_rho=_floats(rows, "community_rho"),
             community_significant=rows["community_significant"].fill_null(False).to_numpy().astype(bool),
+            n_boundary=_counts(rows, "n_boundary"), n_interior=_counts(rows, "n_interior"),
+            n_communities=_counts(rows, "n_communities"),
+            n_permutations=_setting(frames["runs"], checkpoint, "n_permutations", 1000),
+            missing=tuple(column for column in SIZE_COLUMNS if column not in rows.columns),
             noise_to_signal=_noise(folds, depths),
             d_model=int(size.get("d_model") or 0), n_samples=int(size.get("n_samples") or 0),
             n_observations=int(graph.get("n_observations") or 0),
@@ -173,6 +182,25 @@ def checkpoint_data(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, Checkpoi
         products[checkpoint] = {alpha: rows_of_alpha["effective_rank"].to_numpy()
                                 for (alpha,), rows_of_alpha in by_alpha.group_by("alpha", maintain_order=True)}
     return data, products
+
+
+SIZE_COLUMNS = ("n_boundary", "n_interior", "n_communities")  # sql/claims/sublayers.sql since rules v4
+
+
+def _counts(frame: pl.DataFrame, column: str) -> np.ndarray | None:
+    """An integer column (NULL as 0: an undefined test has no size), or None where the inputs predate it (inputs
+    saved before rules v4: the claims that need it say so, naming the column)."""
+    return frame[column].fill_null(0).to_numpy().astype(int) if column in frame.columns else None
+
+
+def _setting(runs: pl.DataFrame, checkpoint: str, name: str, default):
+    """One analysis setting of the run that made ``checkpoint`` (runs.settings, JSON), or ``default``."""
+    rows = runs.filter(pl.col("checkpoint") == checkpoint) if "checkpoint" in runs.columns else runs.clear()
+    for text in rows["settings"].to_list() if rows.height else []:
+        value = json.loads(text).get(name) if text else None
+        if value is not None:
+            return value
+    return default
 
 
 def _noise(intervals: pl.DataFrame, depths: np.ndarray) -> np.ndarray | None:
@@ -203,7 +231,10 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     partitions = {row["checkpoint"]: row for row in frames["partitions"].iter_rows(named=True)}
     data, products = checkpoint_data(frames)
     control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
-    compared = [null_checkpoint, trained_checkpoint, *([control] if control else [])]
+    # the SIMEX doses of the trained file's own rounding (resdyn/models/rounding_noise.py), when both were run
+    doses = [dose for dose in ROUNDING_NOISE_REVISIONS if dose in data] \
+        if null_checkpoint == "init" and all(dose in data for dose in ROUNDING_NOISE_REVISIONS) else []
+    compared = [null_checkpoint, trained_checkpoint, *([control] if control else []), *doses]
     stale = [c for c in compared if partitions.get(c, {}).get("status") == "stale"]
     if stale:
         row = partitions[stale[0]]
@@ -226,8 +257,12 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     claims = evaluate(data[null_checkpoint], data[trained_checkpoint])
     if control is not None:
         claims = with_quantization_control(claims, data[control], data[trained_checkpoint])
+    if doses:
+        zero = extrapolate_to_zero_rounding(data[trained_checkpoint], *(data[dose] for dose in doses))
+        claims = with_rounding_control(claims, data[null_checkpoint], zero)
     report = ClaimsReport(model, null_checkpoint, trained_checkpoint, claims,
-                          diagnostics(data[null_checkpoint], data[trained_checkpoint]), control)
+                          diagnostics(data[null_checkpoint], data[trained_checkpoint]), control,
+                          coupling_power_table(data[null_checkpoint], data[trained_checkpoint]))
     output = Path(output) if output else store.root / "_artefacts" / "claims" / model
     output.mkdir(parents=True, exist_ok=True)
     pair = {null_checkpoint: data[null_checkpoint], **({control: data[control]} if control else {}),
@@ -236,21 +271,27 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
                            surgery_products=products)
     runs = frames["runs"].to_dicts()
     record = {"model": model, "null_checkpoint": null_checkpoint, "trained_checkpoint": trained_checkpoint,
-              "quantized_null_checkpoint": control,
+              "quantized_null_checkpoint": control, "rounding_doses": doses,
               "d_model": data[trained_checkpoint].d_model, "n_samples": data[trained_checkpoint].n_samples,
               "settings": {r["checkpoint"]: json.loads(r["settings"]) for r in runs},
               "settings_hash": {r["checkpoint"]: r["settings_hash"] for r in runs},
               "code_version": {r["checkpoint"]: {"git_commit": r["git_commit"], "resdyn_version": r["resdyn_version"]}
                                for r in runs},
               "rules": {key: {"version": version, "rule": text} for key, (version, text) in RULES.items()},
+              "rules_hash": rules_hash(),
               "claims": [{**claim.row(), "null_estimate": asdict(claim.null_model) if claim.null_model else None,
                           "trained_estimate": asdict(claim.trained) if claim.trained else None,
+                          "effect_estimate": asdict(claim.effect) if claim.effect else None,
+                          "zero_rounding_estimate": asdict(claim.zero_rounding) if claim.zero_rounding else None,
                           "quantized_null_estimate": asdict(claim.quantized_null_model) if claim.quantized_null_model
                           else None, "quantized_comparison_estimate": asdict(claim.quantized_comparison)
                           if claim.quantized_comparison else None}
-                         for claim in report.claims], "diagnostics": report.diagnostics}
+                         for claim in report.claims], "diagnostics": report.diagnostics,
+              "coupling_power": report.power}
     (output / "claims.json").write_text(json.dumps(record, indent=2))
     (output / "claims.md").write_text(report.markdown() + "\n")
+    # each coupling test's power as a table of its own (one row per checkpoint and sublayer)
+    pl.DataFrame(report.power, infer_schema_length=None).write_parquet(output / "coupling_power.parquet")
     return report, figure
 
 

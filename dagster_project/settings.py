@@ -110,7 +110,10 @@ PRESET_FLAG, PRESET_VARIABLE = "--preset", "RESDYN_PRESET"
 PRESETS: dict[str, dict[str, object]] = {
     # docs/paper.md: "1,000 samples of WikiText-2" (the defaults take 128); the paper fixes no other setting, so the
     # rest stay at the defaults docs/paper.md and docs/methods.md describe (64-token windows, last token, float64).
-    "paper": {"n_samples": 1000},
+    # 20,000 permutations: a BH family of m tests rejects nothing unless some p <= 0.05 / m, and a permutation p
+    # cannot fall below 1 / (1 + B); at B = 1000 that floor is above 0.05 / m for m >= 50 (SmolLM2: 60 sublayers),
+    # so rules v4's power (resdyn/coupling_power.py) would be 0 by construction. At 20,000 it reaches m = 1000.
+    "paper": {"n_samples": 1000, "n_permutations": 20000},
 }
 
 

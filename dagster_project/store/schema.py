@@ -174,16 +174,20 @@ _table("cumulative_rank", "depth of the composed Jacobian J_depth ... J_0", "dep
        _c("cumulative_singular_values", pa.list_(F64), "every singular value of the product"))
 _table("schur_surgery", "(schur_ordering, alpha, depth)", "depth",
        _c("alpha", F64, "scale of the non-normal part (1 = the Jacobians as measured, under every ordering); "
-           "0.25, 0.5, 0.75 under `lapack-default` only"), DEPTH,
+           "0.25, 0.5, 0.75 under `lapack-default` only; under `polar-normal` J(alpha) = N + alpha (J - N)"), DEPTH,
        _c("effective_rank", F64, "of the product of J(alpha)"), _c("participation_ratio", F64, "of the product"),
        _c("stable_rank", F64, "of the product"), _c("numerical_rank", I32, "of the product"),
        _c("log_sigma_max", F64, "log of the product's largest singular value"),
        _c("max_eigenvalue_drift", F64, "largest move of an eigenvalue of a Schur block T(alpha) vs T (T in this "
-           "row's ordering), up to this depth"),
-       _c("block_rule", STR, "2x2 block rebalancing rule"),
-       _c("schur_ordering", STR, "eigenvalue ordering of the Schur form whose normal part is kept: `lapack-default` "
-           "(LAPACK's own, as before; alphas 0 to 1), `modulus-ascending` or `modulus-descending` (|lambda| along "
-           "the diagonal, reordered by LAPACK's DTREXC; alphas 0 and 1)"))
+           "row's ordering), up to this depth; `polar-normal`: at alpha = 0 the eigenpair residual "
+           "max_i ||N u_i - lambda_i u_i||_2 of N with J's eigenvalues and its unit eigenvectors (Schur basis; each "
+           "lambda_i within it of N's spectrum), 0 at alpha = 1 (J itself), up to this depth"),
+       _c("block_rule", STR, "2x2 block rebalancing rule (`sinh`); `polar` for `polar-normal` (no block rebalanced)"),
+       _c("schur_ordering", STR, "the normal part kept: that of the Schur form in an eigenvalue ordering, "
+           "`lapack-default` (LAPACK's own, as before; alphas 0 to 1), `modulus-ascending` or `modulus-descending` "
+           "(|lambda| along the diagonal, reordered by LAPACK's DTREXC; alphas 0 and 1); or `polar-normal`, no "
+           "ordering: N = U Lambda U^* for U the unitary polar factor of the unit-column eigenvectors V = U H of "
+           "J = V Lambda V^-1 (resdyn/normal_part.py; alphas 0 and 1)"))
 _table("transient_dynamics", "sublayer", "transient",
        LAYER, SUBLAYER, DEPTH, _c("spectral_radius", F64, "rho(J) = max |lambda|"),
        _c("spectral_norm", F64, "||J||_2"),
@@ -240,10 +244,13 @@ _table("coupling_tests", "sublayer", "coupling",
        _c("q_value", F64, "Benjamini-Hochberg over the defined tests of the model checkpoint (null when undefined)"),
        _c("q_value_by", F64, "Benjamini-Yekutieli"),
        _c("q_value_permutation", F64, "BH of the permutation p"),
-       _c("significant", BOOL, "q_value < 0.05 (null when undefined: never 'not significant')"))
+       _c("significant", BOOL, "q_value_permutation < 0.05: BH of the degree-stratified permutation p (null when "
+          "undefined: never 'not significant')"))
 _table("community_coupling", "sublayer", "coupling",
        LAYER, SUBLAYER, DEPTH, BOUNDARY,
        _c("n_communities", I32, "eligible communities of the boundary's partition (at least 3 units; the test needs 4)"),
+       _c("community_sizes", pa.list_(I32), "units in every community of the boundary's partition, largest first "
+          "(eligible or not): what the test's power depends on"),
        _c("position_measure", STR, "community position tested: `mean_participation` (mean participation coefficient)"),
        _c("rho", F64, "Spearman rho of position and log ||J P_C||_F / ||P_C||_F over the communities (null when undefined)"),
        _c("p_permutation", F64, "two-sided permutation p, gains permuted over communities (1 when undefined)"),

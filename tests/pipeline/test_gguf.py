@@ -210,20 +210,24 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "tiny-gguf@local ok" in first.stdout and "tiny-gguf@init ok" in first.stdout
     assert "tiny-gguf@init-quantized ok" in first.stdout  # the quantization control
+    assert "tiny-gguf@rounding-x1 ok" in first.stdout and "tiny-gguf@rounding-x2 ok" in first.stdout  # SIMEX doses
     sha = describe_gguf(path).sha256
     spec = ModelRegistry(warehouse / "registry.json").get("tiny-gguf")
     assert (spec.source, spec.sha256, spec.checkpoints) == (str(path.resolve()), sha, {
-        "local": "gguf", "init": "init", "init-quantized": "init-quantized"})
+        "local": "gguf", "init": "init", "init-quantized": "init-quantized", "rounding-x1": "rounding-x1",
+        "rounding-x2": "rounding-x2"})
     assert spec.quantization == "F32:15,Q8_0:5"
     store = Warehouse(warehouse)
     assert {r["checkpoint"]: r["status"] for r in store.query("SELECT * FROM partitions").to_pylist()} == \
-        {"local": "complete", "init": "complete", "init-quantized": "complete"}
+        {"local": "complete", "init": "complete", "init-quantized": "complete", "rounding-x1": "complete",
+         "rounding-x2": "complete"}
     rows = store.query("SELECT checkpoint, source_sha256, source_quantization, initialization "
                        "FROM model_checkpoints").to_pylist()
     assert all(r["source_sha256"] == sha and r["source_quantization"] == "F32:15,Q8_0:5" for r in rows)
     initialization = {r["checkpoint"]: r["initialization"] for r in rows}
     assert "seed 0" in initialization["init"] and initialization["init"] in initialization["init-quantized"]
     assert "(F32:15,Q8_0:5)" in initialization["init-quantized"] and initialization["local"] == ""
+    assert "2 times each tensor's own rounding variance" in initialization["rounding-x2"]
     # the control's weights: the null model's, Q8_0-rounded where the file is Q8_0, unchanged where it is F32
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -249,17 +253,26 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         assert json.loads((output / "claims.json").read_text()) == claims_record, source
         assert (output / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
-    assert sorted(path.name for path in inputs.iterdir()) == ["init", "init-quantized", "local"]
+    assert sorted(path.name for path in inputs.iterdir()) == ["init", "init-quantized", "local", "rounding-x1",
+                                                              "rounding-x2"]
     verdicts = {claim["key"]: claim["verdict"] for claim in claims_record["claims"]}
     from resdyn.claims import RULES
+    from resdyn.claims import VERDICTS as RULE_VERDICTS
 
-    assert set(verdicts.values()) <= {"holds", "does not hold", "undecided", "not testable"}
+    assert set(verdicts.values()) <= set(RULE_VERDICTS)
     primary = {claim["key"] for claim in claims_record["claims"] if claim["primary"]}
     assert {"early_rotation", "spectral_gradient_attn", "spectral_gradient_mlp", "late_near_symmetric",
             "init_near_symmetric", "training_adds_rotation", "cumulative_bottleneck", "bottleneck_learned",
             "surgery_dissolves", "coupling_near_symmetric", "coupling_rotation_dominated", "coupling_absent_at_init",
             "coupling_learned", "community_coupling_near_symmetric", "community_coupling_rotation_dominated",
-            "community_coupling_learned"} == primary
+            "community_coupling_learned", "surgery_installed_by_training",
+            "community_coupling_operator_dependence"} == primary
+    # rules v4: every row says why, and the trained file's own rounding was extrapolated away (SIMEX)
+    assert all(claim["why"] for claim in claims_record["claims"])
+    assert claims_record["rounding_doses"] == ["rounding-x1", "rounding-x2"]
+    assert all(claim["zero_rounding"] != "n/a" for claim in claims_record["claims"] if claim["primary"]
+               and claim["verdict"] != "not testable")
+    assert (claims_directory / "coupling_power.parquet").is_file()
     assert claims_record["rules"] == {key: {"version": v, "rule": text} for key, (v, text) in RULES.items()}
     assert set(claims_record["settings_hash"]) >= {"init", "local"}
     # the quantization control is the third checkpoint: its measures beside the null model's

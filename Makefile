@@ -33,8 +33,9 @@ demo: install
 	$(VENV)/bin/resdyn run --suite default
 	$(VENV)/bin/resdyn report
 
-# The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained and as its null
-# model (their registry entries list both), on 1,000 WikiText-2 windows (--preset paper), then each model's claims.
+# The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained, as its null
+# model, its quantization control and two doses of its own rounding noise (their registry entries list all five), on
+# 1,000 WikiText-2 windows (--preset paper), then each model's claims (rules v4, docs/study.md).
 # Resumable: --resume skips the partitions the warehouse already holds complete at these settings; the claims'
 # inputs (small frames, one folder per checkpoint) are kept in docs/study/MODEL/inputs, so checkpoints run in
 # different sessions (or warehouses) are judged together.

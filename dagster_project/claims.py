@@ -172,7 +172,8 @@ def checkpoint_data(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, Checkpoi
             n_boundary=_counts(rows, "n_boundary"), n_interior=_counts(rows, "n_interior"),
             n_communities=_counts(rows, "n_communities"),
             n_permutations=_setting(frames["runs"], checkpoint, "n_permutations", 1000),
-            missing=tuple(column for column in SIZE_COLUMNS if column not in rows.columns),
+            missing=tuple(column for column in V4_COLUMNS
+                          if column not in rows.columns or rows[column].null_count() == rows.height),
             noise_to_signal=_noise(folds, depths),
             d_model=int(size.get("d_model") or 0), n_samples=int(size.get("n_samples") or 0),
             n_observations=int(graph.get("n_observations") or 0),
@@ -184,13 +185,17 @@ def checkpoint_data(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, Checkpoi
     return data, products
 
 
-SIZE_COLUMNS = ("n_boundary", "n_interior", "n_communities")  # sql/claims/sublayers.sql since rules v4
+# sql/claims/sublayers.sql's columns since rules v4: inputs saved before lack them (or, joined with newer folders,
+# hold only nulls there); the claims that need one say so, naming it
+V4_COLUMNS = ("n_boundary", "n_interior", "n_communities", "coupling_q_permutation")
 
 
 def _counts(frame: pl.DataFrame, column: str) -> np.ndarray | None:
     """An integer column (NULL as 0: an undefined test has no size), or None where the inputs predate it (inputs
     saved before rules v4: the claims that need it say so, naming the column)."""
-    return frame[column].fill_null(0).to_numpy().astype(int) if column in frame.columns else None
+    if column not in frame.columns or frame[column].null_count() == frame.height:
+        return None
+    return frame[column].fill_null(0).to_numpy().astype(int)
 
 
 def _setting(runs: pl.DataFrame, checkpoint: str, name: str, default):
@@ -231,9 +236,9 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     partitions = {row["checkpoint"]: row for row in frames["partitions"].iter_rows(named=True)}
     data, products = checkpoint_data(frames)
     control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
-    # the SIMEX doses of the trained file's own rounding (resdyn/models/rounding_noise.py), when both were run
-    doses = [dose for dose in ROUNDING_NOISE_REVISIONS if dose in data] \
-        if null_checkpoint == "init" and all(dose in data for dose in ROUNDING_NOISE_REVISIONS) else []
+    # the SIMEX doses of the trained file's own rounding (resdyn/models/rounding_noise.py), when both were run at the
+    # trained partition's settings (a dose at other settings, or one alone, extrapolates nothing: said in the record)
+    doses, doses_note = _rounding_doses(data, frames["runs"], null_checkpoint, trained_checkpoint)
     compared = [null_checkpoint, trained_checkpoint, *([control] if control else []), *doses]
     stale = [c for c in compared if partitions.get(c, {}).get("status") == "stale"]
     if stale:
@@ -271,7 +276,7 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
                            surgery_products=products)
     runs = frames["runs"].to_dicts()
     record = {"model": model, "null_checkpoint": null_checkpoint, "trained_checkpoint": trained_checkpoint,
-              "quantized_null_checkpoint": control, "rounding_doses": doses,
+              "quantized_null_checkpoint": control, "rounding_doses": doses, "rounding_doses_note": doses_note,
               "d_model": data[trained_checkpoint].d_model, "n_samples": data[trained_checkpoint].n_samples,
               "settings": {r["checkpoint"]: json.loads(r["settings"]) for r in runs},
               "settings_hash": {r["checkpoint"]: r["settings_hash"] for r in runs},
@@ -293,6 +298,24 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     # each coupling test's power as a table of its own (one row per checkpoint and sublayer)
     pl.DataFrame(report.power, infer_schema_length=None).write_parquet(output / "coupling_power.parquet")
     return report, figure
+
+
+def _rounding_doses(data: dict, runs: pl.DataFrame, null_checkpoint: str, trained_checkpoint: str
+                    ) -> tuple[list[str], str]:
+    """(the dose checkpoints to extrapolate with, a note): both doses, complete at the trained partition's settings
+    hash, beside a GGUF file's null model ``init``; otherwise none, and the note says why."""
+    present = [dose for dose in ROUNDING_NOISE_REVISIONS if dose in data]
+    if not present or null_checkpoint != "init":
+        return [], "" if not present else "the doses go with a GGUF file's null model (--null init)"
+    if len(present) < len(ROUNDING_NOISE_REVISIONS):
+        missing = [dose for dose in ROUNDING_NOISE_REVISIONS if dose not in data]
+        return [], f"no extrapolation to zero rounding: {', '.join(missing)} not complete (run it)"
+    hashes = {row["checkpoint"]: row["settings_hash"] for row in runs.iter_rows(named=True)}
+    odd = [dose for dose in present if hashes.get(dose) != hashes.get(trained_checkpoint)]
+    if odd:
+        return [], (f"no extrapolation to zero rounding: {', '.join(odd)} made at other settings than "
+                    f"{trained_checkpoint} (rerun them with the same settings)")
+    return present, ""
 
 
 def _require_partitions(store: Warehouse, model: str) -> None:

@@ -440,3 +440,43 @@ def test_regression_undefined_cases():
     assert not few.defined and "4" in few.reason and few.p_value == 1.0 and np.isnan(few.r_squared)
     constant = cp.operator_type_regression(np.arange(6.0), np.ones(6), np.arange(6.0) ** 2, layer)
     assert not constant.defined and "asymmetry" in constant.reason
+
+
+def test_the_omnibus_community_test_is_calibrated_and_sees_couplings_of_both_signs(fresh_seed):
+    """Q = sum (K - 1) rho^2 against its exact null: under the null about 5% of p below 0.05; couplings of opposite
+    signs in different sublayers (the paper's operator-type claim) found, where the signed pooled test cancels them."""
+    rng = np.random.default_rng(fresh_seed)
+    sizes = np.repeat(rng.integers(5, 12, 15), 2)  # in pairs: alternating signs below cancel in the signed mean
+    rejections = []
+    for trial in range(300):
+        rhos = cp.null_spearman_draws(sizes, 1, seed=int(rng.integers(2**31)))[0]
+        rejections.append(cp.omnibus_rank_correlation_test(rhos, sizes, n_simulations=2000, seed=trial).p_value
+                          <= 0.05)
+    assert abs(np.mean(rejections) - 0.05) <= 4 * np.sqrt(0.05 * 0.95 / 300)
+    mixed = np.where(np.arange(30) % 2 == 0, 0.8, -0.8)
+    assert cp.omnibus_rank_correlation_test(mixed, sizes, seed=fresh_seed).p_value < 0.001
+    assert cp.pooled_rank_correlation_test(mixed, sizes, seed=fresh_seed).p_value > 0.5
+    with pytest.raises(ValueError, match="extrapolated"):
+        cp.omnibus_rank_correlation_test(np.r_[1.6, mixed[1:]], sizes)
+    weak, strong = (cp.omnibus_community_power(tuple(sizes), rho, seed=fresh_seed).power for rho in (0.2, 0.6))
+    assert weak < strong and strong > 0.9
+
+
+def test_the_normal_law_of_the_unit_test_gives_its_power_and_one_test_is_a_family_of_one(fresh_seed):
+    """unit_test_p_values_normal: the share of p <= 0.05 is the closed form Phi(r / s - z) + Phi(-r / s - z) and
+    agrees with the permutation simulation; BH over one test is that test."""
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(fresh_seed)
+    b, i, effect = 64, 576, 0.2
+    sigma = np.sqrt((b + i + 1) / (3 * b * i))
+    closed = norm.cdf(effect / sigma - norm.isf(0.025)) + norm.cdf(-effect / sigma - norm.isf(0.025))
+    p = cp.unit_test_p_values_normal(b, i, effect, 20000, n_permutations=1000, rng=rng)
+    assert np.mean(p <= 0.05) == pytest.approx(closed, abs=4 * np.sqrt(closed * (1 - closed) / 20000))
+    simulated = cp.unit_test_power(b, i, effect, n_simulations=300, seed=fresh_seed)
+    assert abs(simulated.power - closed) <= 0.1  # the null variance understates the power a little, by design
+    family = cp.bh_family_power([(b, i)], effect, n_simulations=20000, seed=fresh_seed)
+    assert family.power == pytest.approx(closed, abs=4 * np.sqrt(closed * (1 - closed) / 20000))
+    many = cp.bh_family_power([(b, i)] * 40, effect, n_simulations=2000, seed=fresh_seed)
+    assert many.power > family.power  # BH over 40 sublayers that all have the effect rejects something more often
+    assert cp.bh_family_power([(b, i)] * 40, 0.0, n_simulations=4000, seed=fresh_seed).power < 0.05 + 0.015

@@ -900,6 +900,20 @@ def relative_operator_types(trained: CheckpointData, null: CheckpointData) -> np
     return np.where(less_asymmetric, "near_symmetric", np.where(more_rotation, "rotation_dominated", "other"))
 
 
+def _absence_with_power(verdict: str, why: str, absence: str, power: float, power_note: str,
+                        stale: list[str]) -> tuple[str, str]:
+    """(verdict, why) of a unit-level count: not testable where the inputs lack the permutation q; a verdict of
+    absence (``absence``) stands only with power >= MIN_POWER, else undecided (no power)."""
+    if stale:
+        return "not testable", (f"the inputs lack {', '.join(stale)} (made before rules v4, whose significance is BH on "
+                                "the degree-stratified permutation p): save them again")
+    if verdict != absence:
+        return verdict, why
+    if not (_finite(power) and power >= MIN_POWER):
+        return UNDECIDED_POWER, f"{why}, but the tests' {power_note} (< {MIN_POWER})"
+    return verdict, f"{why}; {power_note}"
+
+
 def _coupling_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
     claims = []
     relative = relative_operator_types(trained, null)
@@ -937,14 +951,8 @@ def _coupling_claims(null: CheckpointData, trained: CheckpointData) -> list[Clai
               for name, d in (("null", null), ("trained", trained))}
     stale = [c for c in ("coupling_q_permutation",) if c in null.missing or c in trained.missing]
     null_power, null_power_note = _unit_family_power(null)
-    verdict, why = _judged("null model's BH-significant share", null_share, 0.05, False)
-    if stale:
-        verdict, why = "not testable", ("the inputs lack coupling_q_permutation (made before rules v4, whose "
-                                        "significance is BH on the degree-stratified permutation p): save them again")
-    elif verdict == "holds" and not (_finite(null_power) and null_power >= MIN_POWER):
-        verdict, why = UNDECIDED_POWER, f"{why}, but the tests' {null_power_note} (< {MIN_POWER})"
-    elif verdict == "holds":
-        why = f"{why}; {null_power_note}"
+    verdict, why = _absence_with_power(*_judged("null model's BH-significant share", null_share, 0.05, False),
+                                       "holds", null_power, null_power_note, stale)
     verdict, note = _noise_gate(verdict, null)
     claims.append(Claim(
         "coupling_absent_at_init", "The coupling is absent at initialisation",
@@ -955,14 +963,8 @@ def _coupling_claims(null: CheckpointData, trained: CheckpointData) -> list[Clai
     learned = Estimate(trained_share.value - null_share.value)
     needed = 0.1 + (null_share.value if _finite(null_share.value) else 0.0)
     trained_power, trained_power_note = _unit_family_power(trained, share_needed=needed)
-    verdict, why = _judged("BH-significant share, trained - null", learned, 0.1, True)
-    if stale:
-        verdict, why = "not testable", ("the inputs lack coupling_q_permutation (made before rules v4): save them "
-                                        "again")
-    elif verdict == "does not hold" and not (_finite(trained_power) and trained_power >= MIN_POWER):
-        verdict, why = UNDECIDED_POWER, f"{why}, but the tests' {trained_power_note} (< {MIN_POWER})"
-    elif verdict == "does not hold":
-        why = f"{why}; {trained_power_note}"
+    verdict, why = _absence_with_power(*_judged("BH-significant share, trained - null", learned, 0.1, True),
+                                       "does not hold", trained_power, trained_power_note, stale)
     verdict, note = _noise_gate(verdict, null, trained)
     claims.append(Claim(
         "coupling_learned", "Training makes the coupling significant in many sublayers",

@@ -89,14 +89,16 @@ def test_the_registered_gemma3_entry_lists_its_four_parts():
 
 
 def test_a_suite_names_whole_models_or_single_checkpoints():
-    """The study runs every checkpoint of both models (null model, its quantization control, trained); the demo
-    names SmolLM2's two checkpoints and leaves its quantization control to the study."""
+    """The study runs every checkpoint of both models (null model, its quantization control, trained, the two
+    doses of the file's own rounding); the demo names SmolLM2's two checkpoints and leaves the rest to the study."""
     from resdyn.models.registration import Request, partitions_of
 
     registry = ModelRegistry()
     study = partitions_of(Request(suite="study"), registry)
     assert study == [f"{model}@{c}" for model in ("smollm2-135m", "gemma3-270m")
-                     for c in ("init", "init-quantized", "trained")]
+                     for c in ("init", "init-quantized", "trained", "rounding-x1", "rounding-x2")]
+    assert partitions_of(Request(suite="smollm2"), registry) == [
+        f"smollm2-135m@{c}" for c in ("init", "init-quantized", "trained")]
     default = partitions_of(Request(suite="default"), registry)
     assert [k for k in default if k.startswith("smollm2")] == ["smollm2-135m@init", "smollm2-135m@trained"]
     assert len(default) == 11

@@ -39,8 +39,9 @@ def _rank_sum_pmf(n_boundary, n_units):
     return counts[n_boundary] / counts[n_boundary].sum()
 
 
-def _within(value, reference, standard_error, factor=5.0):
-    assert abs(value - reference) <= factor * standard_error, (value, reference, standard_error)
+def _within(value, reference, standard_error, factor=5.0) -> bool:
+    """Is ``value`` within ``factor`` Monte-Carlo standard errors of ``reference``?"""
+    return abs(value - reference) <= factor * standard_error
 
 
 # ---------------------------------------------------------------------------------------------------- (a) power
@@ -55,7 +56,7 @@ def test_community_power_without_effect_is_the_exact_size_of_the_test(fresh_seed
     power = cp.community_test_power(n_communities, 0.0, level=level, n_permutations=n_permutations,
                                     n_simulations=n_simulations, seed=fresh_seed)
     assert power.n_simulations == n_simulations and power.level == level
-    _within(power.power, size, math.sqrt(size * (1 - size) / n_simulations))
+    assert _within(power.power, size, math.sqrt(size * (1 - size) / n_simulations))
     assert power.standard_error == pytest.approx(math.sqrt(power.power * (1 - power.power) / n_simulations))
 
 
@@ -76,22 +77,23 @@ def test_unit_power_without_effect_is_the_size_of_the_test(fresh_seed, n_boundar
                                                lambda total: 2 * total - n_boundary * (n_units + 1))
     power = cp.unit_test_power(n_boundary, n_interior, 0.0, level=level, n_permutations=n_permutations, degree=degree,
                                is_boundary=is_boundary, n_simulations=n_simulations, seed=fresh_seed)
-    _within(power.power, size, math.sqrt(size * (1 - size) / n_simulations))
+    assert _within(power.power, size, math.sqrt(size * (1 - size) / n_simulations))
 
 
-def _clearly_above(high, low):
-    assert high.power - low.power > 4 * math.hypot(high.standard_error, low.standard_error), (high, low)
+def _clearly_above(high, low) -> bool:
+    """Is power ``high`` above ``low`` by more than 4 standard errors of the difference?"""
+    return high.power - low.power > 4 * math.hypot(high.standard_error, low.standard_error)
 
 
 def test_power_rises_with_the_planted_effect_and_with_the_size(fresh_seed):
     community = {rho: cp.community_test_power(6, rho, n_permutations=499, seed=fresh_seed) for rho in (0.0, 0.6, 0.95)}
-    _clearly_above(community[0.95], community[0.6])
-    _clearly_above(community[0.6], community[0.0])
-    _clearly_above(cp.community_test_power(10, 0.6, n_permutations=499, seed=fresh_seed), community[0.6])
+    assert _clearly_above(community[0.95], community[0.6])
+    assert _clearly_above(community[0.6], community[0.0])
+    assert _clearly_above(cp.community_test_power(10, 0.6, n_permutations=499, seed=fresh_seed), community[0.6])
     unit = {effect: cp.unit_test_power(32, 288, effect, n_permutations=199, seed=fresh_seed) for effect in (0.0, 0.25)}
-    _clearly_above(unit[0.25], unit[0.0])
-    _clearly_above(cp.unit_test_power(64, 576, 0.25, n_permutations=199, seed=fresh_seed), unit[0.25])
-    _clearly_above(cp.unit_test_power(64, 576, -0.25, n_permutations=199, seed=fresh_seed), unit[0.0])  # both signs
+    assert _clearly_above(unit[0.25], unit[0.0])
+    assert _clearly_above(cp.unit_test_power(64, 576, 0.25, n_permutations=199, seed=fresh_seed), unit[0.25])
+    assert _clearly_above(cp.unit_test_power(64, 576, -0.25, n_permutations=199, seed=fresh_seed), unit[0.0])  # both signs
 
 
 def test_a_level_below_what_the_permutations_can_reach_has_no_power():
@@ -102,7 +104,7 @@ def test_a_level_below_what_the_permutations_can_reach_has_no_power():
     assert cp.community_test_power(10, 1.0, level=level, n_permutations=1000).power == 0.0
     # at 36 sublayers a perfect ordering of 6 communities passes only when no permutation hits it: (1 - 2/720)^1000
     luck = cp.community_test_power(6, 1.0, level=cp.bh_first_rejection_level(36), n_permutations=1000, seed=3)
-    _within(luck.power, (1 - 2 / 720) ** 1000, math.sqrt(0.06 * 0.94 / luck.n_simulations))
+    assert _within(luck.power, (1 - 2 / 720) ** 1000, math.sqrt(0.06 * 0.94 / luck.n_simulations))
 
 
 def test_the_vectorised_power_is_the_power_of_the_tests_themselves(fresh_seed):
@@ -166,13 +168,13 @@ def test_kruskal_relation_plants_the_spearman_correlation(fresh_seed):
     standard_error = sample.std(ddof=1) / math.sqrt(len(sample))
     expected = cp.expected_sample_spearman(planted, 20000)  # rho_S up to a bias of order rho_S / n
     assert abs(expected - planted) < 1e-3
-    _within(sample.mean(), planted, standard_error, 5)
+    assert _within(sample.mean(), planted, standard_error, 5)
     naive = 6 / np.pi * np.arcsin(planted / 2)  # what planting Pearson r = rho_S would give
     assert abs(naive - planted) > 10 * standard_error  # so the test would catch it
     # over few points the sample rho is smaller on average (Moran 1948), as expected_sample_spearman says
     x, y = cp._bivariate_normal(rng, 0.6, (200000, 6))
     small = np.einsum("sk,sk->s", cp._standardised_ranks(x), cp._standardised_ranks(y))
-    _within(small.mean(), cp.expected_sample_spearman(0.6, 6), small.std() / math.sqrt(len(small)), 5)
+    assert _within(small.mean(), cp.expected_sample_spearman(0.6, 6), small.std() / math.sqrt(len(small)), 5)
 
 
 def test_normal_shift_plants_the_rank_biserial_effect(fresh_seed):
@@ -181,7 +183,7 @@ def test_normal_shift_plants_the_rank_biserial_effect(fresh_seed):
     delta = cp.rank_biserial_shift(planted)
     effects = [2 * scipy.stats.mannwhitneyu(rng.normal(delta, 1, 3000), rng.normal(0, 1, 3000)).statistic / 3000 ** 2
                - 1 for _ in range(20)]
-    _within(np.mean(effects), planted, np.std(effects, ddof=1) / math.sqrt(len(effects)), 5)
+    assert _within(np.mean(effects), planted, np.std(effects, ddof=1) / math.sqrt(len(effects)), 5)
     with pytest.raises(ValueError):
         cp.rank_biserial_shift(1.0)
 
@@ -197,8 +199,8 @@ def test_spearman_null_variance_is_one_over_n_minus_one(fresh_seed, n):
     draws = cp.null_spearman_draws([n, n, 3 + n], 40000, seed=fresh_seed)
     for column, size in enumerate([n, n, 3 + n]):  # E rho^2 = Var rho, its standard error from the draws
         squared = draws[:, column] ** 2
-        _within(squared.mean(), 1.0 / (size - 1), squared.std() / math.sqrt(len(squared)))
-        _within(draws[:, column].mean(), 0.0, draws[:, column].std() / math.sqrt(len(squared)))
+        assert _within(squared.mean(), 1.0 / (size - 1), squared.std() / math.sqrt(len(squared)))
+        assert _within(draws[:, column].mean(), 0.0, draws[:, column].std() / math.sqrt(len(squared)))
     assert abs(np.corrcoef(draws[:, 0], draws[:, 1])[0, 1]) < 4 / math.sqrt(len(draws))  # independent sublayers
     assert np.mean(draws[:, 0] == 1.0) == pytest.approx(1 / math.factorial(n), abs=4 * math.sqrt(
         1 / math.factorial(n) / len(draws)) + 1e-12)
@@ -222,9 +224,9 @@ def test_rank_biserial_null_variance_and_exact_distribution(fresh_seed):
         reference = np.array([2 * (np.sum(np.flatnonzero(rng.permutation(labels)) + 1) - b * (b + 1) / 2) / (b * i) - 1
                               for _ in range(4000)])
         variance = (b + i + 1) / (3 * b * i)
-        _within(reference.var(), variance, variance * math.sqrt(2 / len(reference)), 5)
+        assert _within(reference.var(), variance, variance * math.sqrt(2 / len(reference)), 5)
         ours = cp.null_rank_biserial_draws([b], [i], 20000, seed=fresh_seed)[:, 0]
-        _within(ours.var(), variance, variance * math.sqrt(2.2 / len(ours)))
+        assert _within(ours.var(), variance, variance * math.sqrt(2.2 / len(ours)))
         assert scipy.stats.ks_2samp(ours, reference).pvalue > 1e-5
 
 
@@ -243,7 +245,7 @@ def test_smallest_attainable_p_by_enumeration(n):
 def test_rank_correlation_test_of_a_perfect_ordering_reaches_the_floor():
     rho, p = rank_correlation_test(np.arange(4.0), np.arange(4.0) ** 2, n_permutations=20000, seed=1)
     assert rho == pytest.approx(1.0)
-    _within(p, cp.smallest_attainable_p(4, 20000), math.sqrt(2 / 24 * (1 - 2 / 24) / 20000))
+    assert _within(p, cp.smallest_attainable_p(4, 20000), math.sqrt(2 / 24 * (1 - 2 / 24) / 20000))
 
 
 def test_bh_first_rejection_level_is_the_level_scipy_rejects_at():
@@ -344,7 +346,7 @@ def test_pooled_community_power_holds_its_level_and_beats_the_per_sublayer_famil
     sizes = [6] * 36
     null = cp.pooled_community_power(sizes, 0.0, n_simulations=2000, seed=fresh_seed)
     # two errors: the simulations' and that of the one null sample (10000 draws) the test's seed fixes
-    _within(null.power, 0.05, math.sqrt(0.05 * 0.95 / 2000 + 0.05 * 0.95 / 10000))
+    assert _within(null.power, 0.05, math.sqrt(0.05 * 0.95 / 2000 + 0.05 * 0.95 / 10000))
     pooled = cp.pooled_community_power(sizes, 0.3, seed=fresh_seed)
     single = cp.community_test_power(6, 0.3, level=cp.bh_first_rejection_level(36), seed=fresh_seed)
     assert pooled.power > 0.8 > 0.1 > single.power
@@ -431,7 +433,7 @@ def test_a_layer_level_relation_is_judged_by_layer_orderings_only(fresh_seed):
     fit = cp.operator_type_regression(2 * asymmetry + 1, asymmetry, rotation, layer, n_permutations=4000,
                                       seed=fresh_seed)
     assert fit.rho_asymmetry == pytest.approx(1.0) and fit.n_layer_orderings == 24
-    _within(fit.p_rho_asymmetry, 2 / 24, math.sqrt(2 / 24 * 22 / 24 / 4000))
+    assert _within(fit.p_rho_asymmetry, 2 / 24, math.sqrt(2 / 24 * 22 / 24 / 4000))
 
 
 def test_regression_undefined_cases():

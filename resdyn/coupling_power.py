@@ -6,10 +6,12 @@ Benjamini-Hochberg over m sublayers rejects nothing unless some p <= 0.05/m (0.0
 tests do not find is then a statement about the tests. This module gives
 
 (a) power by planted-effect simulation: :func:`community_test_power`, :func:`unit_test_power` (one sublayer's
-    test) and :func:`pooled_community_power` (the pooled test of (b)), with :func:`smallest_attainable_p` and
-    :func:`bh_first_rejection_level` for the levels a family of tests needs;
-(b) pooled tests across the sublayers of one checkpoint from what the warehouse keeps per sublayer:
-    :func:`pooled_rank_correlation_test` (rho and K) and :func:`pooled_rank_biserial_test` (r, n_b and n_i);
+    test, by permutations; :func:`unit_test_p_values_normal` by the normal law, what the claims use),
+    :func:`bh_family_power` (a BH family of unit tests) and :func:`omnibus_community_power`, with
+    :func:`smallest_attainable_p` and :func:`bh_first_rejection_level` for the levels a family of tests needs;
+(b) pooled tests across the sublayers of one checkpoint from each sublayer's rho and K (what the warehouse keeps):
+    :func:`omnibus_rank_correlation_test` (sign-free, what the claims use) and :func:`pooled_rank_correlation_test`
+    (the signed weighted mean, for a coupling of one sign everywhere);
 (c) :func:`operator_type_regression`: the coupling regressed on the asymmetry index and the rotation share
     (:mod:`resdyn.spectra`) across sublayers, with a null that permutes whole layers (:func:`layer_permutations`).
 
@@ -34,18 +36,15 @@ import scipy.stats
 from resdyn.community_coupling import MIN_COMMUNITIES
 from resdyn.coupling import coupling_test, degree_strata, rank_correlation_test
 
-__all__ = ["NORMAL_FROM_GROUP_SIZE", "OperatorTypeRegression", "PooledTestResult", "PowerEstimate",
+__all__ = ["OperatorTypeRegression", "PooledTestResult", "PowerEstimate", "bh_family_power",
            "bh_first_rejection_level", "community_test_power", "coupling_p_values", "expected_sample_spearman",
-           "gaussian_copula_pearson", "layer_permutations", "null_rank_biserial_draws", "null_spearman_draws",
-           "operator_type_regression", "pooled_community_power", "pooled_rank_biserial_test",
-           "pooled_rank_correlation_test", "rank_biserial_shift", "rank_correlation_p_values",
-           "smallest_attainable_p", "unit_test_power"]
+           "gaussian_copula_pearson", "layer_permutations", "null_spearman_draws", "omnibus_community_power",
+           "omnibus_rank_correlation_test", "operator_type_regression", "pooled_rank_correlation_test",
+           "rank_biserial_shift", "rank_correlation_p_values", "smallest_attainable_p", "unit_test_p_values_normal",
+           "unit_test_power"]
 
 ALTERNATIVES = ("two-sided", "less", "greater")
 METHODS = ("vectorised", "direct")
-# Both groups of at least this many units: the pooled unit-level null draws a sublayer's rank-biserial r from its
-# normal approximation (null_rank_biserial_draws says why); below it, exactly.
-NORMAL_FROM_GROUP_SIZE = 20
 _TOLERANCE = 1e-12  # as resdyn.coupling: a permuted statistic within this of the observed one counts as extreme
 _CELLS = 1 << 23  # elements of one working array (64 MiB of float64) in the chunked simulations
 
@@ -388,36 +387,6 @@ def null_spearman_draws(n_communities, n_draws: int, *, seed: int = 0) -> np.nda
     return draws
 
 
-def null_rank_biserial_draws(n_boundary, n_interior, n_draws: int, *, seed: int = 0,
-                             normal_from_group_size: int = NORMAL_FROM_GROUP_SIZE) -> np.ndarray:
-    """(n_draws, m): for each of m sublayers, a rank-biserial effect r = 2 U / (n_b n_i) - 1 under exchangeable
-    labels without ties, independently across draws and sublayers; mean 0 and variance
-
-        Var r = (n_b + n_i + 1) / (3 n_b n_i)    (from Var U = n_b n_i (n_b + n_i + 1) / 12, Mann & Whitney 1947).
-
-    Exact where the smaller group has fewer than ``normal_from_group_size`` units: R_b is the rank sum of a
-    uniformly random n_b-subset of 1..n_b + n_i (:func:`_random_subset_sums`), U = R_b - n_b (n_b + 1) / 2.
-    Otherwise r ~ N(0, Var r) (Mann & Whitney 1947: U is asymptotically normal), because the exact draw costs
-    O(n_draws min(n_b, n_i)) per sublayer and the normal one O(n_draws). Both groups >= 20 is where that is safe for a
-    pooled test: the exact U is symmetric and its tails are lighter than the normal's (two-sided tail at |z| = 3:
-    0.85 of the normal's at n_b = 20, n_i = 620; 0.95 at 64, 576), so the approximation errs on the conservative
-    side, and the pooled mean over many sublayers is closer to normal still. ``normal_from_group_size`` larger than
-    every group makes every draw exact.
-    """
-    boundary = np.asarray(n_boundary, dtype=np.int64).reshape(-1)
-    interior = np.asarray(n_interior, dtype=np.int64).reshape(-1)
-    if boundary.shape != interior.shape or np.any(boundary < 1) or np.any(interior < 1):
-        raise ValueError("every sublayer needs at least one boundary and one interior unit")
-    rng = np.random.default_rng(seed)
-    draws = np.empty((n_draws, len(boundary)))
-    for column, (b, i) in enumerate(zip(boundary.tolist(), interior.tolist())):
-        if min(b, i) >= normal_from_group_size:
-            draws[:, column] = rng.normal(0.0, math.sqrt((b + i + 1) / (3.0 * b * i)), size=n_draws)
-        else:
-            rank_sum = _random_subset_sums(np.arange(1.0, b + i + 1.0)[None, :], b, n_draws, rng)[0]
-            draws[:, column] = 2.0 * (rank_sum - b * (b + 1) / 2.0) / (b * i) - 1.0
-    return draws
-
 
 @dataclass(frozen=True)
 class PooledTestResult:
@@ -495,66 +464,6 @@ def pooled_rank_correlation_test(rhos, n_communities, *, alternative: str = "two
                            alternative)
     return PooledTestResult(float(statistic), float(p), int(defined.sum()), 1.0 / math.sqrt(weights.sum()),
                             alternative)
-
-
-def pooled_rank_biserial_test(effects, n_boundary, n_interior, *, alternative: str = "two-sided",
-                              n_simulations: int = 10000, seed: int = 0,
-                              normal_from_group_size: int = NORMAL_FROM_GROUP_SIZE) -> PooledTestResult:
-    """Pooled test of the unit-level coupling across the sublayers of one checkpoint, from each sublayer's
-    rank-biserial effect r_s and group sizes (what the warehouse keeps).
-
-        T = sum_s w_s r_s / sum_s w_s,    w_s = 3 n_b n_i / (n_b + n_i + 1) = 1 / Var r_s
-
-    (Var r_s under exchangeable labels without ties: :func:`null_rank_biserial_draws`), Var T = 1 / sum_s w_s. The
-    null of T is simulated from independent draws of every sublayer's null r (exact rank sums where a group has
-    fewer than ``normal_from_group_size`` units, normal beyond: :func:`null_rank_biserial_draws` says why), p as in
-    :func:`pooled_rank_correlation_test`. NaN effects (undefined tests) are left out. The null is exchangeability of
-    all of a sublayer's labels, not within degree strata: the pooled test does not guard against a boundary-degree
-    confound as the per-sublayer stratified p does.
-    """
-    effects = np.asarray(effects, dtype=np.float64).reshape(-1)
-    boundary = np.asarray(n_boundary, dtype=np.float64).reshape(-1)
-    interior = np.asarray(n_interior, dtype=np.float64).reshape(-1)
-    if not effects.shape == boundary.shape == interior.shape:
-        raise ValueError("one n_boundary and one n_interior per effect")
-    defined = np.isfinite(effects)
-    if not defined.any():
-        return _undefined(alternative, "rank-biserial effect")
-    boundary, interior = boundary[defined].astype(np.int64), interior[defined].astype(np.int64)
-    weights = 3.0 * boundary * interior / (boundary + interior + 1.0)
-    null = null_rank_biserial_draws(boundary, interior, n_simulations, seed=seed,
-                                    normal_from_group_size=normal_from_group_size)
-    statistic, p = _pooled(effects[defined], weights, null, alternative)
-    return PooledTestResult(float(statistic), float(p), int(defined.sum()), 1.0 / math.sqrt(weights.sum()),
-                            alternative)
-
-
-def pooled_community_power(n_communities_per_sublayer, planted_rho, *, level: float = 0.05,
-                           alternative: str = "two-sided", n_simulations: int = 1000, n_null: int = 10000,
-                           seed: int = 0) -> PowerEstimate:
-    """Power of :func:`pooled_rank_correlation_test` over sublayers of K_s = ``n_communities_per_sublayer[s]``
-    communities: the share of simulated checkpoints whose pooled p is <= ``level``.
-
-    Each simulation draws, for every sublayer, K_s pairs from the bivariate normal of population Spearman
-    correlation ``planted_rho`` (a number for every sublayer, or one per sublayer; see
-    :func:`community_test_power`), computes each sublayer's sample rho and the pooled test with
-    ``n_simulations=n_null`` and ``seed``: the p of :func:`pooled_rank_correlation_test` for that seed (its null
-    draws do not depend on the data, so they are drawn once). Monte-Carlo standard error at most 0.016 at the
-    default 1000 simulations.
-    """
-    _check(level, n_simulations)
-    sizes = np.asarray(n_communities_per_sublayer, dtype=np.int64).reshape(-1)
-    planted = np.broadcast_to(np.asarray(planted_rho, dtype=np.float64), sizes.shape)
-    if len(sizes) == 0 or np.any(sizes < 2):
-        raise ValueError(f"every sublayer needs at least 2 communities: {sizes}")
-    rng = np.random.default_rng(seed)
-    rhos = np.empty((n_simulations, len(sizes)))
-    for column, (size, rho) in enumerate(zip(sizes.tolist(), planted.tolist())):
-        x, y = _bivariate_normal(rng, rho, (n_simulations, size))
-        rhos[:, column] = np.einsum("sk,sk->s", _standardised_ranks(x), _standardised_ranks(y))
-    weights = (sizes - 1).astype(np.float64)
-    _, p = _pooled(rhos, weights, null_spearman_draws(sizes, n_null, seed=seed), alternative)
-    return _power(p, level)
 
 
 # --------------------------------------------------------------------------------------------------------------

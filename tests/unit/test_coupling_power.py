@@ -212,12 +212,7 @@ def test_rank_biserial_null_variance_and_exact_distribution(fresh_seed):
     subsets = np.array(list(itertools.combinations(range(1, 9), n_boundary)))
     exact = 2 * (subsets.sum(axis=1) - 6) / 15 - 1
     assert exact.var() == pytest.approx((n_boundary + n_interior + 1) / (3 * n_boundary * n_interior), rel=1e-12)
-    draws = cp.null_rank_biserial_draws([n_boundary], [n_interior], 20000, seed=fresh_seed)[:, 0]
-    values, expected = np.unique(exact, return_counts=True)
-    observed = np.array([np.sum(np.isclose(draws, value)) for value in values])
-    assert observed.sum() == len(draws)
-    assert scipy.stats.chisquare(observed, expected / expected.sum() * len(draws)).pvalue > 1e-5
-    # a label-permutation reference at a size of each branch (exact: a group under 20; normal: both 20 or more)
+    # a label-permutation reference at two sizes: the variance unit_test_p_values_normal uses
     for b, i in ((7, 600), (40, 300)):
         labels = np.zeros(b + i, bool)
         labels[:b] = True
@@ -225,9 +220,9 @@ def test_rank_biserial_null_variance_and_exact_distribution(fresh_seed):
                               for _ in range(4000)])
         variance = (b + i + 1) / (3 * b * i)
         assert _within(reference.var(), variance, variance * math.sqrt(2 / len(reference)), 5)
-        ours = cp.null_rank_biserial_draws([b], [i], 20000, seed=fresh_seed)[:, 0]
-        assert _within(ours.var(), variance, variance * math.sqrt(2.2 / len(ours)))
-        assert scipy.stats.ks_2samp(ours, reference).pvalue > 1e-5
+        null_p = cp.unit_test_p_values_normal(b, i, 0.0, 4000, n_permutations=10**6, rng=rng)
+        # no effect: the normal law's p is uniform (the reference's permutation variance is the one it uses)
+        assert scipy.stats.kstest(null_p, "uniform").pvalue > 1e-5
 
 
 @pytest.mark.parametrize("n", [4, 5])
@@ -321,35 +316,6 @@ def test_pooled_test_weights_by_k_minus_one_and_leaves_out_undefined_sublayers(f
     assert result.statistic == pytest.approx(np.sum((sizes - 1) * rhos) / np.sum(sizes - 1), rel=1e-12)
     undefined = cp.pooled_rank_correlation_test([np.nan, np.nan], [5, 6])
     assert not undefined.defined and undefined.p_value == 1.0 and np.isnan(undefined.statistic) and undefined.reason
-    assert not cp.pooled_rank_biserial_test([np.nan], [3], [5]).defined
-
-
-def test_pooled_rank_biserial_is_uniform_under_the_null_and_finds_a_planted_effect(fresh_seed):
-    rng = np.random.default_rng(fresh_seed)
-
-    def family(shift):
-        boundary = rng.integers(3, 40, size=12)
-        interior = rng.integers(20, 200, size=12)
-        effects = [_rank_biserial(rng.normal(shift, 1, b), rng.normal(0, 1, i)) for b, i in zip(boundary, interior)]
-        return np.array(effects), boundary, interior
-    p = [cp.pooled_rank_biserial_test(*family(0.0), n_simulations=1000, seed=index).p_value for index in range(200)]
-    assert scipy.stats.kstest(p, "uniform").pvalue > 1e-5
-    effects, boundary, interior = family(0.6)  # r = 2 Phi(0.6 / sqrt 2) - 1 = 0.33, some 8 null SDs
-    greater = cp.pooled_rank_biserial_test(effects, boundary, interior, alternative="greater", seed=fresh_seed)
-    weights = 3 * boundary * interior / (boundary + interior + 1)
-    assert greater.statistic == pytest.approx(np.sum(weights * effects) / np.sum(weights), rel=1e-12)
-    assert greater.p_value < 1e-3
-    assert cp.pooled_rank_biserial_test(effects, boundary, interior, alternative="less", seed=1).p_value > 0.9
-
-
-def test_pooled_community_power_holds_its_level_and_beats_the_per_sublayer_family(fresh_seed):
-    sizes = [6] * 36
-    null = cp.pooled_community_power(sizes, 0.0, n_simulations=2000, seed=fresh_seed)
-    # two errors: the simulations' and that of the one null sample (10000 draws) the test's seed fixes
-    assert _within(null.power, 0.05, math.sqrt(0.05 * 0.95 / 2000 + 0.05 * 0.95 / 10000))
-    pooled = cp.pooled_community_power(sizes, 0.3, seed=fresh_seed)
-    single = cp.community_test_power(6, 0.3, level=cp.bh_first_rejection_level(36), seed=fresh_seed)
-    assert pooled.power > 0.8 > 0.1 > single.power
 
 
 # -------------------------------------------------------------------------------------- (c) operator regression

@@ -34,7 +34,7 @@ demo: install
 	$(VENV)/bin/resdyn report
 
 # The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained, as its null
-# model, its quantization control and two doses of its own rounding noise (their registry entries list all five), on
+# model and two doses of its own rounding noise (the `study` suite; the quantized null model informs no v4 claim), on
 # 1,000 WikiText-2 windows (--preset paper), then each model's claims (rules v4, docs/study.md).
 # Resumable: --resume skips the partitions the warehouse already holds complete at these settings; the claims'
 # inputs (small frames, one folder per checkpoint) are kept in docs/study/MODEL/inputs, so checkpoints run in

@@ -30,10 +30,10 @@ COMMAND = "resdyn run --model M --checkpoint C --preset paper --resume"
 
 
 def study_partitions() -> list[str]:
+    from resdyn.models.registration import Request, partitions_of
     from resdyn.models.registry import ModelRegistry
 
-    registry = ModelRegistry()
-    return registry.partition_keys(registry.suite("study"))
+    return partitions_of(Request(suite="study"), ModelRegistry())
 
 
 def run_partition(key: str, warehouse: Path, log_file: Path) -> str:

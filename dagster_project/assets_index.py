@@ -1,7 +1,9 @@
 """Every asset of the study, collected from the modules of ``assets/``: the one place in dagster_project that
 imports them. A new asset module is found here without being listed (docs/architecture.md, adding an asset)."""
 
+import hashlib
 import importlib
+import json
 import pkgutil
 
 import dagster as dg
@@ -33,4 +35,15 @@ def _collect() -> tuple[list[PartitionAsset], list[dg.AssetsDefinition]]:
 # partitioned assets (PartitionAsset: their definitions are made per configuration, launch.study_assets)
 PARTITION_ASSETS, STUDY_ASSETS = _collect()  # STUDY_ASSETS: unpartitioned (group study), across partitions
 ALL_ASSETS = [asset.definition() for asset in PARTITION_ASSETS]  # without step tags: keys, groups, selections
-__all__ = ["ALL_ASSETS", "PARTITION_ASSETS", "STUDY_ASSETS"]
+
+
+def tables_code_version() -> str:
+    """A short hash of every partitioned asset's code version (``runs.tables_code_version``): an asset's version
+    is bumped when what its table holds changes, so two partitions made at different hashes may differ for that
+    reason alone."""
+    versions = sorted((key.to_user_string(), version or "") for asset in ALL_ASSETS
+                      for key, version in asset.code_versions_by_key.items())
+    return hashlib.sha256(json.dumps(versions).encode()).hexdigest()[:12]
+
+
+__all__ = ["ALL_ASSETS", "PARTITION_ASSETS", "STUDY_ASSETS", "tables_code_version"]

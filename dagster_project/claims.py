@@ -8,7 +8,6 @@ directory (default ``<warehouse>/_artefacts/claims/<model>/``).
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,77 +27,14 @@ from resdyn.claims import (
     with_rounding_control,
 )
 from resdyn.depth import RANK_DEFINITIONS as RANKS
-from resdyn.depth import SCHUR_ORDERING
 from resdyn.depth import SCHUR_ORDERINGS as ORDERINGS
 from resdyn.models.registry import INIT_QUANTIZED_REVISION as QUANTIZED_CHECKPOINT
 from resdyn.models.registry import ROUNDING_NOISE_REVISIONS
 from resdyn.sampling import cumulative_quantity, surgery_quantity
 
+from .claims_inputs import claims_inputs, describe, identity
 from .config import SQL_DIRECTORY
 from .store.warehouse import Warehouse
-
-INPUTS = ("sublayers", "cumulative", "surgery", "intervals", "checkpoints", "graphs")  # sql/claims/<name>.sql
-SAVED = (*INPUTS, "surgery_by_depth", "partitions", "runs")
-
-
-def claims_inputs(store: Warehouse, model: str) -> dict[str, pl.DataFrame]:
-    """Everything the claims of ``model`` are computed from, as small frames: the answers of sql/claims/*.sql over
-    the complete partitions, the surgery through depth, the partitions' status and the provenance of the runs
-    that made the tables. :func:`save_claims_inputs` keeps them, so the claims can be recomputed without the
-    warehouse's matrices (a study's partitions may be run in different sessions)."""
-    def answer(sql: str, complete_only: bool = True) -> pl.DataFrame:
-        return pl.from_arrow(store.query(sql, complete_only=complete_only)).filter(pl.col("model") == model)
-
-    frames = {name: answer((SQL_DIRECTORY / "claims" / f"{name}.sql").read_text()) for name in INPUTS}
-    frames["surgery_by_depth"] = answer(
-        "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
-        f"WHERE schur_ordering = '{SCHUR_ORDERING}' ORDER BY depth")
-    frames["partitions"] = answer("SELECT model, checkpoint, status, source_sha256, registered_sha256, d_model "
-                                  "FROM partitions", complete_only=False)
-    # the runs that made the tables the claims read (their provenance columns), not merely the latest runs
-    frames["runs"] = answer(
-        "SELECT t.model, t.checkpoint, t.settings_hash, any_value(r.settings) AS settings, "
-        "any_value(r.git_commit) AS git_commit, any_value(r.resdyn_version) AS resdyn_version "
-        "FROM (SELECT DISTINCT model, checkpoint, run_id, settings_hash FROM layer_metrics) t "
-        "LEFT JOIN runs r ON r.run_id = t.run_id AND r.model = t.model AND r.checkpoint = t.checkpoint "
-        "AND r.settings IS NOT NULL GROUP BY ALL").filter(pl.col("settings").is_not_null())
-    return frames
-
-
-def save_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list[Path]:
-    """``frames`` (:func:`claims_inputs`) as ``<directory>/<checkpoint>/<name>.parquet``, one folder per complete
-    checkpoint, each replaced whole (written beside, then renamed into place)."""
-    directory = Path(directory)
-    written = []
-    for checkpoint in frames["partitions"].filter(pl.col("status") == "complete")["checkpoint"].to_list():
-        staging, target = directory / f".{checkpoint}.partial", directory / checkpoint
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        for name in SAVED:
-            frames[name].filter(pl.col("checkpoint") == checkpoint).write_parquet(staging / f"{name}.parquet")
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-        written.append(target)
-    return written
-
-
-def load_claims_inputs(directory: Path, model: str) -> dict[str, pl.DataFrame]:
-    """The frames :func:`save_claims_inputs` kept under ``directory`` (every checkpoint folder), for ``model``."""
-    directory = Path(directory)
-    folders = sorted(path for path in directory.iterdir() if path.is_dir() and not path.name.startswith(".")) \
-        if directory.is_dir() else []
-    if not folders:
-        raise ValueError(f"{directory} holds no saved claims inputs (one folder per checkpoint, written by "
-                         "`resdyn claims MODEL --save-inputs DIR`)")
-    frames = {}
-    for name in SAVED:
-        parts = [pl.read_parquet(folder / f"{name}.parquet") for folder in folders]
-        frames[name] = pl.concat([part for part in parts if part.height] or parts[:1],
-                                 how="diagonal_relaxed").filter(pl.col("model") == model)
-    if not frames["partitions"].height:
-        models = sorted({m for folder in folders for m in pl.read_parquet(folder / "partitions.parquet")["model"]})
-        raise ValueError(f"{directory} holds no claims inputs of {model} (it holds: {', '.join(models) or 'none'})")
-    return frames
 
 
 def _floats(frame: pl.DataFrame, column: str) -> np.ndarray:
@@ -249,6 +185,9 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     missing = [c for c in (null_checkpoint, trained_checkpoint) if c not in data]
     if missing:
         known = ", ".join(sorted(data)) or "none"
+        if store is None:
+            raise ValueError(f"{model}: the kept inputs hold no checkpoint {', '.join(missing)} (kept: {known}); name "
+                             "the pair with --null NAME --trained NAME")
         raise ValueError(f"{model}: no complete partition for checkpoint(s) {', '.join(missing)} (complete: {known}); "
                          f"run `resdyn run --model {model} --checkpoint {' --checkpoint '.join(missing)}` first")
     sources = {c: (partitions.get(c) or {}).get("source_sha256") or "" for c in compared}
@@ -259,6 +198,8 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
         raise ValueError(f"{model}'s checkpoints were made from different models ({described}): a claim compares one "
                          f"architecture before and after training; rerun the odd one out (`resdyn run --model {model} "
                          "--checkpoint NAME`)")
+    warnings = _check_comparable(model, frames, [null_checkpoint, trained_checkpoint, *([control] if control else [])],
+                                 data)
     claims = evaluate(data[null_checkpoint], data[trained_checkpoint])
     if control is not None:
         claims = with_quantization_control(claims, data[control], data[trained_checkpoint])
@@ -293,11 +234,49 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
                           if claim.quantized_comparison else None}
                          for claim in report.claims], "diagnostics": report.diagnostics,
               "coupling_power": report.power}
+    record["warnings"] = warnings
     (output / "claims.json").write_text(json.dumps(record, indent=2))
-    (output / "claims.md").write_text(report.markdown() + "\n")
+    (output / "claims.md").write_text(report.markdown() + "\n" + "".join(f"\n> **warning:** {line}\n"
+                                                                       for line in warnings))
     # each coupling test's power as a table of its own (one row per checkpoint and sublayer)
     pl.DataFrame(report.power, infer_schema_length=None).write_parquet(output / "coupling_power.parquet")
     return report, figure
+
+
+def _check_comparable(model: str, frames: dict[str, pl.DataFrame], compared: list[str], data: dict) -> list[str]:
+    """Refuse checkpoints measured on different samples (another n or corpus: their difference would be the
+    samples', not training's); return a warning for each other difference that may change a number (other analysis
+    settings, another table code version, or one not recorded), printed in the table itself."""
+    identities = {checkpoint: identity(frames, checkpoint) for checkpoint in compared}
+    first, *others = compared
+    for other in others:
+        for key, what in (("n_samples", "n"), ("corpus_sha256", "corpus")):
+            a, b = (data[first].n_samples, data[other].n_samples) if key == "n_samples" else \
+                (identities[first][key], identities[other][key])
+            if a and b and a != b:
+                raise ValueError(f"{model}@{first} and {model}@{other} were measured on different samples (another "
+                                 f"{what}: {describe(identities[first])}; {describe(identities[other])}): a claim "
+                                 f"compares one set of windows before and after training; rerun {other} with "
+                                 f"{first}'s settings (`resdyn run --model {model} --checkpoint {other} ...`)")
+    warnings = []
+    hashes = {checkpoint: identities[checkpoint]["settings_hash"] for checkpoint in compared}
+    if len(set(hashes.values())) > 1:
+        warnings.append("the checkpoints were analysed with different settings ("
+                        + ", ".join(f"{c}: {h or 'unknown'}" for c, h in hashes.items())
+                        + "; their `settings` in claims.json differ): a difference may be the settings'")
+    runs = {row["checkpoint"]: row for row in frames["runs"].iter_rows(named=True)}
+    # the tables' code version where every run recorded one, else the commit (the same commit made the same tables)
+    for column, meaning in (("tables_code_version", "table code versions"), ("git_commit", "code commits")):
+        versions = {checkpoint: (runs.get(checkpoint) or {}).get(column) or "" for checkpoint in compared}
+        if all(versions.values()):
+            if len(set(versions.values())) > 1:
+                warnings.append(f"the checkpoints' tables were made at different {meaning} ("
+                                + ", ".join(f"{c}: {v[:12]}" for c, v in versions.items())
+                                + "): a difference may be the code's; rerun the older ones to compare like with like")
+            break
+    else:
+        warnings.append("the code version of some checkpoints' tables is not recorded: a difference may be the code's")
+    return warnings
 
 
 def _rounding_doses(data: dict, runs: pl.DataFrame, null_checkpoint: str, trained_checkpoint: str
@@ -310,11 +289,11 @@ def _rounding_doses(data: dict, runs: pl.DataFrame, null_checkpoint: str, traine
     if len(present) < len(ROUNDING_NOISE_REVISIONS):
         missing = [dose for dose in ROUNDING_NOISE_REVISIONS if dose not in data]
         return [], f"no extrapolation to zero rounding: {', '.join(missing)} not complete (run it)"
-    hashes = {row["checkpoint"]: row["settings_hash"] for row in runs.iter_rows(named=True)}
-    odd = [dose for dose in present if hashes.get(dose) != hashes.get(trained_checkpoint)]
+    made = {row["checkpoint"]: (row["settings_hash"], row.get("corpus_sha256")) for row in runs.iter_rows(named=True)}
+    odd = [dose for dose in present if made.get(dose) != made.get(trained_checkpoint)]
     if odd:
-        return [], (f"no extrapolation to zero rounding: {', '.join(odd)} made at other settings than "
-                    f"{trained_checkpoint} (rerun them with the same settings)")
+        return [], (f"no extrapolation to zero rounding: {', '.join(odd)} made at other settings or on another "
+                    f"corpus than {trained_checkpoint} (rerun them with the same settings)")
     return present, ""
 
 

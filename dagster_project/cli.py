@@ -173,13 +173,17 @@ def command_report(arguments) -> int:
 
 def command_claims(arguments) -> int:
     """The paper's claims on one model: null-model checkpoint beside trained, verdicts by fixed rules."""
-    from .claims import build_claims, claim_pairs, claims_inputs, load_claims_inputs, save_claims_inputs
+    from .claims import build_claims, claim_pairs
+    from .claims_inputs import claims_inputs, keep_claims_inputs, load_claims_inputs
 
     output = Path(arguments.output) if arguments.output else None
     if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
+        if arguments.save_inputs:
+            raise ValueError("--inputs DIR reads kept inputs and --save-inputs DIR keeps a warehouse's: give one "
+                             "(to add a warehouse's checkpoints to DIR: --warehouse W --save-inputs DIR)")
         frames = load_claims_inputs(Path(arguments.inputs), arguments.model)
-        report, figure = build_claims(None, arguments.model, arguments.null or "init", arguments.trained or "trained",
-                                      output, frames=frames)
+        null, trained = _kept_pair(frames, arguments)
+        report, figure = build_claims(None, arguments.model, null, trained, output, frames=frames)
     else:
         store = Warehouse(arguments.warehouse).require_existing()
         pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
@@ -188,13 +192,26 @@ def command_claims(arguments) -> int:
         trained = arguments.trained or pair.get("trained_checkpoint") or "trained"
         frames = None
         if arguments.save_inputs:  # keep this warehouse's checkpoints beside those kept before, judge them all
-            for folder in save_claims_inputs(claims_inputs(store, arguments.model), Path(arguments.save_inputs)):
+            for folder in keep_claims_inputs(claims_inputs(store, arguments.model), Path(arguments.save_inputs)):
                 print(f"claims inputs kept: {folder}")
             frames = load_claims_inputs(Path(arguments.save_inputs), arguments.model)
         report, figure = build_claims(store, arguments.model, null, trained, output, frames=frames)
-    print(report.markdown())
+    print((figure.parent / "claims.md").read_text().rstrip())
     print(f"\nclaims: {figure.parent / 'claims.md'}, {figure.parent / 'claims.json'}, {figure}")
     return 0
+
+
+def _kept_pair(frames, arguments) -> tuple[str, str]:
+    """--null and --trained, else the kept checkpoints' null model (``init``) and their one trained end (a GGUF
+    file's is ``local``): the controls and rounding doses are neither."""
+    from resdyn.models.registry import INIT_QUANTIZED_REVISION, ROUNDING_NOISE_REVISIONS
+
+    kept = frames["partitions"]["checkpoint"].to_list()
+    ends = [c for c in kept if c not in ("init", INIT_QUANTIZED_REVISION, *ROUNDING_NOISE_REVISIONS)]
+    trained = arguments.trained or ("trained" if "trained" in ends else ends[0] if len(ends) == 1 else None)
+    if trained is None:
+        raise ValueError(f"the kept inputs hold {', '.join(kept)}: name the trained checkpoint with --trained NAME")
+    return arguments.null or "init", trained
 
 
 def _register_with_dagster(keys: list[str]) -> None:
@@ -280,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "the same config with freshly initialised weights (HF's initialisation, seed 0), and "
                      "'init-quantized', those weights rounded through the file's own tensor types, and "
                      "'rounding-x1' / 'rounding-x2', the file's weights with 1x / 2x their own rounding variance "
-                     "added (the claims extrapolate to no rounding: SIMEX)")
+                     "added (the claims extrapolate to no rounding: SIMEX); all are registered, and --checkpoint "
+                     "selects which run (e.g. --checkpoint local --checkpoint init)")
     for setting in SETTINGS:
         run.add_argument(setting.flag, dest=setting.name, default=None,
                          help=f"{setting.help} [{setting.variable}; default {setting.default}]")

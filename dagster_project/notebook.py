@@ -20,6 +20,7 @@ through the launch API the CLI calls (run_loop.run_request: leases, provenance, 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -156,7 +157,12 @@ class Study:
             frame = frame.filter(pl.struct("model", "checkpoint").is_in(
                 [{"model": m, "checkpoint": c} for m, c in wanted]))
         frame = figure_frames.relative_depth(frame, by).sort("model", "checkpoint", by)
-        return frame, figure_frames.compare_figure(metric, frame, None)
+        labels = {(model, checkpoint): label for model in frame["model"].unique().to_list()
+                  for checkpoint, label in self.store.checkpoint_labels(model).items() if label != checkpoint}
+        drawn = frame.with_columns(checkpoint=pl.struct("model", "checkpoint").map_elements(
+            lambda row: labels.get((row["model"], row["checkpoint"]), row["checkpoint"]), return_dtype=pl.String)) \
+            if labels else frame  # a stale or mismatched partition is marked in the legend
+        return frame, figure_frames.compare_figure(metric, drawn, None)
 
 
 class PublishedFrame(pl.LazyFrame):
@@ -211,8 +217,10 @@ class Plots:
         return frame
 
     def _by_checkpoint(self, table: str, model: str) -> dict[str, pl.DataFrame]:
+        """The rows by checkpoint, each named as the legend shows it (a stale or mismatched one marked)."""
         frame = self._rows(table, model)
-        return {key: part for (key,), part in frame.partition_by("checkpoint", as_dict=True).items()}
+        labels = self._study.store.checkpoint_labels(model)
+        return {labels.get(key, key): part for (key,), part in frame.partition_by("checkpoint", as_dict=True).items()}
 
 
 def _sql_text(query: str) -> str:
@@ -256,7 +264,18 @@ def _empty(name: str) -> pa.Table:
 
 def open_study(warehouse: str | Path | None = None) -> Study:
     """The warehouse at ``warehouse`` (default: the configured one, RESDYN_WAREHOUSE or ./warehouse)."""
-    return Study(warehouse)
+    return Study(_warehouse_argument(warehouse))
+
+
+def _warehouse_argument(warehouse):
+    """``warehouse`` as given to the Python API: None (the configured one) or a non-empty path; anything else is
+    the one-line error the CLI gives."""
+    if warehouse is None:
+        return None
+    if not isinstance(warehouse, (str, os.PathLike)) or not str(warehouse).strip():
+        raise TypeError(f"warehouse={warehouse!r}: give a directory (a str or pathlib.Path), or leave it out for the "
+                        "configured one (RESDYN_WAREHOUSE, else ./warehouse)")
+    return warehouse
 
 
 def run(model: str | None = None, checkpoints: list[str] | None = None, *, suite: str | None = None,
@@ -272,13 +291,24 @@ def run(model: str | None = None, checkpoints: list[str] | None = None, *, suite
     from .run_loop import run_request
     from .settings import BY_NAME
 
+    warehouse = _warehouse_argument(warehouse)
     if isinstance(checkpoints, str):
         checkpoints = [checkpoints]
+    if checkpoints is not None and (not isinstance(checkpoints, (list, tuple))
+                                    or not all(isinstance(c, str) and c for c in checkpoints)):
+        raise TypeError(f"checkpoints={checkpoints!r}: give a checkpoint name or a list of names "
+                        "(e.g. checkpoints=['init', 'trained'])")
+    for name, value in (("model", model), ("suite", suite)):
+        if value is not None and not (isinstance(value, (str, os.PathLike)) and str(value)):
+            raise TypeError(f"{name}={value!r}: give a {name} name" + (" or a path" if name == "model" else ""))
     if (model is None) == (suite is None):
         raise ValueError("give a model or a suite: resdyn.run('path/to/model') or resdyn.run(suite='tiny')")
     unknown = [name for name in settings if name not in BY_NAME]
     if unknown:
         raise TypeError(f"resdyn.run() has no setting {unknown[0]!r}; settings: {', '.join(BY_NAME)}")
+    for name, value in settings.items():  # checked here so that the error names the keyword, not the CLI flag
+        if value is not None:
+            BY_NAME[name].parse(value, name)
     request = Request(suite=suite, models=(str(model),) if model is not None else (),
                       checkpoints=tuple(checkpoints or ()))
     bar = _ProgressBar() if progress else None

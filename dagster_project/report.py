@@ -158,7 +158,8 @@ def checkpoint_comparisons(store: Warehouse) -> dict[str, dict[str, Path]]:
     for name, (table, function, _) in COMPARISONS.items():
         drawn[name] = {}
         for model in models:
-            frames = {checkpoint: pl.from_arrow(store.read(table, model, checkpoint))
+            labels = store.checkpoint_labels(model)  # a stale or mismatched checkpoint is marked in the legend
+            frames = {labels.get(checkpoint, checkpoint): pl.from_arrow(store.read(table, model, checkpoint))
                       for checkpoint in store.checkpoints_of(table, model)}
             if frames:
                 drawn[name][model] = getattr(figure_frames, function)(

@@ -89,7 +89,7 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
     selected_keys = partition_asset_keys(selection)
     store = Warehouse(config.warehouse)
     if resume:
-        keys = not_yet_complete(store, keys, config.settings, selection)
+        keys = not_yet_complete(store, keys, result_identity(config), selection)
     if selected_keys:
         for key in keys:
             check_inputs(selection, selected_keys, store.published_table_names(*split_partition_key(key)), key)
@@ -212,20 +212,78 @@ def _report(number: int, total: int, key: str, outcome: dict, started: float, la
         launch.failed.append(key)
 
 
-def not_yet_complete(store: Warehouse, keys: list[str], settings, select: str | None) -> list[str]:
-    """``keys`` less the partitions the warehouse holds complete (every required table, one run) at ``settings``."""
-    from .settings import settings_hash
+# what identifies a partition's results beside its key, as --resume compares it (docs/reliability.md)
+RESULT_IDENTITY = {"settings_hash": "analysis settings (n, seed, window, ...)",
+                   "corpus_sha256": "analysis corpus",
+                   "tables_code_version": "table code version (an asset's code_version)"}
 
-    if select or not store.root.is_dir():
+
+def result_identity(config) -> dict:
+    """What a partition run now under ``config`` would be identified by (:data:`RESULT_IDENTITY`); the model
+    file's hash is judged by the partitions view (a partition made from another file is ``stale``)."""
+    from .assets_index import tables_code_version
+    from .settings import settings_hash
+    from .store.runs import corpus_record
+
+    return {"settings_hash": settings_hash(dict(config.settings)),
+            "corpus_sha256": corpus_record(config.wikitext_directory or None)["corpus_sha256"],
+            "tables_code_version": tables_code_version()}
+
+
+def _directory_rewritten(model_source: str | None) -> bool:
+    """Was the local model directory a partition was made from changed since (``runs.model_source`` records
+    its fingerprint)? A directory that is gone is not judged here (the run names it)."""
+    from resdyn.models.sources import directory_fingerprint
+
+    try:
+        origin = json.loads(model_source) if model_source else {}
+    except ValueError:
+        return False
+    recorded = origin.get("directory_fingerprint") if isinstance(origin, dict) else None
+    if not recorded:
+        return False
+    now = directory_fingerprint(origin.get("source") or "")
+    return now is not None and now != recorded
+
+
+def not_yet_complete(store: Warehouse, keys: list[str], wanted: dict, select: str | None) -> list[str]:
+    """``keys`` less the partitions the warehouse holds complete (every required table, one run) with the same
+    identity as ``wanted`` (:func:`result_identity`); each partition kept or rerun is said, and why."""
+    if select:
+        print("resdyn: --resume judges whole partitions: with --select the selected assets run on every partition "
+              "named")
         return keys
-    wanted = settings_hash(dict(settings))
-    done = {f"{row['model']}@{row['checkpoint']}" for row in store.query(
-        "SELECT model, checkpoint, settings_hash FROM partitions WHERE status = 'complete'").to_pylist()
-        if row["settings_hash"] == wanted}
+    if not store.root.is_dir():
+        return keys
+    made = {f"{row['model']}@{row['checkpoint']}": row for row in store.query(
+        "SELECT p.model, p.checkpoint, p.settings_hash, r.corpus_sha256, r.corpus, r.tables_code_version, "
+        "r.model_source "
+        "FROM partitions p LEFT JOIN runs r ON r.run_id = p.run_id AND r.model = p.model "
+        "AND r.checkpoint = p.checkpoint WHERE p.status = 'complete'").to_pylist()}
+    remaining = []
     for key in keys:
-        if key in done:
-            print(f"resdyn: {key} is complete at these settings ({wanted}): not run again (--resume)")
-    return [key for key in keys if key not in done]
+        row = made.get(key)
+        if row is None:
+            remaining.append(key)
+            continue
+        differing = [meaning for name, meaning in RESULT_IDENTITY.items() if row.get(name) != wanted[name]]
+        if _directory_rewritten(row.get("model_source")):
+            differing.append("model directory (rewritten in place since)")
+        damaged = store.damaged_figures(store.manifest(row["model"], row["checkpoint"]))
+        if damaged and not differing:
+            print(f"resdyn: {key} is complete, but {len(damaged)} of its published figures are damaged or missing "
+                  f"({damaged[0].split(' (figure')[0]}): run again (--resume)")
+            remaining.append(key)
+            continue
+        if not differing:
+            print(f"resdyn: {key} is complete with these settings, corpus and table code "
+                  f"({wanted['settings_hash']}): not run again (--resume)")
+            continue
+        unknown = [meaning for name, meaning in RESULT_IDENTITY.items() if row.get(name) in (None, "")]
+        print(f"resdyn: {key} is complete, but its {'; '.join(differing)} differ from this run's"
+              + (f" (not recorded then: {'; '.join(unknown)})" if unknown else "") + ": run again (--resume)")
+        remaining.append(key)
+    return remaining
 
 
 def _run_in_process(keys, config, instance, selected_keys, run_config, signals, launch, progress=None) -> int:
@@ -258,16 +316,34 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
             return 128 + received
         if received is not None or result is None:
             received = received or int(signal.SIGINT)
-            print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; the steps cleaned up, "
-                  "nothing half-written is published. Stopping.", flush=True)
             from .store.runs import record_interrupted
 
             record_interrupted(store, *split_partition_key(key), f"stopped by {signal.Signals(received).name}")
+            print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; nothing half-written is "
+                  f"published. {_sweep_after_stop(store, key)} Stopping.", flush=True)
             return 128 + received
         _report(number, len(keys), key, _outcome(result), started, launch)
         if progress is not None:
             progress(number, len(keys), key, True)
     return 0
+
+
+def _sweep_after_stop(store: Warehouse, key: str) -> str:
+    """Remove what the stopped run wrote for ``key`` and did not publish (its lease is free by now), and say what
+    was removed and what, if anything, is left (a worker still writing) with the command that removes it."""
+    from .store.leftovers import sweep_partition, unpublished_files
+
+    model, checkpoint = split_partition_key(key)
+    try:
+        freed, removed = sweep_partition(store, model, checkpoint, count=True)
+    except OSError as error:
+        return f"Its unpublished files could not be removed ({error}): `resdyn check --reclaim` removes them."
+    left = unpublished_files(store, model, checkpoint)
+    said = f"Removed its {removed} unpublished file(s) ({freed / 2**20:.1f} MiB)."
+    if left:
+        said += (f" {len(left)} file(s) ({sum(item.bytes for item in left) / 2**20:.1f} MiB) are still held by a "
+                 "live writer: `resdyn check --reclaim` removes them once it is gone.")
+    return said
 
 
 def _execute_partition(key: str, config: str, run_config: dict, selected_keys) -> dict:

@@ -37,8 +37,10 @@ class Setting:
 
     def parse(self, raw, source: str):
         """``raw`` (a string from the environment, or a CLI/Python value) as this setting's type, checked."""
+        if not isinstance(raw, str):  # a Python value (resdyn.run, run config): its type must be the setting's
+            raw = self._python_value(raw, source)
         try:
-            value = self.kind(raw) if not isinstance(raw, self.kind) or isinstance(raw, bool) else raw
+            value = self.kind(raw) if not isinstance(raw, self.kind) else raw
         except (TypeError, ValueError):
             raise SettingError(f"{source}={raw!r} is not a valid {self.kind.__name__} ({self.help})") from None
         if isinstance(value, float) and not math.isfinite(value):
@@ -55,6 +57,18 @@ class Setting:
             except ValueError as error:
                 raise SettingError(f"{source}={raw!r}: {error}") from None
         return value
+
+    def _python_value(self, raw, source: str):
+        """``raw`` unchanged where it is a value of this setting's type; else the one-line error the CLI would give
+        (a boolean is not a number, 8.5 is not a whole number, 64 is not a text)."""
+        import numbers
+
+        whole = isinstance(raw, numbers.Integral) and not isinstance(raw, bool)
+        number = whole or (isinstance(raw, numbers.Real) and not isinstance(raw, bool))
+        if self.kind is int and whole or self.kind is float and number:
+            return self.kind(raw)
+        wanted = {int: "a whole number", float: "a number", str: "a text"}.get(self.kind, self.kind.__name__)
+        raise SettingError(f"{source}={raw!r} is not {wanted} ({self.help})")
 
 
 def _check_device(value) -> None:

@@ -3,13 +3,15 @@
 A run writes each table to ``<table>/model=/checkpoint=/<run_id>.parquet`` (through a temp file
 ``.<host>-<pid>-*.inprogress``), a staging entry per table under ``_staging/<run_id>/`` and its figures
 under ``_artefacts/figures/<model>/<checkpoint>/<run_id>/``; publication names them in the partition's manifest.
-A run that fails removes its own (:func:`discard_run`); what a killed run left is swept by the next run of the
-partition before it writes (:func:`sweep_partition`), and ``resdyn check`` lists it by path and size, with
-``resdyn check --reclaim`` to remove it at once.
+A run that fails removes its own (:func:`discard_run`), and so does a run stopped by a signal; what a killed run
+left (its files, and a manifest write it was killed in: ``_published/.../.checkpoint=<c>.json.*.inprogress``) is
+swept by the next run of the partition before it writes (:func:`sweep_partition`), and ``resdyn check`` lists it
+by path and size, with ``resdyn check --reclaim`` to remove it at once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +88,8 @@ def unpublished_files(store, model: str | None = None, checkpoint: str | None = 
                 for path in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
                     if written_by_dead_writer(path):
                         left.append(Leftover(path, path.stat().st_size, "", m, c))
+        if run_id is None:
+            left += [Leftover(path, size, "", m, c) for path, size in _dead_manifest_writes(store, m, c)]
         for path in (store.root / "_staging").glob(f"*/model={m}/checkpoint={c}/*.json"):
             add(path, path.parents[2].name, m, c)
         figures = set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
@@ -95,6 +99,31 @@ def unpublished_files(store, model: str | None = None, checkpoint: str | None = 
             if full not in figures:
                 add(path, path.parent.name, m, c)
     return left
+
+
+def _dead_manifest_writes(store, model: str, checkpoint: str) -> list[tuple[Path, int]]:
+    """Temp files of the partition's manifest (``_published/model=<m>/.checkpoint=<c>.json.*.inprogress``) that
+    no writer holds: every manifest write holds the manifest's lock, so while we can take it, none is under way
+    and such a file is what a killed writer left (a writer holding the lock now: nothing is judged)."""
+    path = store.manifest_path(model, checkpoint)
+    temporary = list(path.parent.glob(f".{path.name}.*{IN_PROGRESS_SUFFIX}"))
+    if not temporary:
+        return []
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return []
+        try:
+            found = []
+            for item in temporary:
+                try:
+                    found.append((item, item.stat().st_size))
+                except FileNotFoundError:
+                    continue
+            return found
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def reclaim(store, leftovers: list[Leftover]) -> int:
@@ -121,9 +150,12 @@ def discard_run(store, model: str, checkpoint: str) -> int:
     return reclaim(store, unpublished_files(store, model, checkpoint, run_id=store.run_id))
 
 
-def sweep_partition(store, model: str, checkpoint: str) -> int:
-    """Before a run writes: remove what runs of the partition that are not live left; the bytes freed."""
-    return reclaim(store, unpublished_files(store, model, checkpoint))
+def sweep_partition(store, model: str, checkpoint: str, *, count: bool = False) -> int | tuple[int, int]:
+    """Before a run writes (and after a stopped one): remove what runs of the partition that are not live left;
+    the bytes freed (and, with ``count``, how many files)."""
+    leftovers = unpublished_files(store, model, checkpoint)
+    freed = reclaim(store, leftovers)
+    return (freed, len(leftovers)) if count else freed
 
 
 def describe(leftovers: list[Leftover]) -> list[str]:

@@ -84,15 +84,17 @@ def corpus_record(directory: str | None) -> dict:
 def model_source(store: Warehouse, model: str, checkpoint: str) -> str:
     """The registry's account of a partition's checkpoint, as JSON (``runs.model_source``)."""
     from resdyn.models.registry import ModelRegistry
-    from resdyn.models.sources import registered_origin
+    from resdyn.models.sources import directory_fingerprint, registered_origin
 
     try:
         spec, revision = ModelRegistry(store.registry_file).resolve(f"{model}@{checkpoint}")
     except KeyError:
         return json.dumps({"source": None, "error": "not in the registry"})
     origin = {key: value for key, value in registered_origin(spec, checkpoint).as_dict().items() if value}
+    fingerprint = directory_fingerprint(spec.source)  # a local directory: --resume sees it rewritten in place
     return json.dumps({"source": spec.source, "family": spec.family, "revision": revision, **origin,
-                       **({"init_config": spec.init_config} if spec.init_config else {})}, sort_keys=True)
+                       **({"init_config": spec.init_config} if spec.init_config else {}),
+                       **({"directory_fingerprint": fingerprint} if fingerprint else {})}, sort_keys=True)
 
 
 def map_conventions(store: Warehouse, model: str, checkpoint: str) -> str | None:
@@ -116,10 +118,17 @@ def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict
         **corpus_record(corpus_directory), "dtype": settings_values["dtype"],
         "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
         "model_source": model_source(store, model, checkpoint),
-        "map_conventions": map_conventions(store, model, checkpoint), **code_environment(), "pid": os.getpid(),
+        "map_conventions": map_conventions(store, model, checkpoint), **code_environment(),
+        "tables_code_version": _tables_code_version(), "pid": os.getpid(),
         "started_at": now(), "ended_at": None, "status": "started", "error": None,
     }
     store.record_run(model, checkpoint, {**row, **fields})
+
+
+def _tables_code_version() -> str:
+    from ..assets_index import tables_code_version  # the assets are imported by the time a run records itself
+
+    return tables_code_version()
 
 
 def record_interrupted(store: Warehouse, model: str, checkpoint: str, reason: str) -> None:

@@ -277,6 +277,8 @@ _table("runs", "run of a partition (written when it starts and when it ends)", "
           "input, computed from h_0 and held fixed)"),
        _c("resdyn_version", STR, "package version"),
        _c("git_commit", STR, "commit of the code (with `+dirty` for uncommitted changes), where known"),
+       _c("tables_code_version", STR, "hash of every asset's code version: a change to one is a change to what its "
+          "table holds (`--resume` reruns a partition made at another)"),
        _c("torch_version", STR, "torch"), _c("transformers_version", STR, "transformers"),
        _c("dagster_version", STR, "dagster"), _c("python_version", STR, "Python"),
        _c("host", STR, "machine"), _c("pid", I64, "process that started the run's work on the partition"),

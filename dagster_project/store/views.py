@@ -50,7 +50,11 @@ def _empty(table: str) -> pa.Table:
 def _view(connection, table: str, files: list[str]) -> None:
     if files:
         file_list = "[" + ", ".join(_literal(path) for path in sorted(files)) + "]"
-        connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet({file_list}, {HIVE})")
+        read = f"SELECT * FROM read_parquet({file_list}, {HIVE})"
+        if table == "runs":  # runs recorded before a provenance column existed: the column is there, null
+            connection.register("_empty_runs", _empty(table))
+            read += " UNION ALL BY NAME SELECT * FROM _empty_runs"
+        connection.execute(f"CREATE OR REPLACE VIEW {table} AS {read}")
     else:
         connection.register(f"_empty_{table}", _empty(table))
         connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")

@@ -48,7 +48,7 @@ from ..config import warehouse_root
 from .errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
 from .handles import MatrixTable
 from .leases import lease_is_live
-from .manifests import VerifiedFiles, hashing_stream, read_manifest
+from .manifests import VerifiedFiles, file_sha256, hashing_stream, read_manifest
 from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, table_spec
 
 log = logging.getLogger(__name__)
@@ -346,6 +346,12 @@ class Warehouse:
                 published = dict(manifest.get("figures", {}))
                 replaced = {name: published[name] for name in figures if published.get(name, figures[name]) != figures[name]}
                 manifest["figures"] = {**published, **figures}
+                # each figure's size and hash, as for a table's file: `resdyn check` and --resume see a damaged one
+                manifest["figure_files"] = {**{name: entry for name, entry in manifest.get("figure_files", {}).items()
+                                               if name not in figures},
+                                            **{name: {"bytes": (self.root / file).stat().st_size,
+                                                      "sha256": file_sha256(self.root / file)}
+                                               for name, file in figures.items()}}
                 manifest["previous_figures"] = {**{name: file for name, file in manifest.get("previous_figures", {}).items()
                                                    if name not in replaced}, **replaced}
             atomic_write_text(path, json.dumps(manifest, indent=1))
@@ -380,6 +386,27 @@ class Warehouse:
         """This run's figures of the partition: name -> path relative to the root."""
         directory = self.root / "_artefacts" / "figures" / model / checkpoint / self.run_id
         return {path.stem: str(path.relative_to(self.root)) for path in sorted(directory.glob("*.png"))}
+
+    def damaged_figures(self, manifest: dict) -> list[str]:
+        """One line per published figure of ``manifest`` (a partition's) that is missing or no longer holds what
+        was published (size and sha256; a figure published before hashes were recorded: its PNG signature)."""
+        verified, problems = VerifiedFiles(self.root), []
+        recorded = manifest.get("figure_files") if isinstance(manifest.get("figure_files"), dict) else {}
+        for name, file in sorted(manifest.get("figures", {}).items()):
+            path, entry = self.root / file, recorded.get(name)
+            if isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str):
+                problem = verified.problem(path, entry)
+            elif not path.is_file():
+                problem = "missing"
+            else:
+                with open(path, "rb") as stream:
+                    problem = None if stream.read(8) == b"\x89PNG\r\n\x1a\n" else "damaged (not a PNG)"
+            if problem is not None:
+                problems.append(f"{path} (figure {name} of {manifest['model']}@{manifest['checkpoint']}) is {problem}; "
+                                f"rematerialize it: `resdyn run --model {manifest['model']} --checkpoint "
+                                f"{manifest['checkpoint']}`")
+        verified.save()
+        return problems
 
     def published_figures(self, model: str, checkpoint: str) -> dict[str, Path]:
         """The figures of the partition's published generation, by name."""
@@ -476,6 +503,20 @@ class Warehouse:
             for batch in group.to_batches():
                 hash_batch(digest, batch)
         return digest.hexdigest()[:16]
+
+    def checkpoint_labels(self, model: str) -> dict[str, str]:
+        """How figures that put ``model``'s checkpoints side by side name each one: its checkpoint, marked where
+        it was made from a file the model is no longer registered with (stale) or where the checkpoints differ
+        in width (one of them was made from another model), so such a figure never shows them as comparable."""
+        rows = self.query("SELECT checkpoint, status, d_model FROM partitions WHERE model = $model",
+                          parameters={"model": model}).to_pylist()
+        widths = {row["d_model"] for row in rows if row["d_model"] is not None}
+        labels = {}
+        for row in rows:
+            marks = (["stale: made from another file"] if row["status"] == "stale" else []) + \
+                    ([f"d = {row['d_model']}"] if len(widths) > 1 and row["d_model"] is not None else [])
+            labels[row["checkpoint"]] = row["checkpoint"] + (f" ({'; '.join(marks)})" if marks else "")
+        return labels
 
     def checkpoints_of(self, table: str, model: str) -> list[str]:
         """Checkpoints of ``model`` with ``table`` published (figures compare them)."""

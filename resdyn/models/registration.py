@@ -120,11 +120,16 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
     if request.revision:
         raise RegistrationError(f"--revision names a hub revision, but {path} is a GGUF file (one checkpoint; label "
                                 "it with --checkpoint NAME)")
-    if len(request.checkpoints) > 1:
-        raise RegistrationError("a GGUF file is one checkpoint: give at most one --checkpoint label")
+    made = (INIT_REVISION, INIT_QUANTIZED_REVISION, *ROUNDING_NOISE_REVISIONS)
+    # with --null-model, a --checkpoint naming a made checkpoint selects it; the one other --checkpoint labels the file
+    labels = [c for c in request.checkpoints if not (request.null_model and c in made)]
+    if len(labels) > 1:
+        raise RegistrationError("a GGUF file is one checkpoint: give at most one --checkpoint label"
+                                + (f" (with --null-model, --checkpoint may also select {', '.join(made)})"
+                                   if request.null_model else ""))
     description = check_importable(path)
     name = check_name(request.name or path.stem, "model name")
-    checkpoints = {check_name((request.checkpoints or ("local",))[0], "checkpoint"): GGUF_REVISION}
+    checkpoints = {check_name((labels or ["local"])[0], "checkpoint"): GGUF_REVISION}
     if request.null_model:
         checkpoints[INIT_REVISION] = INIT_REVISION
         checkpoints[INIT_QUANTIZED_REVISION] = INIT_QUANTIZED_REVISION  # the quantization control
@@ -142,7 +147,10 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
         f"{description.sha256[:12]}{'; changed since last registered: it will be imported again' if changed else ''}"
         f"), checkpoints {list(checkpoints) + rerun}"
         + (f"; {', '.join(rerun)} made from another file: remade from this one" if rerun else ""))
-    return [partition_key(name, c) for c in [*checkpoints, *rerun]]
+    chosen = [c for c in [*checkpoints, *rerun] if not request.checkpoints or c in request.checkpoints]
+    if request.checkpoints and request.null_model:
+        say(f"running {', '.join(chosen)} of them (--checkpoint)")
+    return [partition_key(name, c) for c in chosen]
 
 
 def _register_source(model: str, is_directory: bool, request: Request, registry: ModelRegistry,

@@ -9,6 +9,7 @@ rounded through the file's own tensor types (:mod:`resdyn.models.quantized_null_
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,6 +58,23 @@ def registered_origin(spec: ModelSpec, checkpoint: str) -> CheckpointOrigin:
                       **{kind: f"the registered GGUF's weights plus {multiple:g}x their own rounding variance"
                          for kind, multiple in ROUNDING_NOISE_REVISIONS.items()}}.get(revision, "")
     return CheckpointOrigin(spec.source, spec.sha256, spec.quantization, initialization)
+
+
+def directory_fingerprint(directory: str | Path) -> str | None:
+    """A short hash of a model directory's files by relative name, size and modification time (not content:
+    a directory of a large model would take minutes to hash), or None when ``directory`` is not one. A
+    directory rewritten in place (new weights, a new config) gets another fingerprint, so ``--resume`` reruns
+    what was made from it."""
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        return None
+    entries = []
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if path.is_file() and not any(part.startswith(".") for part in relative.parts):
+            status = path.stat()
+            entries.append(f"{relative.as_posix()}\t{status.st_size}\t{status.st_mtime_ns}")
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:16]
 
 
 def ensure_local_checkpoint(spec: ModelSpec, checkpoint: str, models_directory: Path, *,

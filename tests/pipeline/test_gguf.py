@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+import polars as pl
 import pytest
 import torch
 
@@ -255,6 +256,19 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
         assert (output / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
     assert sorted(path.name for path in inputs.iterdir()) == ["init", "init-quantized", "local", "rounding-x1",
                                                               "rounding-x2"]
+    # the kept frames have exactly the columns a kept folder is checked against (claims_inputs.COLUMNS)
+    from resdyn.dagster_project.claims_inputs import COLUMNS, claims_inputs, keep_claims_inputs
+
+    frames = claims_inputs(store, "tiny-gguf")
+    assert {name: tuple(frame.columns) for name, frame in frames.items()} == COLUMNS
+    assert claims_record["warnings"] == []  # one warehouse, one code version, one set of settings
+    # the lost drill on these real frames: another file of another width is refused, the kept study untouched
+    kept = {path: path.read_bytes() for path in inputs.rglob("*.parquet")}
+    other = {**frames, "partitions": frames["partitions"].with_columns(d_model=pl.col("d_model") * 2,
+                                                                       source_sha256=pl.lit("f" * 64))}
+    with pytest.raises(ValueError, match="nothing was written"):
+        keep_claims_inputs(other, inputs)
+    assert {path: path.read_bytes() for path in inputs.rglob("*.parquet")} == kept
     verdicts = {claim["key"]: claim["verdict"] for claim in claims_record["claims"]}
     from resdyn.claims import RULES
     from resdyn.claims import VERDICTS as RULE_VERDICTS

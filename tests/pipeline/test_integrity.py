@@ -5,6 +5,7 @@ to be killed or run concurrently) on a small random-init Llama saved to disk.
 """
 
 import json
+import random
 import shutil
 import stat
 import subprocess
@@ -291,6 +292,43 @@ def test_a_same_size_damaged_file_is_left_out_and_named_and_the_rest_answers(war
     assert main(["check", "--warehouse", str(root)]) == 1
     report = capsys.readouterr().out
     assert str(damaged) in report and "changed since published" in report
+
+
+def test_a_damaged_published_figure_is_named_by_check_and_rerun_by_resume(warehouse_copy, capsys):
+    model, root = warehouse_copy
+    figures = Warehouse(root).published_figures("m", "local")
+    name, damaged = random.choice(sorted(figures.items()))
+    data = bytearray(damaged.read_bytes())
+    data[random.randrange(len(data))] ^= 0xFF  # same size: a size check cannot see it
+    damaged.write_bytes(bytes(data))
+    assert main(["check", "--warehouse", str(root)]) == 1
+    report = capsys.readouterr().out
+    assert str(damaged) in report and f"figure {name} of m@local" in report and "changed since published" in report
+    resumed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root), "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "published figures are damaged or missing" in resumed.stdout and "not run again" not in resumed.stdout
+    assert main(["check", "--warehouse", str(root)]) == 0, capsys.readouterr().out
+    again = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root), "--resume")
+    assert again.returncode == 0 and "not run again (--resume)" in again.stdout, again.stdout[-3000:]
+
+
+def test_a_manifest_write_killed_midway_is_listed_and_reclaimed_but_a_live_one_is_left_alone(warehouse_copy,
+                                                                                            capsys):
+    import fcntl
+
+    _, root = warehouse_copy
+    manifest = Warehouse(root).manifest_path("m", "local")
+    left = manifest.with_name(f".{manifest.name}.{random.randrange(10**8):08d}.inprogress")  # as mkstemp names it
+    left.write_text(manifest.read_text()[: random.randrange(1, 200)])  # a kill -9 in the middle of the write
+    with open(manifest.with_name(manifest.name + ".lock"), "a") as lock:  # a writer holds the manifest now
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert main(["check", "--warehouse", str(root)]) == 0, capsys.readouterr().out
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    capsys.readouterr()
+    assert main(["check", "--warehouse", str(root)]) == 1
+    assert f"unpublished: {left}" in capsys.readouterr().out
+    assert main(["check", "--reclaim", "--warehouse", str(root)]) == 0
+    assert not left.exists() and manifest.is_file() and partition_state(root)["status"] == "complete"
 
 
 def _manifest_path(root: Path) -> Path:

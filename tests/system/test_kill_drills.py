@@ -208,6 +208,10 @@ def test_a_signal_during_an_analysis_step_stops_it_within_seconds_and_publishes_
     store = Warehouse(root)
     assert store.query("SELECT count(*) AS n FROM partitions WHERE status = 'complete'").to_pylist() == [{"n": 0}]
     assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
+    # the stop removed what the run wrote and did not publish, and said so: nothing is left for `check` to list
+    assert "unpublished file(s)" in output and "Removed its" in output, output[-3000:]
+    checked = run_cli("check", "--warehouse", str(root))
+    assert checked.returncode == 0 and "unpublished" not in checked.stdout, checked.stdout[-3000:]
 
 
 def test_forget_refuses_a_partition_that_a_live_multiprocess_run_is_materializing(built, tmp_path):

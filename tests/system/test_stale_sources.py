@@ -50,6 +50,8 @@ def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_
     registry = ModelRegistry(warehouse / "registry.json")
     registry.add(replace(registry.get("t"), sha256=new))
     assert _statuses(warehouse, "t") == {c: "stale" for c in MADE}
+    # figures that put the checkpoints side by side (notebook, report) mark each stale one in the legend
+    assert Warehouse(warehouse).checkpoint_labels("t") == {c: f"{c} (stale: made from another file)" for c in MADE}
     check = run_cli("check", "--warehouse", str(warehouse))
     assert check.returncode == 1
     stale = [line for line in check.stdout.splitlines() if line.startswith("stale: ")]
@@ -69,6 +71,7 @@ def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_
     assert _statuses(warehouse, "t") == {c: "complete" for c in MADE}
     assert _origins(warehouse, "t") == {c: (64, new) for c in MADE}
     assert run_cli("check", "--warehouse", str(warehouse)).returncode == 0
+    assert Warehouse(warehouse).checkpoint_labels("t") == {c: c for c in MADE}
     claims = run_cli("claims", "t", "--trained", "local", "--warehouse", str(warehouse))
     assert claims.returncode == 0, claims.stderr[-2000:]
 

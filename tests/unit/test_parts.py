@@ -102,3 +102,30 @@ def test_a_suite_names_whole_models_or_single_checkpoints():
     default = partitions_of(Request(suite="default"), registry)
     assert [k for k in default if k.startswith("smollm2")] == ["smollm2-135m@init", "smollm2-135m@trained"]
     assert len(default) == 11
+
+
+@pytest.mark.parametrize(("given", "label", "run"), [
+    ((), "local", ["local", "init", "init-quantized", "rounding-x1", "rounding-x2"]),
+    (("local",), "local", ["local"]),
+    (("local", "init"), "local", ["local", "init"]),
+    (("init", "rounding-x1", "rounding-x2"), "local", ["init", "rounding-x1", "rounding-x2"]),
+    (("mine", "init"), "mine", ["mine", "init"]),
+])
+def test_checkpoint_selects_among_a_gguf_files_null_model_checkpoints(tmp_path, given, label, run):
+    """--null-model registers the file's null model, its quantized control and rounding doses; --checkpoint
+    then names which of them run (and, once, the file's own label): the trained file and its null model without
+    the quantized control is one command."""
+    import random
+
+    from resdyn.models.registration import Request, partitions_of
+
+    from ..gguf_files import random_model, write_gguf
+
+    path = write_gguf(random_model("llama", random.randrange(1000), hidden_size=32), tmp_path / "tg.gguf")
+    registry = ModelRegistry(tmp_path / "registry.json")
+    said = []
+    keys = partitions_of(Request(models=(str(path),), checkpoints=given, null_model=True), registry, say=said.append)
+    assert keys == [f"tg@{c}" for c in run]
+    assert set(registry.get("tg").checkpoints) == {label, "init", "init-quantized", "rounding-x1", "rounding-x2"}
+    with pytest.raises(ValueError, match="at most one --checkpoint label.*may also select"):
+        partitions_of(Request(models=(str(path),), checkpoints=("a", "b"), null_model=True), registry)

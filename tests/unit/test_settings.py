@@ -118,3 +118,48 @@ def test_the_settings_resource_declares_every_setting_with_its_type_and_default(
     assert AnalysisSettings().values() == {setting.name: setting.default for setting in settings.SETTINGS}
     with pytest.raises(settings.SettingError, match="n_samples"):
         AnalysisSettings(n_samples=0).values()
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"n_samples": True}, r"n_samples=True is not a whole number"),
+    ({"n_samples": 8.5}, r"n_samples=8.5 is not a whole number"),
+    ({"seed": False}, r"seed=False is not a whole number"),
+    ({"graph_threshold": True}, r"graph_threshold=True is not a number"),
+    ({"dtype": 64}, r"dtype=64 is not a text"),
+    ({"checkpoints": 5}, r"checkpoints=5: give a checkpoint name or a list"),
+    ({"checkpoints": ["init", 3]}, r"give a checkpoint name or a list"),
+    ({"warehouse": 123}, r"warehouse=123: give a directory"),
+    ({"warehouse": ""}, r"warehouse='': give a directory"),
+])
+def test_the_python_api_refuses_what_the_cli_refuses_naming_the_keyword(tmp_path, monkeypatch, keywords, message):
+    """resdyn.run validates as the CLI does, before anything is written: one exception naming the setting."""
+    import resdyn
+    from resdyn.dagster_project.settings import SettingError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RESDYN_WAREHOUSE", str(tmp_path / "warehouse"))
+    with pytest.raises((SettingError, TypeError), match=message) as error:
+        resdyn.run("tiny-llama", progress=False, **keywords)
+    assert "\n" not in str(error.value)
+    assert list(tmp_path.iterdir()) == []  # nothing written, no `tl`-named or other stray folder
+
+
+def test_resdyn_open_refuses_a_warehouse_that_is_not_a_path(tmp_path, monkeypatch):
+    import resdyn
+
+    monkeypatch.chdir(tmp_path)
+    for value in (123, "", "   ", ["a"]):
+        with pytest.raises(TypeError, match="give a directory"):
+            resdyn.open(value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_whole_python_numbers_pass_as_they_are():
+    import numpy as np
+
+    from resdyn.dagster_project.settings import BY_NAME
+
+    count = np.random.default_rng().integers(1, 10_000)
+    assert BY_NAME["n_samples"].parse(np.int64(count), "n_samples") == count
+    assert BY_NAME["graph_threshold"].parse(1, "graph_threshold") == 1.0
+    assert BY_NAME["n_samples"].parse(str(count), "RESDYN_SAMPLES") == count  # the environment's text

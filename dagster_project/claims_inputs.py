@@ -1,0 +1,214 @@
+"""What the claims of one model are computed from, as small frames: read from a warehouse, kept in a folder
+(``resdyn claims MODEL --save-inputs DIR``), read back (``--inputs DIR``), and checked to belong together.
+
+A kept folder holds one study of one model: one folder per checkpoint, all made from the same model file
+(sha256), at the same width, the same analysis settings (settings hash: n, seed, window, ...) and the same
+corpus. Keeping is a new generation: every checkpoint is written beside the folders already kept, checked
+against them, and only then swapped in; a refusal (another file, width, settings or corpus) leaves the folder
+byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import polars as pl
+
+from .config import SQL_DIRECTORY
+from .store.warehouse import Warehouse
+
+INPUTS = ("sublayers", "cumulative", "surgery", "intervals", "checkpoints", "graphs")  # sql/claims/<name>.sql
+SAVED = (*INPUTS, "surgery_by_depth", "partitions", "runs")
+
+# The columns of every kept frame, as claims_inputs makes them (a pipeline test keeps the two equal): a kept frame
+# without one of them was kept by an older resdyn, and reading it is an error naming the column (never a verdict
+# quietly turned "not testable").
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "sublayers": ("model", "checkpoint", "depth", "sublayer", "asymmetry_index", "rotation_share",
+                  "henrici_rel_j_minus_i", "henrici_rel_j", "frac_complex", "update_size", "mean_absolute_argument",
+                  "operator_type", "operator_type_henrici", "coupling_effect", "coupling_significant",
+                  "coupling_q_permutation", "n_boundary", "n_interior", "community_rho", "community_significant",
+                  "n_communities"),
+    "cumulative": ("model", "checkpoint", "depth", "effective_rank", "participation_ratio", "stable_rank"),
+    "surgery": ("model", "checkpoint", "schur_ordering", "alpha", "effective_rank", "participation_ratio",
+                "stable_rank"),
+    "intervals": ("model", "checkpoint", "depth", "quantity", "value", "replicates"),
+    "checkpoints": ("model", "checkpoint", "d_model", "n_samples"),
+    "graphs": ("model", "checkpoint", "median_edge_correlation", "construction", "graph_k", "n_units",
+               "n_observations"),
+    "surgery_by_depth": ("model", "checkpoint", "alpha", "depth", "effective_rank"),
+    "partitions": ("model", "checkpoint", "status", "source_sha256", "registered_sha256", "d_model"),
+    "runs": ("model", "checkpoint", "settings_hash", "settings", "git_commit", "resdyn_version", "corpus",
+             "corpus_sha256", "tables_code_version"),
+}
+
+# the kept columns that are not numbers; every other kept column must be one (a number kept as text is an error)
+NOT_NUMBERS = {"model", "checkpoint", "sublayer", "operator_type", "operator_type_henrici", "schur_ordering",
+               "quantity", "construction", "status", "source_sha256", "registered_sha256", "settings_hash", "settings",
+               "git_commit", "resdyn_version", "corpus", "corpus_sha256", "tables_code_version",
+               "coupling_significant", "community_significant", "replicates"}
+
+
+def claims_inputs(store: Warehouse, model: str) -> dict[str, pl.DataFrame]:
+    """Everything the claims of ``model`` are computed from, as small frames: the answers of sql/claims/*.sql over
+    the complete partitions, the surgery through depth, the partitions' status and the provenance of the runs
+    that made the tables (settings, corpus, code). :func:`keep_claims_inputs` keeps them, so the claims can be
+    recomputed without the warehouse's matrices (a study's partitions may be run in different sessions)."""
+    from resdyn.depth import SCHUR_ORDERING
+
+    def answer(sql: str, complete_only: bool = True) -> pl.DataFrame:
+        return pl.from_arrow(store.query(sql, complete_only=complete_only)).filter(pl.col("model") == model)
+
+    frames = {name: answer((SQL_DIRECTORY / "claims" / f"{name}.sql").read_text()) for name in INPUTS}
+    frames["surgery_by_depth"] = answer(
+        "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
+        f"WHERE schur_ordering = '{SCHUR_ORDERING}' ORDER BY depth")
+    frames["partitions"] = answer("SELECT model, checkpoint, status, source_sha256, registered_sha256, d_model "
+                                  "FROM partitions", complete_only=False)
+    # the runs that made the tables the claims read (their provenance columns), not merely the latest runs
+    frames["runs"] = answer(
+        "SELECT t.model, t.checkpoint, t.settings_hash, any_value(r.settings) AS settings, "
+        "any_value(r.git_commit) AS git_commit, any_value(r.resdyn_version) AS resdyn_version, "
+        "any_value(r.corpus) AS corpus, any_value(r.corpus_sha256) AS corpus_sha256, "
+        "any_value(r.tables_code_version) AS tables_code_version "
+        "FROM (SELECT DISTINCT model, checkpoint, run_id, settings_hash FROM layer_metrics) t "
+        "LEFT JOIN runs r ON r.run_id = t.run_id AND r.model = t.model AND r.checkpoint = t.checkpoint "
+        "AND r.settings IS NOT NULL GROUP BY ALL").filter(pl.col("settings").is_not_null())
+    return frames
+
+
+def identity(frames: dict[str, pl.DataFrame], checkpoint: str) -> dict:
+    """What makes ``checkpoint``'s numbers what they are, as far as two checkpoints of one study must agree: the
+    model, the model file (sha256), the width, the analysis settings (their hash), n and the corpus."""
+    partition = frames["partitions"].filter(pl.col("checkpoint") == checkpoint).to_dicts()
+    runs = frames["runs"].filter(pl.col("checkpoint") == checkpoint).to_dicts()
+    row, run = (partition or [{}])[0], (runs or [{}])[0]
+    settings = json.loads(run["settings"]) if run.get("settings") else {}
+    return {"model": row.get("model"), "source_sha256": row.get("source_sha256") or "", "d_model": row.get("d_model"),
+            "settings_hash": run.get("settings_hash") or "", "n_samples": settings.get("n_samples"),
+            "corpus": run.get("corpus") or "", "corpus_sha256": run.get("corpus_sha256") or ""}
+
+
+def describe(identity_of: dict) -> str:
+    """One checkpoint's identity in a few words (for refusals)."""
+    sha = identity_of["source_sha256"][:12] or "unknown"
+    return (f"file sha256 {sha}, d = {identity_of['d_model']}, n = {identity_of['n_samples']}, settings "
+            f"{identity_of['settings_hash'] or 'unknown'}, corpus {identity_of['corpus'] or 'unknown'}")
+
+
+STUDY_IDENTITY = ("model", "source_sha256", "d_model", "settings_hash", "corpus_sha256")
+
+
+def differences(first: dict, second: dict) -> list[str]:
+    """The parts of :data:`STUDY_IDENTITY` in which two checkpoints differ (an empty one counts as unknown, not as
+    a difference)."""
+    return [key for key in STUDY_IDENTITY if first[key] and second[key] and first[key] != second[key]]
+
+
+def complete_checkpoints(frames: dict[str, pl.DataFrame]) -> list[str]:
+    return frames["partitions"].filter(pl.col("status") == "complete")["checkpoint"].to_list()
+
+
+def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list[Path]:
+    """``frames`` (:func:`claims_inputs`) kept as ``<directory>/<checkpoint>/<name>.parquet``, one folder per
+    complete checkpoint, beside the checkpoints kept there before (module docstring). A checkpoint already kept
+    is replaced only by inputs of the same identity (the same partition measured again); anything else, or
+    checkpoints that differ among themselves, is refused before ``directory`` is touched."""
+    directory = Path(directory)
+    checkpoints = complete_checkpoints(frames)
+    if not checkpoints:
+        raise ValueError("the warehouse holds no complete partition of this model to keep")
+    new = {checkpoint: identity(frames, checkpoint) for checkpoint in checkpoints}
+    first = checkpoints[0]
+    for checkpoint in checkpoints[1:]:
+        if differing := differences(new[first], new[checkpoint]):
+            raise ValueError(f"the warehouse's checkpoints {first} and {checkpoint} differ in {', '.join(differing)} "
+                             f"({first}: {describe(new[first])}; {checkpoint}: {describe(new[checkpoint])}): a kept "
+                             "folder holds one study; rerun the odd one out at the others' settings, or keep the "
+                             "claims from a warehouse whose partitions agree")
+    kept = _kept_identities(directory)
+    for name, identity_kept in kept.items():
+        if differing := differences(identity_kept, new[first]):
+            raise ValueError(f"{directory / name} keeps {identity_kept['model']}@{name} ({describe(identity_kept)}), "
+                             f"and these inputs differ in {', '.join(differing)} ({describe(new[first])}): nothing "
+                             f"was written; keep them in another folder (--save-inputs NEW_DIR), or move "
+                             f"{directory} aside first to replace its study")
+    # a new generation: every checkpoint written beside, then swapped in folder by folder (each rename atomic)
+    generation = directory / f".generation-{uuid.uuid4().hex[:12]}"
+    generation.mkdir(parents=True)
+    try:
+        for checkpoint in checkpoints:
+            (generation / checkpoint).mkdir()
+            for name in SAVED:
+                frames[name].filter(pl.col("checkpoint") == checkpoint).write_parquet(
+                    generation / checkpoint / f"{name}.parquet")
+        written = []
+        for checkpoint in checkpoints:
+            target, retired = directory / checkpoint, generation / f".retired-{checkpoint}"
+            if target.exists():
+                target.rename(retired)
+            (generation / checkpoint).rename(target)
+            written.append(target)
+    finally:
+        shutil.rmtree(generation, ignore_errors=True)
+    return written
+
+
+def _kept_identities(directory: Path) -> dict[str, dict]:
+    """The identity of every checkpoint kept in ``directory`` (a folder per checkpoint)."""
+    folders = _checkpoint_folders(directory)
+    return {folder.name: identity({name: _read(folder, name) for name in ("partitions", "runs")}, folder.name)
+            for folder in folders}
+
+
+def _checkpoint_folders(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(path for path in directory.iterdir() if path.is_dir() and not path.name.startswith("."))
+
+
+def _read(folder: Path, name: str) -> pl.DataFrame:
+    """One kept frame, checked: a file that is missing, damaged or lacks a column is a one-line error naming it."""
+    path = folder / f"{name}.parquet"
+    fix = f"keep the inputs again from the warehouse (`resdyn claims MODEL --save-inputs {folder.parent}`)"
+    if not path.is_file():
+        raise ValueError(f"{path} is missing: {folder} is not a complete kept checkpoint; {fix}")
+    try:
+        frame = pl.read_parquet(path)
+    except Exception as error:  # polars' own errors (ComputeError, ...) are not ValueErrors
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"{path} cannot be read as Parquet ({type(error).__name__}: {first_line}); {fix}") from None
+    absent = [column for column in COLUMNS[name] if column not in frame.columns]
+    if absent:
+        raise ValueError(f"{path} lacks the column(s) {', '.join(absent)} (kept by an older resdyn); {fix}")
+    not_numbers = [column for column in COLUMNS[name] if column not in NOT_NUMBERS
+                   and not (frame.schema[column].is_numeric() or frame.schema[column] == pl.Null)]
+    if not_numbers:
+        raise ValueError(f"{path}: column {not_numbers[0]} holds {frame.schema[not_numbers[0]]}, not numbers; {fix}")
+    return frame
+
+
+def load_claims_inputs(directory: Path, model: str) -> dict[str, pl.DataFrame]:
+    """The frames :func:`keep_claims_inputs` kept under ``directory`` (every checkpoint folder), for ``model``."""
+    directory = Path(directory)
+    folders = _checkpoint_folders(directory)
+    if not folders:
+        raise ValueError(f"{directory} holds no saved claims inputs (one folder per checkpoint, written by "
+                         "`resdyn claims MODEL --save-inputs DIR`)")
+    frames = {}
+    for name in SAVED:
+        parts = [_read(folder, name) for folder in folders]
+        try:
+            frames[name] = pl.concat([part for part in parts if part.height] or parts[:1],
+                                     how="diagonal_relaxed").filter(pl.col("model") == model)
+        except Exception as error:  # a column of another type in one folder (e.g. text where numbers belong)
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ValueError(f"the kept {name}.parquet files under {directory} do not agree in their column types "
+                             f"({first_line}); keep the inputs again from the warehouse") from None
+    if not frames["partitions"].height:
+        models = sorted({m for folder in folders for m in _read(folder, "partitions")["model"]})
+        raise ValueError(f"{directory} holds no claims inputs of {model} (it holds: {', '.join(models) or 'none'})")
+    return frames

@@ -1,0 +1,178 @@
+"""Kept claims inputs (``resdyn claims M --save-inputs DIR`` / ``--inputs DIR``): a kept folder holds one study,
+a refusal leaves it byte for byte as it was, and what cannot be read is a one-line error naming the file."""
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+
+from resdyn.dagster_project.claims_inputs import COLUMNS, NOT_NUMBERS, SAVED, keep_claims_inputs, load_claims_inputs
+
+TEXT = {"coupling_significant": pl.Boolean, "community_significant": pl.Boolean, "replicates": pl.List(pl.Float64)}
+
+
+def study_frames(model: str, checkpoints: list[str], *, d_model: int, sha: str, n: int = 8, corpus: str = "c1",
+                 settings_hash: str | None = None) -> dict[str, pl.DataFrame]:
+    """Frames of every kept kind, one row per checkpoint, with the identity columns as given and random numbers
+    elsewhere (the keep logic reads only identities; the values check that what is kept is what was given)."""
+    rng = random.Random()
+    settings = json.dumps({"n_samples": n})
+    identity = {"source_sha256": sha, "registered_sha256": sha, "d_model": d_model, "status": "complete",
+                "settings_hash": settings_hash or hashlib.sha256(settings.encode()).hexdigest()[:12],
+                "settings": settings, "corpus": f"label-{corpus}", "corpus_sha256": corpus, "n_samples": n}
+    frames = {}
+    for name in SAVED:
+        rows = []
+        for checkpoint in checkpoints:
+            row = {}
+            for column in COLUMNS[name]:
+                if column in ("model", "checkpoint"):
+                    row[column] = model if column == "model" else checkpoint
+                elif column in identity:
+                    row[column] = identity[column]
+                elif column in TEXT:
+                    row[column] = rng.random() < 0.5 if TEXT[column] == pl.Boolean else [rng.random(), rng.random()]
+                elif column in NOT_NUMBERS:
+                    row[column] = f"text-{rng.randrange(1000)}"
+                else:
+                    row[column] = rng.random()
+            rows.append(row)
+        frames[name] = pl.DataFrame(rows, schema_overrides={c: t for c, t in TEXT.items() if c in COLUMNS[name]})
+    return frames
+
+
+def tree_digest(directory: Path) -> dict[str, str]:
+    return {str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def test_inputs_kept_then_read_back_are_the_frames_given(tmp_path):
+    frames = study_frames("tl", ["init", "trained"], d_model=32, sha="a" * 64)
+    written = keep_claims_inputs(frames, tmp_path / "kept")
+    assert [path.name for path in written] == ["init", "trained"]
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["init", "trained"]  # no staging left behind
+    back = load_claims_inputs(tmp_path / "kept", "tl")
+    for name in SAVED:
+        assert back[name].sort("checkpoint").equals(frames[name].sort("checkpoint")), name
+
+
+@pytest.mark.parametrize("second", [["local"], ["init", "trained", "local"]])
+def test_a_second_warehouse_of_another_file_never_replaces_a_kept_study(tmp_path, second):
+    """The lost drill: warehouse A's study kept in DIR, then warehouse B's (another file, another width) kept into
+    the same DIR, either beside it or over all of its checkpoints: refused, and DIR is byte for byte as it was."""
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init", "trained"], d_model=32, sha="a" * 64), kept)
+    before = tree_digest(kept)
+    other = study_frames("gm", second, d_model=64, sha="b" * 64)
+    with pytest.raises(ValueError, match="nothing was written.*another folder") as refused:
+        keep_claims_inputs(other, kept)
+    assert "source_sha256" in str(refused.value) and "d_model" in str(refused.value)
+    assert tree_digest(kept) == before and sorted(p.name for p in kept.iterdir()) == ["init", "trained"]
+
+
+@pytest.mark.parametrize("change", [{"n": 12}, {"corpus": "fallback"}, {"settings_hash": "another"}])
+def test_checkpoints_at_other_settings_or_on_another_corpus_are_refused_beside_a_kept_study(tmp_path, change):
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init"], d_model=32, sha="a" * 64), kept)
+    before = tree_digest(kept)
+    with pytest.raises(ValueError, match="nothing was written"):
+        keep_claims_inputs(study_frames("gm", ["trained"], d_model=32, sha="a" * 64, **change), kept)
+    assert tree_digest(kept) == before
+    # the same, among the warehouse's own checkpoints: refused before anything is written
+    mixed = {name: pl.concat([study_frames("gm", ["init"], d_model=32, sha="a" * 64)[name],
+                              study_frames("gm", ["trained"], d_model=32, sha="a" * 64, **change)[name]])
+             for name in SAVED}
+    with pytest.raises(ValueError, match="differ in"):
+        keep_claims_inputs(mixed, tmp_path / "fresh")
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_the_same_partition_measured_again_replaces_its_folder_and_adds_beside_the_others(tmp_path):
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init", "trained"], d_model=32, sha="a" * 64), kept)
+    again = study_frames("gm", ["trained", "rounding-x1"], d_model=32, sha="a" * 64)
+    keep_claims_inputs(again, kept)
+    back = load_claims_inputs(kept, "gm")
+    assert sorted(back["partitions"]["checkpoint"]) == ["init", "rounding-x1", "trained"]
+    assert back["sublayers"].filter(pl.col("checkpoint") == "trained").equals(
+        again["sublayers"].filter(pl.col("checkpoint") == "trained"))
+
+
+def test_damaged_old_or_mistyped_kept_frames_are_one_line_errors_naming_the_file(tmp_path):
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init", "trained"], d_model=32, sha="a" * 64), kept)
+    name = random.choice([n for n in SAVED if n != "partitions"])
+    target = kept / "trained" / f"{name}.parquet"
+    original = target.read_bytes()
+    target.write_bytes(original[: len(original) // 2])  # truncated
+    with pytest.raises(ValueError, match=rf"{target}.*cannot be read as Parquet") as error:
+        load_claims_inputs(kept, "gm")
+    assert "\n" not in str(error.value)
+    target.write_bytes(b"")  # empty
+    with pytest.raises(ValueError, match=rf"{target}.*cannot be read"):
+        load_claims_inputs(kept, "gm")
+    column = random.choice([c for c in COLUMNS[name] if c not in ("model", "checkpoint")])
+    target.write_bytes(original)
+    pl.read_parquet(target).drop(column).write_parquet(target)  # an older schema
+    with pytest.raises(ValueError, match=rf"{target} lacks the column\(s\) {column} "):
+        load_claims_inputs(kept, "gm")
+    target.write_bytes(original)
+    numeric = random.choice([c for c in COLUMNS["checkpoints"] if c not in NOT_NUMBERS])
+    target = kept / "init" / "checkpoints.parquet"
+    pl.read_parquet(target).with_columns(pl.col(numeric).cast(pl.String)).write_parquet(target)
+    with pytest.raises(ValueError, match=rf"{target}: column {numeric} holds String, not numbers"):
+        load_claims_inputs(kept, "gm")
+
+
+def test_claims_refuse_checkpoints_measured_on_other_samples_and_warn_of_other_code():
+    from resdyn.dagster_project.claims import _check_comparable
+
+    frames = {name: pl.concat([study_frames("gm", ["init"], d_model=32, sha="a" * 64, n=12)[name],
+                               study_frames("gm", ["trained"], d_model=32, sha="a" * 64, n=8)[name]])
+              for name in SAVED}
+    data = {"init": SimpleNamespace(n_samples=12), "trained": SimpleNamespace(n_samples=8)}
+    with pytest.raises(ValueError, match="measured on different samples.*another n.*rerun trained"):
+        _check_comparable("gm", frames, ["init", "trained"], data)
+    same_n = {name: pl.concat([study_frames("gm", ["init"], d_model=32, sha="a" * 64, settings_hash="s1")[name],
+                               study_frames("gm", ["trained"], d_model=32, sha="a" * 64, settings_hash="s2")[name]])
+              for name in SAVED}
+    same_n["runs"] = same_n["runs"].with_columns(tables_code_version=pl.Series(["v1", "v2"]))
+    data = {"init": SimpleNamespace(n_samples=8), "trained": SimpleNamespace(n_samples=8)}
+    warnings = _check_comparable("gm", same_n, ["init", "trained"], data)
+    assert len(warnings) == 2 and "different settings" in warnings[0] and "table code versions" in warnings[1]
+    alike = {**same_n, "runs": same_n["runs"].with_columns(settings_hash=pl.lit("s1"), tables_code_version=pl.lit("v1"))}
+    assert _check_comparable("gm", alike, ["init", "trained"], data) == []
+
+
+def test_inputs_and_save_inputs_together_are_refused_in_one_line(tmp_path, capsys):
+    from resdyn.dagster_project.cli import main
+
+    code = main(["claims", "gm", "--inputs", str(tmp_path / "a"), "--save-inputs", str(tmp_path / "b"),
+                 "--output", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert code == 2 and "give one" in error and error.count("\n") == 1
+    assert not (tmp_path / "b").exists()
+
+
+def test_kept_inputs_of_a_gguf_file_are_judged_against_its_own_trained_end(tmp_path):
+    """--inputs without --trained: the kept checkpoints' one trained end (a GGUF file's `local`, any label), not a
+    `trained` that is not there; the controls and doses are never it; two candidates ask for --trained."""
+    from argparse import Namespace
+
+    from resdyn.dagster_project.cli import _kept_pair
+
+    label = random.choice(["local", "mine", "trained"])
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init", "init-quantized", label, "rounding-x1", "rounding-x2"],
+                                    d_model=32, sha="a" * 64), kept)
+    frames = load_claims_inputs(kept, "gm")
+    assert _kept_pair(frames, Namespace(null=None, trained=None)) == ("init", label)
+    assert _kept_pair(frames, Namespace(null="init", trained="rounding-x1")) == ("init", "rounding-x1")
+    keep_claims_inputs(study_frames("gm", ["other"], d_model=32, sha="a" * 64), kept)
+    if label != "trained":
+        with pytest.raises(ValueError, match="name the trained checkpoint with --trained"):
+            _kept_pair(load_claims_inputs(kept, "gm"), Namespace(null=None, trained=None))

@@ -9,6 +9,7 @@ import pkgutil
 import dagster as dg
 
 from .partition_assets import PartitionAsset
+from .store import runs
 
 
 def _collect() -> tuple[list[PartitionAsset], list[dg.AssetsDefinition]]:
@@ -46,4 +47,5 @@ def tables_code_version() -> str:
     return hashlib.sha256(json.dumps(versions).encode()).hexdigest()[:12]
 
 
+runs.TABLES_CODE_VERSION = tables_code_version()  # what every run records (runs.tables_code_version)
 __all__ = ["ALL_ASSETS", "PARTITION_ASSETS", "STUDY_ASSETS", "tables_code_version"]

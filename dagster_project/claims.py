@@ -221,8 +221,10 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
               "d_model": data[trained_checkpoint].d_model, "n_samples": data[trained_checkpoint].n_samples,
               "settings": {r["checkpoint"]: json.loads(r["settings"]) for r in runs},
               "settings_hash": {r["checkpoint"]: r["settings_hash"] for r in runs},
-              "code_version": {r["checkpoint"]: {"git_commit": r["git_commit"], "resdyn_version": r["resdyn_version"]}
-                               for r in runs},
+              "code_version": {r["checkpoint"]: {"git_commit": r["git_commit"], "resdyn_version": r["resdyn_version"],
+                                                 "tables_code_version": r.get("tables_code_version")} for r in runs},
+              "corpus": {r["checkpoint"]: {"label": r.get("corpus"), "sha256": r.get("corpus_sha256")} for r in runs},
+              "source_sha256": {c: (partitions.get(c) or {}).get("source_sha256") for c in compared},
               "rules": {key: {"version": version, "rule": text} for key, (version, text) in RULES.items()},
               "rules_hash": rules_hash(),
               "claims": [{**claim.row(), "null_estimate": asdict(claim.null_model) if claim.null_model else None,
@@ -236,8 +238,9 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
               "coupling_power": report.power}
     record["warnings"] = warnings
     (output / "claims.json").write_text(json.dumps(record, indent=2))
-    (output / "claims.md").write_text(report.markdown() + "\n" + "".join(f"\n> **warning:** {line}\n"
-                                                                       for line in warnings))
+    # the warnings above the table, where a reader starts
+    (output / "claims.md").write_text("".join(f"> **warning:** {line}\n\n" for line in warnings)
+                                      + report.markdown() + "\n")
     # each coupling test's power as a table of its own (one row per checkpoint and sublayer)
     pl.DataFrame(report.power, infer_schema_length=None).write_parquet(output / "coupling_power.parquet")
     return report, figure
@@ -259,6 +262,10 @@ def _check_comparable(model: str, frames: dict[str, pl.DataFrame], compared: lis
                                  f"compares one set of windows before and after training; rerun {other} with "
                                  f"{first}'s settings (`resdyn run --model {model} --checkpoint {other} ...`)")
     warnings = []
+    if not all(identities[checkpoint]["corpus_sha256"] for checkpoint in compared):
+        warnings.append("the corpus of some checkpoints is not recorded ("
+                        + ", ".join(c for c in compared if not identities[c]["corpus_sha256"])
+                        + "): they may have been measured on other text")
     hashes = {checkpoint: identities[checkpoint]["settings_hash"] for checkpoint in compared}
     if len(set(hashes.values())) > 1:
         warnings.append("the checkpoints were analysed with different settings ("

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
+from resdyn.files import file_lock
+
 from .config import SQL_DIRECTORY
 from .store.warehouse import Warehouse
 
@@ -116,7 +118,12 @@ def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list
     """``frames`` (:func:`claims_inputs`) kept as ``<directory>/<checkpoint>/<name>.parquet``, one folder per
     complete checkpoint, beside the checkpoints kept there before (module docstring). A checkpoint already kept
     is replaced only by inputs of the same identity (the same partition measured again); anything else, or
-    checkpoints that differ among themselves, is refused before ``directory`` is touched."""
+    checkpoints that differ among themselves, is refused before ``directory`` is touched.
+
+    Under ``<directory>/.lock`` (a second keep into the same folder waits): the new folders are written into a
+    ``.generation-*`` folder beside, then each is swapped in by two renames (the kept folder to
+    ``.retired-<checkpoint>``, the new one into its place); an error puts every retired folder back, and a
+    swap a crash interrupted is put back by the next keep or read of the folder (:func:`_recover`)."""
     directory = Path(directory)
     checkpoints = complete_checkpoints(frames)
     if not checkpoints:
@@ -129,39 +136,71 @@ def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list
                              f"({first}: {describe(new[first])}; {checkpoint}: {describe(new[checkpoint])}): a kept "
                              "folder holds one study; rerun the odd one out at the others' settings, or keep the "
                              "claims from a warehouse whose partitions agree")
-    kept = _kept_identities(directory)
-    for name, identity_kept in kept.items():
-        if differing := differences(identity_kept, new[first]):
-            raise ValueError(f"{directory / name} keeps {identity_kept['model']}@{name} ({describe(identity_kept)}), "
-                             f"and these inputs differ in {', '.join(differing)} ({describe(new[first])}): nothing "
-                             f"was written; keep them in another folder (--save-inputs NEW_DIR), or move "
-                             f"{directory} aside first to replace its study")
-    # a new generation: every checkpoint written beside, then swapped in folder by folder (each rename atomic)
-    generation = directory / f".generation-{uuid.uuid4().hex[:12]}"
-    generation.mkdir(parents=True)
-    try:
-        for checkpoint in checkpoints:
-            (generation / checkpoint).mkdir()
-            for name in SAVED:
-                frames[name].filter(pl.col("checkpoint") == checkpoint).write_parquet(
-                    generation / checkpoint / f"{name}.parquet")
-        written = []
-        for checkpoint in checkpoints:
-            target, retired = directory / checkpoint, generation / f".retired-{checkpoint}"
-            if target.exists():
-                target.rename(retired)
-            (generation / checkpoint).rename(target)
-            written.append(target)
-    finally:
+    directory.mkdir(parents=True, exist_ok=True)
+    with file_lock(directory / LOCK):
+        _recover(directory)
+        for name, identity_kept in _kept_identities(directory).items():
+            if differing := differences(identity_kept, new[first]):
+                raise ValueError(f"{directory / name} keeps {identity_kept['model']}@{name} "
+                                 f"({describe(identity_kept)}), and these inputs differ in {', '.join(differing)} "
+                                 f"({describe(new[first])}): nothing was written; keep them in another folder "
+                                 f"(--save-inputs NEW_DIR), or move {directory} aside first to replace its study")
+        generation = directory / f".generation-{uuid.uuid4().hex[:12]}"
+        generation.mkdir()
+        swapped: list[tuple[str, bool]] = []  # (checkpoint, whether a kept folder was retired for it)
+        try:
+            for checkpoint in checkpoints:
+                (generation / checkpoint).mkdir()
+                for name in SAVED:
+                    frames[name].filter(pl.col("checkpoint") == checkpoint).write_parquet(
+                        generation / checkpoint / f"{name}.parquet")
+            for checkpoint in checkpoints:
+                target, retired = directory / checkpoint, directory / f"{RETIRED}{checkpoint}"
+                had = target.exists()
+                if had:
+                    target.rename(retired)
+                swapped.append((checkpoint, had))
+                (generation / checkpoint).rename(target)
+        except BaseException:
+            for checkpoint, had in reversed(swapped):  # DIR as it was: kept folders back, new ones out
+                target, retired = directory / checkpoint, directory / f"{RETIRED}{checkpoint}"
+                if target.exists() and (had or not retired.exists()):
+                    shutil.rmtree(target)
+                if had and retired.exists():
+                    retired.rename(target)
+            raise
+        finally:
+            shutil.rmtree(generation, ignore_errors=True)
+        for checkpoint, _ in swapped:
+            shutil.rmtree(directory / f"{RETIRED}{checkpoint}", ignore_errors=True)
+    return [directory / checkpoint for checkpoint in checkpoints]
+
+
+LOCK, RETIRED = ".lock", ".retired-"
+
+
+def _recover(directory: Path) -> None:
+    """Finish what a crash interrupted (the caller holds the folder's lock): a retired folder whose checkpoint is
+    missing goes back into its place, one whose new folder is in place is removed (every folder swapped in was
+    checked against those kept, so a mix of old and new folders is still one study), and half-written
+    generations are removed."""
+    for retired in sorted(directory.glob(f"{RETIRED}*")):
+        target = directory / retired.name.removeprefix(RETIRED)
+        if target.exists():
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            retired.rename(target)
+    for generation in directory.glob(".generation-*"):
         shutil.rmtree(generation, ignore_errors=True)
-    return written
 
 
 def _kept_identities(directory: Path) -> dict[str, dict]:
-    """The identity of every checkpoint kept in ``directory`` (a folder per checkpoint)."""
-    folders = _checkpoint_folders(directory)
-    return {folder.name: identity({name: _read(folder, name) for name in ("partitions", "runs")}, folder.name)
-            for folder in folders}
+    """The identity of every checkpoint kept in ``directory`` (a folder per checkpoint); a column an older
+    resdyn did not keep counts as unknown here (a kept study stays extendable), though reading it for claims
+    needs every column."""
+    return {folder.name: identity({name: _read(folder, name, every_column=False) for name in ("partitions", "runs")},
+                                  folder.name)
+            for folder in _checkpoint_folders(directory)}
 
 
 def _checkpoint_folders(directory: Path) -> list[Path]:
@@ -170,10 +209,12 @@ def _checkpoint_folders(directory: Path) -> list[Path]:
     return sorted(path for path in directory.iterdir() if path.is_dir() and not path.name.startswith("."))
 
 
-def _read(folder: Path, name: str) -> pl.DataFrame:
-    """One kept frame, checked: a file that is missing, damaged or lacks a column is a one-line error naming it."""
+def _read(folder: Path, name: str, *, every_column: bool = True) -> pl.DataFrame:
+    """One kept frame, checked: a file that is missing, damaged or lacks a column (unless not ``every_column``:
+    then it is there as nulls) is a one-line error naming it."""
     path = folder / f"{name}.parquet"
-    fix = f"keep the inputs again from the warehouse (`resdyn claims MODEL --save-inputs {folder.parent}`)"
+    fix = ("keep the inputs again from the warehouse that made them, into a new folder (`resdyn claims MODEL "
+           "--save-inputs NEW_DIR`), or read them with the resdyn that kept them")
     if not path.is_file():
         raise ValueError(f"{path} is missing: {folder} is not a complete kept checkpoint; {fix}")
     try:
@@ -182,7 +223,9 @@ def _read(folder: Path, name: str) -> pl.DataFrame:
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ValueError(f"{path} cannot be read as Parquet ({type(error).__name__}: {first_line}); {fix}") from None
     absent = [column for column in COLUMNS[name] if column not in frame.columns]
-    if absent:
+    if absent and not every_column:
+        frame = frame.with_columns(*(pl.lit(None).alias(column) for column in absent))
+    elif absent:
         raise ValueError(f"{path} lacks the column(s) {', '.join(absent)} (kept by an older resdyn); {fix}")
     not_numbers = [column for column in COLUMNS[name] if column not in NOT_NUMBERS
                    and not (frame.schema[column].is_numeric() or frame.schema[column] == pl.Null)]
@@ -194,6 +237,9 @@ def _read(folder: Path, name: str) -> pl.DataFrame:
 def load_claims_inputs(directory: Path, model: str) -> dict[str, pl.DataFrame]:
     """The frames :func:`keep_claims_inputs` kept under ``directory`` (every checkpoint folder), for ``model``."""
     directory = Path(directory)
+    if directory.is_dir() and any(directory.glob(f"{RETIRED}*")):  # a keep a crash interrupted
+        with file_lock(directory / LOCK):
+            _recover(directory)
     folders = _checkpoint_folders(directory)
     if not folders:
         raise ValueError(f"{directory} holds no saved claims inputs (one folder per checkpoint, written by "

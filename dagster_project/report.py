@@ -123,13 +123,20 @@ def _claims_section(store: Warehouse) -> str:
 
     parts = ["<h2>(f) The paper's claims: each model's first checkpoint (null model) against its last</h2>"]
     for pair in claim_pairs(store):
-        report, figure = build_claims(store, pair["model"], pair["null_checkpoint"], pair["trained_checkpoint"])
+        title = (f"<h3>{html.escape(pair['model'])}: {html.escape(pair['null_checkpoint'])} vs "
+                 f"{html.escape(pair['trained_checkpoint'])}</h3>")
+        try:
+            report, figure = build_claims(store, pair["model"], pair["null_checkpoint"], pair["trained_checkpoint"])
+        except ValueError as error:  # e.g. checkpoints measured on other samples: said, the other models go on
+            parts.append(f"{title}<p><b>not judged:</b> {html.escape(str(error))}</p>")
+            continue
+        warnings = json.loads((figure.parent / "claims.json").read_text()).get("warnings", [])
+        title += "".join(f"<p><b>warning:</b> {html.escape(line)}</p>" for line in warnings)
         rows = [claim.row() for claim in report.claims]
         table = pa.Table.from_pylist([{key: row[key] for key in ("claim", "measure", "paper", "rule", "null_model",
                                                                  "trained", "verdict", "note")} for row in rows])
         image = base64.b64encode(figure.read_bytes()).decode()
-        parts.append(f"<h3>{html.escape(pair['model'])}: {html.escape(pair['null_checkpoint'])} vs "
-                     f"{html.escape(pair['trained_checkpoint'])}</h3><section><figure><img alt='claims' "
+        parts.append(f"{title}<section><figure><img alt='claims' "
                      f"src='data:image/png;base64,{image}'></figure><div class='table'>{_html_table(table)}</div>"
                      "</section>")
     return "".join(parts) if len(parts) > 1 else ""
@@ -155,10 +162,11 @@ def checkpoint_comparisons(store: Warehouse) -> dict[str, dict[str, Path]]:
 
     drawn: dict[str, dict[str, Path]] = {}
     models = sorted({model for model, _ in store.partitions()})
+    labels_of = {model: store.checkpoint_labels(model) for model in models}  # a stale or mismatched one is marked
     for name, (table, function, _) in COMPARISONS.items():
         drawn[name] = {}
         for model in models:
-            labels = store.checkpoint_labels(model)  # a stale or mismatched checkpoint is marked in the legend
+            labels = labels_of[model]
             frames = {labels.get(checkpoint, checkpoint): pl.from_arrow(store.read(table, model, checkpoint))
                       for checkpoint in store.checkpoints_of(table, model)}
             if frames:

@@ -212,7 +212,7 @@ def _report(number: int, total: int, key: str, outcome: dict, started: float, la
         launch.failed.append(key)
 
 
-# what identifies a partition's results beside its key, as --resume compares it (docs/reliability.md)
+# what identifies a partition's results beside its key, as --resume compares it (docs/operations.md)
 RESULT_IDENTITY = {"settings_hash": "analysis settings (n, seed, window, ...)",
                    "corpus_sha256": "analysis corpus",
                    "tables_code_version": "table code version (an asset's code_version)"}
@@ -223,11 +223,11 @@ def result_identity(config) -> dict:
     file's hash is judged by the partitions view (a partition made from another file is ``stale``)."""
     from .assets_index import tables_code_version
     from .settings import settings_hash
-    from .store.runs import corpus_record
+    from .store.runs import code_environment, corpus_record
 
     return {"settings_hash": settings_hash(dict(config.settings)),
             "corpus_sha256": corpus_record(config.wikitext_directory or None)["corpus_sha256"],
-            "tables_code_version": tables_code_version()}
+            "tables_code_version": tables_code_version(), "git_commit": code_environment()["git_commit"]}
 
 
 def _directory_rewritten(model_source: str | None) -> bool:
@@ -248,7 +248,9 @@ def _directory_rewritten(model_source: str | None) -> bool:
 
 def not_yet_complete(store: Warehouse, keys: list[str], wanted: dict, select: str | None) -> list[str]:
     """``keys`` less the partitions the warehouse holds complete (every required table, one run) with the same
-    identity as ``wanted`` (:func:`result_identity`); each partition kept or rerun is said, and why."""
+    identity as ``wanted`` (:func:`result_identity`); each partition kept or rerun is said, and why. What a
+    partition's run did not record (made by an older resdyn) is not a difference: the table code version is then
+    judged by the commit, where both are known, and otherwise the partition is kept with a note."""
     if select:
         print("resdyn: --resume judges whole partitions: with --select the selected assets run on every partition "
               "named")
@@ -257,7 +259,7 @@ def not_yet_complete(store: Warehouse, keys: list[str], wanted: dict, select: st
         return keys
     made = {f"{row['model']}@{row['checkpoint']}": row for row in store.query(
         "SELECT p.model, p.checkpoint, p.settings_hash, r.corpus_sha256, r.corpus, r.tables_code_version, "
-        "r.model_source "
+        "r.model_source, r.git_commit "
         "FROM partitions p LEFT JOIN runs r ON r.run_id = p.run_id AND r.model = p.model "
         "AND r.checkpoint = p.checkpoint WHERE p.status = 'complete'").to_pylist()}
     remaining = []
@@ -266,7 +268,14 @@ def not_yet_complete(store: Warehouse, keys: list[str], wanted: dict, select: st
         if row is None:
             remaining.append(key)
             continue
-        differing = [meaning for name, meaning in RESULT_IDENTITY.items() if row.get(name) != wanted[name]]
+        unknown = [name for name in RESULT_IDENTITY if row.get(name) in (None, "")]
+        if "tables_code_version" in unknown and row.get("git_commit") and wanted.get("git_commit") \
+                and "+dirty" not in row["git_commit"] + wanted["git_commit"]:
+            unknown.remove("tables_code_version")  # the commit decides: the same commit made the same tables
+            row = {**row, "tables_code_version": wanted["tables_code_version"] if row["git_commit"] ==
+                   wanted["git_commit"] else f"commit {row['git_commit'][:12]}"}
+        differing = [meaning for name, meaning in RESULT_IDENTITY.items()
+                     if name not in unknown and row.get(name) != wanted[name]]
         if _directory_rewritten(row.get("model_source")):
             differing.append("model directory (rewritten in place since)")
         damaged = store.damaged_figures(store.manifest(row["model"], row["checkpoint"]))
@@ -275,14 +284,15 @@ def not_yet_complete(store: Warehouse, keys: list[str], wanted: dict, select: st
                   f"({damaged[0].split(' (figure')[0]}): run again (--resume)")
             remaining.append(key)
             continue
-        if not differing:
-            print(f"resdyn: {key} is complete with these settings, corpus and table code "
-                  f"({wanted['settings_hash']}): not run again (--resume)")
+        if differing:
+            print(f"resdyn: {key} is complete, but its {'; '.join(differing)} differ from this run's: run again "
+                  "(--resume)")
+            remaining.append(key)
             continue
-        unknown = [meaning for name, meaning in RESULT_IDENTITY.items() if row.get(name) in (None, "")]
-        print(f"resdyn: {key} is complete, but its {'; '.join(differing)} differ from this run's"
-              + (f" (not recorded then: {'; '.join(unknown)})" if unknown else "") + ": run again (--resume)")
-        remaining.append(key)
+        note = (f" (its run recorded no {'; no '.join(RESULT_IDENTITY[name] for name in unknown)}: an older resdyn; "
+                f"`resdyn forget {key}` first to remake it)") if unknown else ""
+        print(f"resdyn: {key} is complete with these settings, corpus and table code "
+              f"({wanted['settings_hash']}): not run again (--resume){note}")
     return remaining
 
 
@@ -378,7 +388,7 @@ def _run_out_of_process(keys, config, instance, selected_keys, run_config, paral
 
     instance.event_log_storage.set_concurrency_slots(MODEL_RUNNER_POOL, config.model_runners)
     parallel = max(1, min(parallel_runs or len(keys), len(keys)))
-    started = {}
+    started, finished = {}, set()
     with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {}
         for number, key in enumerate(keys, 1):
@@ -394,10 +404,14 @@ def _run_out_of_process(keys, config, instance, selected_keys, run_config, paral
                     outcome = {"success": False, "run_id": None, "steps": {}, "n_checks": 0, "failing_checks": [],
                                "failure_lines": [f"    {type(error).__name__}: {error}"]}
                 _report(number, len(keys), key, outcome, started[key], launch)
+                finished.add(key)
                 if progress is not None:
                     progress(number, len(keys), key, True)
         except KeyboardInterrupt:
             print("resdyn: interrupted; runs already handed to the executor are stopped with it", flush=True)
             pool.shutdown(wait=False, cancel_futures=True)
+            store = Warehouse(config.warehouse)
+            for key in [key for key in keys if key not in finished]:
+                print(f"resdyn: {key}: {_sweep_after_stop(store, key)}", flush=True)
             return 130
     return 0

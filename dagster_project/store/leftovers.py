@@ -57,6 +57,9 @@ def _partitions(store, model: str | None, checkpoint: str | None) -> set[tuple[s
         found.add((directory.parent.name.removeprefix("model="), directory.name.removeprefix("checkpoint=")))
     for directory in (store.root / "_artefacts" / "figures").glob("*/*"):
         found.add((directory.parent.name, directory.name))
+    for path in (store.root / "_published").glob(f"model=*/.checkpoint=*.json.*{IN_PROGRESS_SUFFIX}"):
+        found.add((path.parent.name.removeprefix("model="), path.name[1:].split(".json.", 1)[0].removeprefix(
+            "checkpoint=")))  # a manifest write killed before the partition had any file
     return {(m, c) for m, c in found if model is None or m == model}
 
 
@@ -109,7 +112,11 @@ def _dead_manifest_writes(store, model: str, checkpoint: str) -> list[tuple[Path
     temporary = list(path.parent.glob(f".{path.name}.*{IN_PROGRESS_SUFFIX}"))
     if not temporary:
         return []
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
+    try:
+        handle = open(path.with_name(path.name + ".lock"), "a")
+    except OSError:  # a read-only warehouse: nothing can be judged (or removed) here
+        return []
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

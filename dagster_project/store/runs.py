@@ -125,10 +125,13 @@ def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict
     store.record_run(model, checkpoint, {**row, **fields})
 
 
-def _tables_code_version() -> str:
-    from ..assets_index import tables_code_version  # the assets are imported by the time a run records itself
+# every asset's code version, hashed: set by assets_index when it collects the assets (every process that runs a
+# step has), so that this module need not import the assets above it
+TABLES_CODE_VERSION: str | None = None
 
-    return tables_code_version()
+
+def _tables_code_version() -> str | None:
+    return TABLES_CODE_VERSION
 
 
 def record_interrupted(store: Warehouse, model: str, checkpoint: str, reason: str) -> None:

@@ -505,18 +505,9 @@ class Warehouse:
         return digest.hexdigest()[:16]
 
     def checkpoint_labels(self, model: str) -> dict[str, str]:
-        """How figures that put ``model``'s checkpoints side by side name each one: its checkpoint, marked where
-        it was made from a file the model is no longer registered with (stale) or where the checkpoints differ
-        in width (one of them was made from another model), so such a figure never shows them as comparable."""
-        rows = self.query("SELECT checkpoint, status, d_model FROM partitions WHERE model = $model",
-                          parameters={"model": model}).to_pylist()
-        widths = {row["d_model"] for row in rows if row["d_model"] is not None}
-        labels = {}
-        for row in rows:
-            marks = (["stale: made from another file"] if row["status"] == "stale" else []) + \
-                    ([f"d = {row['d_model']}"] if len(widths) > 1 and row["d_model"] is not None else [])
-            labels[row["checkpoint"]] = row["checkpoint"] + (f" ({'; '.join(marks)})" if marks else "")
-        return labels
+        """How figures that put ``model``'s checkpoints side by side name each one (:func:`checkpoint_labels`)."""
+        return checkpoint_labels(self.query("SELECT checkpoint, status, d_model, settings_hash FROM partitions "
+                                            "WHERE model = $model", parameters={"model": model}).to_pylist())
 
     def checkpoints_of(self, table: str, model: str) -> list[str]:
         """Checkpoints of ``model`` with ``table`` published (figures compare them)."""
@@ -588,6 +579,22 @@ class Warehouse:
 
         with self.connect(complete_only=complete_only) as connection:
             return run_read_only(connection, sql, parameters)
+
+
+def checkpoint_labels(rows: list[dict]) -> dict[str, str]:
+    """Each checkpoint of one model (``partitions`` rows: checkpoint, status, d_model, settings_hash) as a legend
+    names it: marked where it was made from a file the model is no longer registered with (stale), and, where the
+    checkpoints differ in width or analysis settings, with its own, so that a figure never shows them as
+    comparable without saying so."""
+    widths = {row["d_model"] for row in rows if row.get("d_model") is not None}
+    hashes = {row["settings_hash"] for row in rows if row.get("settings_hash")}
+    labels = {}
+    for row in rows:
+        marks = (["stale: made from another file"] if row["status"] == "stale" else []) + \
+                ([f"d = {row['d_model']}"] if len(widths) > 1 and row.get("d_model") is not None else []) + \
+                ([f"settings {row['settings_hash'][:6]}"] if len(hashes) > 1 and row.get("settings_hash") else [])
+        labels[row["checkpoint"]] = row["checkpoint"] + (f" ({'; '.join(marks)})" if marks else "")
+    return labels
 
 
 def partition_key_of(path: Path) -> tuple[str, str] | None:

@@ -143,11 +143,14 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
     stale = stale_checkpoints(name)
     rerun = [label for label, revision in (previous.checkpoints.items() if previous is not None else ())
              if revision in MADE_REVISIONS and label not in checkpoints and label in stale]
+    chosen = [c for c in [*checkpoints, *rerun] if not request.checkpoints or c in request.checkpoints]
+    remade = [c for c in rerun if c in chosen]
     say(f"registered {name} -> {path} (GGUF {description.architecture}, {description.quantization_summary}, sha256 "
         f"{description.sha256[:12]}{'; changed since last registered: it will be imported again' if changed else ''}"
         f"), checkpoints {list(checkpoints) + rerun}"
-        + (f"; {', '.join(rerun)} made from another file: remade from this one" if rerun else ""))
-    chosen = [c for c in [*checkpoints, *rerun] if not request.checkpoints or c in request.checkpoints]
+        + (f"; {', '.join(remade)} made from another file: remade from this one" if remade else "")
+        + (f"; {', '.join(c for c in rerun if c not in chosen)} made from another file: stale until run"
+           if len(remade) < len(rerun) else ""))
     if request.checkpoints and request.null_model:
         say(f"running {', '.join(chosen)} of them (--checkpoint)")
     return [partition_key(name, c) for c in chosen]

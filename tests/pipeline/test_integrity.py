@@ -331,6 +331,29 @@ def test_a_manifest_write_killed_midway_is_listed_and_reclaimed_but_a_live_one_i
     assert not left.exists() and manifest.is_file() and partition_state(root)["status"] == "complete"
 
 
+def test_runs_recorded_before_a_provenance_column_existed_read_as_null_and_resume_keeps_them(warehouse_copy,
+                                                                                                capsys):
+    import pyarrow.parquet as pq
+
+    from resdyn.dagster_project.run_loop import not_yet_complete
+
+    from resdyn.dagster_project.assets_index import tables_code_version
+
+    _, root = warehouse_copy
+    recorded = Warehouse(root).query("SELECT DISTINCT tables_code_version AS v FROM runs").to_pylist()
+    assert recorded == [{"v": tables_code_version()}]  # what this resdyn records
+    for path in (root / "runs").glob("model=*/checkpoint=*/*.parquet"):  # as an older resdyn wrote them
+        pq.write_table(pq.read_table(path).drop_columns(["tables_code_version", "git_commit"]), path)
+    store = Warehouse(root)
+    row = store.query("SELECT settings_hash, corpus_sha256, tables_code_version, git_commit FROM runs").to_pylist()[0]
+    assert row["tables_code_version"] is None and row["git_commit"] is None and row["corpus_sha256"]
+    wanted = {"settings_hash": row["settings_hash"], "corpus_sha256": row["corpus_sha256"],
+              "tables_code_version": "4f53cda18c2b", "git_commit": "0" * 40}
+    assert not_yet_complete(store, ["m@local"], wanted, None) == []
+    assert "recorded no table code version" in capsys.readouterr().out
+    assert not_yet_complete(store, ["m@local"], {**wanted, "corpus_sha256": "another"}, None) == ["m@local"]
+
+
 def _manifest_path(root: Path) -> Path:
     return root / "_published" / "model=m" / "checkpoint=local.json"
 

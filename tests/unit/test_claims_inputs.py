@@ -54,7 +54,7 @@ def test_inputs_kept_then_read_back_are_the_frames_given(tmp_path):
     frames = study_frames("tl", ["init", "trained"], d_model=32, sha="a" * 64)
     written = keep_claims_inputs(frames, tmp_path / "kept")
     assert [path.name for path in written] == ["init", "trained"]
-    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["init", "trained"]  # no staging left behind
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [".lock", "init", "trained"]  # no generation left
     back = load_claims_inputs(tmp_path / "kept", "tl")
     for name in SAVED:
         assert back[name].sort("checkpoint").equals(frames[name].sort("checkpoint")), name
@@ -71,7 +71,7 @@ def test_a_second_warehouse_of_another_file_never_replaces_a_kept_study(tmp_path
     with pytest.raises(ValueError, match="nothing was written.*another folder") as refused:
         keep_claims_inputs(other, kept)
     assert "source_sha256" in str(refused.value) and "d_model" in str(refused.value)
-    assert tree_digest(kept) == before and sorted(p.name for p in kept.iterdir()) == ["init", "trained"]
+    assert tree_digest(kept) == before and sorted(p.name for p in kept.iterdir()) == [".lock", "init", "trained"]
 
 
 @pytest.mark.parametrize("change", [{"n": 12}, {"corpus": "fallback"}, {"settings_hash": "another"}])
@@ -100,6 +100,34 @@ def test_the_same_partition_measured_again_replaces_its_folder_and_adds_beside_t
     assert sorted(back["partitions"]["checkpoint"]) == ["init", "rounding-x1", "trained"]
     assert back["sublayers"].filter(pl.col("checkpoint") == "trained").equals(
         again["sublayers"].filter(pl.col("checkpoint") == "trained"))
+
+
+def test_a_keep_that_fails_midway_or_was_killed_midway_leaves_the_kept_study_whole(tmp_path, monkeypatch):
+    """An error while the folders are swapped puts every kept folder back (and takes the new ones out); a swap a
+    crash cut between its two renames is put back by the next read of the folder."""
+    from pathlib import Path as PathType
+
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init", "trained"], d_model=32, sha="a" * 64), kept)
+    before = tree_digest(kept)
+    again = study_frames("gm", ["init", "rounding-x1", "trained"], d_model=32, sha="a" * 64)
+    failing = random.choice(["init", "rounding-x1", "trained"])
+    rename = PathType.rename
+
+    def broken(self, target):
+        if self.parent.name.startswith(".generation-") and self.name == failing:
+            raise OSError(28, "No space left on device")
+        return rename(self, target)
+
+    monkeypatch.setattr(PathType, "rename", broken)
+    with pytest.raises(OSError, match="No space left"):
+        keep_claims_inputs(again, kept)
+    monkeypatch.undo()
+    assert tree_digest(kept) == before and sorted(p.name for p in kept.iterdir()) == [".lock", "init", "trained"]
+    # killed between the two renames of `trained`: its kept folder retired, the new one not yet in place
+    (kept / "trained").rename(kept / ".retired-trained")
+    back = load_claims_inputs(kept, "gm")
+    assert sorted(back["partitions"]["checkpoint"]) == ["init", "trained"] and tree_digest(kept) == before
 
 
 def test_damaged_old_or_mistyped_kept_frames_are_one_line_errors_naming_the_file(tmp_path):
@@ -146,6 +174,30 @@ def test_claims_refuse_checkpoints_measured_on_other_samples_and_warn_of_other_c
     assert len(warnings) == 2 and "different settings" in warnings[0] and "table code versions" in warnings[1]
     alike = {**same_n, "runs": same_n["runs"].with_columns(settings_hash=pl.lit("s1"), tables_code_version=pl.lit("v1"))}
     assert _check_comparable("gm", alike, ["init", "trained"], data) == []
+    # another corpus (a partition made on the fallback text): refused; one not recorded: warned of
+    other_text = {**alike, "runs": alike["runs"].with_columns(corpus_sha256=pl.Series(["c1", "fallback"]))}
+    with pytest.raises(ValueError, match="measured on different samples.*another corpus"):
+        _check_comparable("gm", other_text, ["init", "trained"], data)
+    unrecorded = {**alike, "runs": alike["runs"].with_columns(corpus_sha256=pl.Series(["c1", None]),
+                                                              tables_code_version=pl.Series(["v1", None]))}
+    warnings = _check_comparable("gm", unrecorded, ["init", "trained"], data)
+    assert any("corpus of some checkpoints is not recorded (trained)" in line for line in warnings)
+    assert any("code commits" in line or "not recorded" in line for line in warnings[1:])
+
+
+def test_a_study_kept_by_an_older_resdyn_takes_new_checkpoints_of_the_same_study(tmp_path):
+    """A kept folder whose runs lack the columns this resdyn adds (corpus, table code version): its identity reads
+    them as unknown, so the same study's new checkpoints are kept beside it; another file is still refused."""
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init"], d_model=32, sha="a" * 64), kept)
+    runs = kept / "init" / "runs.parquet"
+    pl.read_parquet(runs).drop("corpus", "corpus_sha256", "tables_code_version").write_parquet(runs)
+    keep_claims_inputs(study_frames("gm", ["trained"], d_model=32, sha="a" * 64, corpus="c9"), kept)
+    assert sorted(p.name for p in kept.iterdir() if not p.name.startswith(".")) == ["init", "trained"]
+    with pytest.raises(ValueError, match="nothing was written"):
+        keep_claims_inputs(study_frames("gm", ["other"], d_model=64, sha="b" * 64), kept)
+    with pytest.raises(ValueError, match=r"lacks the column\(s\) corpus, corpus_sha256, tables_code_version.*new folder"):
+        load_claims_inputs(kept, "gm")  # reading it for claims needs every column
 
 
 def test_inputs_and_save_inputs_together_are_refused_in_one_line(tmp_path, capsys):
@@ -160,12 +212,17 @@ def test_inputs_and_save_inputs_together_are_refused_in_one_line(tmp_path, capsy
 
 def test_kept_inputs_of_a_gguf_file_are_judged_against_its_own_trained_end(tmp_path):
     """--inputs without --trained: the kept checkpoints' one trained end (a GGUF file's `local`, any label), not a
-    `trained` that is not there; the controls and doses are never it; two candidates ask for --trained."""
+    `trained` that is not there; the controls and doses are never it; two candidates ask for --trained (unless
+    one is `trained`)."""
+    for label in ("local", random.choice(["mine", "gguf-file"]), "trained"):
+        _judged_against_its_trained_end(tmp_path / label, label)
+
+
+def _judged_against_its_trained_end(tmp_path, label: str) -> None:
     from argparse import Namespace
 
     from resdyn.dagster_project.cli import _kept_pair
 
-    label = random.choice(["local", "mine", "trained"])
     kept = tmp_path / "kept"
     keep_claims_inputs(study_frames("gm", ["init", "init-quantized", label, "rounding-x1", "rounding-x2"],
                                     d_model=32, sha="a" * 64), kept)
@@ -173,6 +230,20 @@ def test_kept_inputs_of_a_gguf_file_are_judged_against_its_own_trained_end(tmp_p
     assert _kept_pair(frames, Namespace(null=None, trained=None)) == ("init", label)
     assert _kept_pair(frames, Namespace(null="init", trained="rounding-x1")) == ("init", "rounding-x1")
     keep_claims_inputs(study_frames("gm", ["other"], d_model=32, sha="a" * 64), kept)
-    if label != "trained":
+    if label == "trained":
+        assert _kept_pair(load_claims_inputs(kept, "gm"), Namespace(null=None, trained=None)) == ("init", "trained")
+    else:
         with pytest.raises(ValueError, match="name the trained checkpoint with --trained"):
             _kept_pair(load_claims_inputs(kept, "gm"), Namespace(null=None, trained=None))
+
+
+def test_legends_mark_a_stale_checkpoint_and_checkpoints_of_other_widths_or_settings():
+    from resdyn.dagster_project.store.warehouse import checkpoint_labels
+
+    same = [{"checkpoint": c, "status": "complete", "d_model": 64, "settings_hash": "abcdef123456"}
+            for c in ("init", "trained")]
+    assert checkpoint_labels(same) == {"init": "init", "trained": "trained"}
+    stale = [same[0], {**same[1], "status": "stale", "d_model": 32}]
+    assert checkpoint_labels(stale) == {"init": "init (d = 64)", "trained": "trained (stale: made from another file; d = 32)"}
+    other = [same[0], {**same[1], "settings_hash": "999999aaaaaa"}]
+    assert checkpoint_labels(other) == {"init": "init (settings abcdef)", "trained": "trained (settings 999999)"}

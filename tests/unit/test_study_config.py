@@ -44,11 +44,13 @@ def test_resume_skips_only_partitions_complete_with_the_same_settings_corpus_and
 
     from resdyn.dagster_project.run_loop import not_yet_complete
 
-    wanted = {"settings_hash": "s1", "corpus_sha256": "c1", "tables_code_version": "t1"}
+    wanted = {"settings_hash": "s1", "corpus_sha256": "c1", "tables_code_version": "t1", "git_commit": "abc"}
     rows = [{"model": "m", "checkpoint": "init", **wanted},
             {"model": "m", "checkpoint": "trained", **wanted, "settings_hash": "another-hash"},
             {"model": "m", "checkpoint": "fallback", **wanted, "corpus_sha256": "c2"},  # made on the fallback text
-            {"model": "m", "checkpoint": "older", **wanted, "tables_code_version": None},  # before versions were kept
+            {"model": "m", "checkpoint": "older", **wanted, "tables_code_version": None},  # same commit, unrecorded
+            {"model": "m", "checkpoint": "oldest", **wanted, "tables_code_version": None, "git_commit": None},
+            {"model": "m", "checkpoint": "other-commit", **wanted, "tables_code_version": None, "git_commit": "def"},
             {"model": "m", "checkpoint": "damaged", **wanted}]
 
     class Store:  # the partitions view of a warehouse holding these partitions complete
@@ -64,14 +66,16 @@ def test_resume_skips_only_partitions_complete_with_the_same_settings_corpus_and
         def damaged_figures(self, manifest):  # m@damaged's figure was damaged after publication
             return ["/w/f.png (figure f of m@init) is damaged"] if manifest["checkpoint"] == "damaged" else []
 
-    keys = ["m@init", "m@trained", "m@fallback", "m@older", "m@damaged", "n@init"]
-    assert not_yet_complete(Store(), keys, wanted, None) == ["m@trained", "m@fallback", "m@older", "m@damaged",
+    keys = ["m@init", "m@trained", "m@fallback", "m@older", "m@oldest", "m@other-commit", "m@damaged", "n@init"]
+    assert not_yet_complete(Store(), keys, wanted, None) == ["m@trained", "m@fallback", "m@other-commit", "m@damaged",
                                                              "n@init"]
     said = capsys.readouterr().out
     assert "m@init is complete" in said and "not run again" in said
     assert "m@trained is complete, but its analysis settings" in said
     assert "m@fallback is complete, but its analysis corpus" in said
-    assert "m@older is complete, but its table code version" in said and "not recorded then" in said
+    assert "m@older is complete with these settings" in said  # the same commit made it
+    assert "m@oldest is complete with these settings" in said and "recorded no table code version" in said
+    assert "m@other-commit is complete, but its table code version" in said
     assert "m@damaged is complete, but 1 of its published figures are damaged or missing (/w/f.png)" in said
     # a local model directory rewritten in place: its recorded fingerprint no longer matches
     import json

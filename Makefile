@@ -13,7 +13,7 @@ export RESDYN_WIKITEXT_TOKENIZED_DIR ?= $(SHARED_DATA)/wikitext-2-tokenized
 endif
 export DAGSTER_HOME ?= $(abspath dagster_home)
 
-.PHONY: demo test test-fast ui lint bench gpu-check paper-scale install chromium study
+.PHONY: demo test test-durations test-fast ui lint bench gpu-check paper-scale install chromium study
 
 install: $(VENV)/.installed
 
@@ -36,7 +36,7 @@ demo: install
 # The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained, as its null
 # model and two doses of its own rounding noise (the `study` suite; the quantized null model informs no v4 claim), on
 # 1,000 WikiText-2 windows (--preset paper), then each model's claims (rules v4, docs/study.md).
-# Resumable: --resume skips the partitions the warehouse already holds complete at these settings; the claims'
+# Resumable: --resume skips the partitions the warehouse holds complete with these settings, corpus and code; the claims
 # inputs (small frames, one folder per checkpoint) are kept in docs/study/MODEL/inputs, so checkpoints run in
 # different sessions (or warehouses) are judged together.
 study: install
@@ -51,6 +51,11 @@ study: install
 test: install chromium
 	mkdir -p $(DAGSTER_HOME)
 	$(PY) -m pytest
+
+# make test, recording every test's seconds (the slowest first) in benchmarks/results/test_durations.json
+test-durations: install chromium
+	mkdir -p $(DAGSTER_HOME)
+	RESDYN_TEST_DURATIONS=$(CURDIR)/benchmarks/results/test_durations.json /usr/bin/time -v $(PY) -m pytest
 
 # the unit tier only (pure functions and small models; about two minutes on two cores)
 test-fast: install

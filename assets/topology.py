@@ -96,9 +96,9 @@ def _graph_edges(settings, activations, k: int, progress=None):
             progress.done(f"{layer}/{boundary}")
 
 
-@partition_asset(ANALYSIS, group_name="topology", tables=[dg.AssetSpec("communities", code_version="4", deps=["graph_edges"],
+@partition_asset(ANALYSIS, group_name="topology", tables=[dg.AssetSpec("communities", code_version="5", deps=["graph_edges"],
                         description="Signed Leiden CPM community, participation and boundary flags of every unit."),
-           dg.AssetSpec("gamma_scan", code_version="4", deps=["graph_edges"],
+           dg.AssetSpec("gamma_scan", code_version="5", deps=["graph_edges"],
                         description="The resolution scan behind each graph's chosen gamma (modularity, stability).")])
 def community_tables(context, settings, outputs, graph_edges: TableHandle, activations: TableHandle,
                      model_checkpoints: TableHandle):
@@ -135,8 +135,8 @@ def _communities(context, settings, outputs, graph_edges, activations, model_che
                 "gamma": np.full(edges.n_units, scan.gamma), "seed": np.full(edges.n_units, settings.seed, np.int32)}))
             scan_rows += [{"layer": layer, "boundary": boundary, "gamma": r.gamma, "n_communities": r.n_communities,
                            "stability": r.stability, "stability_nmi": r.stability_nmi, "modularity": r.modularity,
-                           "nontrivial": r.nontrivial,
-                           "chosen": r.gamma == scan.gamma} for r in scan.rows]
+                           "nontrivial": r.nontrivial, "chosen": r.gamma == scan.gamma, "n_seeds": r.n_seeds}
+                          for r in scan.rows]
             interrupts.check(f"community_tables of {context.partition_key}")
             progress.done(f"{layer}/{boundary}")
             context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "

@@ -44,6 +44,39 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+# RESDYN_TEST_DURATIONS=FILE (`make test-durations`): every test's seconds (set-up, call and tear-down: a session
+# fixture's cost lands on the first test that asks for it) written to FILE as JSON, slowest first
+DURATIONS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("RESDYN_TEST_DURATIONS"):
+        DURATIONS[report.nodeid] = DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    target = os.environ.get("RESDYN_TEST_DURATIONS")
+    if not target or not DURATIONS:
+        return
+    import json
+    import platform
+    import time
+
+    ordered = sorted(DURATIONS.items(), key=lambda item: -item[1])
+    tiers = {}
+    for nodeid, seconds in ordered:
+        tier = nodeid.split("/")[1] if nodeid.startswith("tests/") else "other"
+        tiers[tier] = round(tiers.get(tier, 0.0) + seconds, 1)
+    Path(target).write_text(json.dumps({
+        "command": "make test-durations (make test with RESDYN_TEST_DURATIONS set)",
+        "conditions": os.environ.get("RESDYN_TEST_CONDITIONS", ""), "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}",
+        "tests": len(ordered), "exit_status": int(exitstatus), "total_test_seconds": round(sum(DURATIONS.values()), 1),
+        "seconds_by_tier": ", ".join(f"{tier} {seconds}" for tier, seconds in sorted(tiers.items())),
+        "slowest": [{"test": nodeid, "seconds": round(seconds, 1)} for nodeid, seconds in ordered[:40]],
+        "every_test": {nodeid: round(seconds, 2) for nodeid, seconds in ordered}}, indent=1) + "\n")
+
+
 SYSTEM_TESTS = Path(__file__).resolve().parent / "system"
 
 

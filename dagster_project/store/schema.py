@@ -223,10 +223,13 @@ _table("communities", "(layer, boundary, unit)", "topology",
        _c("degree", I32, "edges at the unit"), _c("gamma", F64, "chosen resolution"), _c("seed", I32, "Leiden seed"))
 _table("gamma_scan", "(layer, boundary, gamma)", "topology",
        LAYER, BOUNDARY, _c("gamma", F64, "resolution"), _c("n_communities", F64, "mean over seeds"),
-       _c("stability", F64, "mean pairwise adjusted Rand index over seeds (chance-corrected)"),
-       _c("stability_nmi", F64, "mean pairwise NMI over seeds (biased towards many small communities)"),
+       _c("stability", F64, "mean pairwise adjusted Rand index over seeds (chance-corrected); NaN where only the "
+          "coarse pass ran"),
+       _c("stability_nmi", F64, "mean pairwise NMI over seeds (biased towards many small communities); NaN where only "
+          "the coarse pass ran"),
        _c("modularity", F64, "mean over seeds, of the positive graph (the selection criterion)"),
-       _c("nontrivial", BOOL, "every seed non-trivial"), _c("chosen", BOOL, "the selected gamma"))
+       _c("nontrivial", BOOL, "every seed non-trivial"), _c("chosen", BOOL, "the selected gamma"),
+       _c("n_seeds", I32, "Leiden runs behind the row: every seed at the gammas the coarse pass refined, else one"))
 _table("unit_amplification", "(sublayer, unit)", "coupling",
        LAYER, SUBLAYER, DEPTH, _c("unit", I32, "residual dimension"),
        _c("log_column_norm", F64, "log ||J e_i||"), _c("deviation_column_norm", F64, "||(J - I) e_i||"),

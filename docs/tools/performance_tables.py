@@ -33,6 +33,8 @@ TITLES = {
     "study": "The study at the paper's n = 1000, one partition at a time (`benchmarks/study.py`)",
     "acceptance_run": "The 2-layer Llama-3.1-8B-shaped checkpoint end to end (`benchmarks/acceptance_run.py`)",
     "redesign_equivalence": "The code before and after issue 32's redesign, side by side (`benchmarks/redesign_equivalence.py`)",
+    "test_durations": "The test suite, every test's seconds, the slowest 40 shown (`make test-durations`)",
+    "communities_scan": "The gamma scan, coarse to fine against every seed at every gamma (`benchmarks/communities_scan.py`)",
 }
 
 

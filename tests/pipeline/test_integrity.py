@@ -536,11 +536,12 @@ def test_offline_the_hub_is_asked_at_most_once_and_quickly(tmp_path):
     unreachable = subprocess.run([sys.executable, "-c", script], env={**base, "HF_ENDPOINT": "https://127.0.0.1:9"},
                                  capture_output=True, text=True, timeout=120)
     label, seconds, probes = unreachable.stdout.split()
-    assert label == "fallback:pydoc_data.topics" and int(probes) == 1 and float(seconds) < 10, unreachable.stderr[-2000:]
+    # one probe, not one per load (about 1 s idle; the bound only rules out waiting on the network's timeouts)
+    assert label == "fallback:pydoc_data.topics" and int(probes) == 1 and float(seconds) < 30, unreachable.stderr[-2000:]
     offline = subprocess.run([sys.executable, "-c", script], env={**base, "HF_HUB_OFFLINE": "1"},
                              capture_output=True, text=True, timeout=120)
     label, seconds, probes = offline.stdout.split()
-    assert label == "fallback:pydoc_data.topics" and int(probes) == 0 and float(seconds) < 10
+    assert label == "fallback:pydoc_data.topics" and int(probes) == 0 and float(seconds) < 30
 
 
 # forgetting a partition and the registry's partition keys (UI findings 2 and 3) ----------------

@@ -101,7 +101,7 @@ def test_scan_chooses_the_modularity_peak_not_the_fragmented_partition(fresh_see
     rng = np.random.default_rng(fresh_seed)
     activations, truth = planted_activations(rng, n_communities=6, size=30, n_observations=400)
     edges = topology.signed_graph(topology.correlation_matrix(activations), "knn", k=30)
-    scan = topology.scan_gamma(edges, seeds=(0, 1, 2))
+    scan = topology.scan_gamma(edges, seeds=(0, 1, 2), refine=None)  # every seed at every gamma
     rows = {row.gamma: row for row in scan.rows}
     chosen = rows[scan.gamma]
     positive, _ = topology.layer_graphs(edges)
@@ -173,3 +173,30 @@ def test_same_seed_same_membership_across_processes(fresh_seed):
                                       check=True).stdout) for _ in range(2)]
     assert runs[0] == runs[1]
     assert len(set(runs[0])) > 1
+
+
+def test_the_coarse_to_fine_scan_chooses_within_one_grid_step_of_the_full_scan_in_fewer_runs(fresh_seed):
+    """The default scan (first seed everywhere, every seed at the coarse pass's best three) against every seed at
+    every gamma, on graphs of planted communities of fresh sizes: the chosen gamma is the full scan's or its
+    neighbour on the grid, the partitions agree, and the coarse rows say they rest on one run."""
+    rng = np.random.default_rng(fresh_seed)
+    grid = list(topology.DEFAULT_GAMMAS)
+    seeds = (0, 1, 2, 3, 4)
+    for _ in range(3):
+        activations, _ = planted_activations(rng, n_communities=int(rng.integers(3, 9)), size=int(rng.integers(10, 40)),
+                                             n_observations=int(rng.integers(150, 500)))
+        edges = topology.signed_graph(topology.correlation_matrix(activations), "knn", k=int(rng.integers(5, 30)))
+        full = topology.scan_gamma(edges, seeds=seeds, refine=None)
+        fast = topology.scan_gamma(edges, seeds=seeds)
+        assert abs(grid.index(fast.gamma) - grid.index(full.gamma)) <= 1, (fast.rows, full.rows)
+        assert topology.adjusted_rand_index(fast.membership, full.membership) > 0.8
+        refined = [row for row in fast.rows if row.n_seeds == len(seeds)]
+        assert len(refined) >= topology.REFINED_GAMMAS and len(fast.memberships) < len(full.memberships)
+        assert len(fast.memberships) == len(grid) + (len(seeds) - 1) * len(refined)
+        for row in fast.rows:
+            assert row.n_seeds in (1, len(seeds)) and np.isnan(row.stability) == (row.n_seeds == 1)
+        # a refined row is the full scan's row at that gamma (the same seeds, run for run)
+        for row in refined:
+            same = next(r for r in full.rows if r.gamma == row.gamma)
+            assert (row.modularity, row.stability, row.n_communities) == pytest.approx(
+                (same.modularity, same.stability, same.n_communities))

@@ -335,9 +335,8 @@ def test_runs_recorded_before_a_provenance_column_existed_read_as_null_and_resum
                                                                                                 capsys):
     import pyarrow.parquet as pq
 
-    from resdyn.dagster_project.run_loop import not_yet_complete
-
     from resdyn.dagster_project.assets_index import tables_code_version
+    from resdyn.dagster_project.run_loop import not_yet_complete
 
     _, root = warehouse_copy
     recorded = Warehouse(root).query("SELECT DISTINCT tables_code_version AS v FROM runs").to_pylist()

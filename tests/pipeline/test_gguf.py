@@ -254,8 +254,8 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         assert json.loads((output / "claims.json").read_text()) == claims_record, source
         assert (output / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
-    assert sorted(path.name for path in inputs.iterdir()) == ["init", "init-quantized", "local", "rounding-x1",
-                                                              "rounding-x2"]
+    assert sorted(path.name for path in inputs.iterdir()) == [".lock", "init", "init-quantized", "local",
+                                                              "rounding-x1", "rounding-x2"]  # and no generation left
     # the kept frames have exactly the columns a kept folder is checked against (claims_inputs.COLUMNS)
     from resdyn.dagster_project.claims_inputs import COLUMNS, claims_inputs, keep_claims_inputs
 

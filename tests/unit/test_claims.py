@@ -391,6 +391,9 @@ def test_the_operator_type_must_set_the_community_coupling(fresh_seed):
     assert {c.key: c for c in claims.evaluate(null, trained)}["community_coupling_learned"].verdict == "does not hold"
     null.community_rho = 0.05 * rng.normal(size=n)
     trained.measures["rotation_share"] = rng.uniform(0.2, 0.6, n)
+    # both operator measures move together, as they do in a model (an asymmetry left at random correlates with the
+    # coupling by chance now and then, p < 0.01 for seed 2272991202, which the rule rightly reads as a contradiction)
+    trained.measures["asymmetry_index"] = 0.4 + 0.5 * trained.measures["rotation_share"] + 0.01 * rng.normal(size=n)
     trained.community_rho = 0.6 - 2.0 * trained.measures["rotation_share"] + 0.05 * rng.normal(size=n)
     set_by_type = {c.key: c for c in claims.evaluate(null, trained)}
     assert set_by_type["community_coupling_operator_dependence"].verdict == "holds"

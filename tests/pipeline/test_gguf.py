@@ -199,7 +199,8 @@ def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp
     assert find_gguf(several / "a.gguf") == (several / "a.gguf").resolve()
 
 
-def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_unchanged_file(tmp_path, fresh_seed):
+def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_unchanged_file(tmp_path, fresh_seed,
+                                                                                             built):
     from resdyn.dagster_project.store.warehouse import Warehouse
     from resdyn.models.registry import ModelRegistry
 
@@ -268,6 +269,12 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
                                                                        source_sha256=pl.lit("f" * 64))}
     with pytest.raises(ValueError, match="nothing was written"):
         keep_claims_inputs(other, inputs)
+    assert {path: path.read_bytes() for path in inputs.rglob("*.parquet")} == kept
+    # and with a second real warehouse (the session's m@local: another model, d = 32), through the CLI
+    second = _cli("claims", "m", "--warehouse", str(built[1]), "--save-inputs", str(inputs),
+                  "--output", str(inputs.parent / "claims-of-m"))
+    assert second.returncode == 2 and "nothing was written" in second.stderr, second.stdout[-2000:] + second.stderr
+    assert second.stderr.strip().count("\n") == 0
     assert {path: path.read_bytes() for path in inputs.rglob("*.parquet")} == kept
     verdicts = {claim["key"]: claim["verdict"] for claim in claims_record["claims"]}
     from resdyn.claims import RULES

@@ -244,17 +244,18 @@ def load_claims_inputs(directory: Path, model: str) -> dict[str, pl.DataFrame]:
     if not folders:
         raise ValueError(f"{directory} holds no saved claims inputs (one folder per checkpoint, written by "
                          "`resdyn claims MODEL --save-inputs DIR`)")
-    frames = {}
+    every_model = {}
     for name in SAVED:
         parts = [_read(folder, name) for folder in folders]
         try:
-            frames[name] = pl.concat([part for part in parts if part.height] or parts[:1],
-                                     how="diagonal_relaxed").filter(pl.col("model") == model)
+            every_model[name] = pl.concat([part for part in parts if part.height] or parts[:1],
+                                          how="diagonal_relaxed")
         except Exception as error:  # a column of another type in one folder (e.g. text where numbers belong)
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise ValueError(f"the kept {name}.parquet files under {directory} do not agree in their column types "
                              f"({first_line}); keep the inputs again from the warehouse") from None
+    frames = {name: frame.filter(pl.col("model") == model) for name, frame in every_model.items()}
     if not frames["partitions"].height:
-        models = sorted({m for folder in folders for m in _read(folder, "partitions")["model"]})
+        models = sorted(set(every_model["partitions"]["model"].to_list()))
         raise ValueError(f"{directory} holds no claims inputs of {model} (it holds: {', '.join(models) or 'none'})")
     return frames

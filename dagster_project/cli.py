@@ -204,10 +204,10 @@ def command_claims(arguments) -> int:
 def _kept_pair(frames, arguments) -> tuple[str, str]:
     """--null and --trained, else the kept checkpoints' null model (``init``) and their one trained end (a GGUF
     file's is ``local``): the controls and rounding doses are neither."""
-    from resdyn.models.registry import INIT_QUANTIZED_REVISION, ROUNDING_NOISE_REVISIONS
+    from resdyn.models.registry import MADE_REVISIONS
 
     kept = frames["partitions"]["checkpoint"].to_list()
-    ends = [c for c in kept if c not in ("init", INIT_QUANTIZED_REVISION, *ROUNDING_NOISE_REVISIONS)]
+    ends = [c for c in kept if c not in MADE_REVISIONS]
     trained = arguments.trained or ("trained" if "trained" in ends else ends[0] if len(ends) == 1 else None)
     if trained is None:
         raise ValueError(f"the kept inputs hold {', '.join(kept)}: name the trained checkpoint with --trained NAME")

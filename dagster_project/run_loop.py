@@ -341,11 +341,12 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
 def _sweep_after_stop(store: Warehouse, key: str) -> str:
     """Remove what the stopped run wrote for ``key`` and did not publish (its lease is free by now), and say what
     was removed and what, if anything, is left (a worker still writing) with the command that removes it."""
-    from .store.leftovers import sweep_partition, unpublished_files
+    from .store.leftovers import reclaim, unpublished_files
 
     model, checkpoint = split_partition_key(key)
     try:
-        freed, removed = sweep_partition(store, model, checkpoint, count=True)
+        leftovers = unpublished_files(store, model, checkpoint)
+        freed, removed = reclaim(store, leftovers), len(leftovers)
     except OSError as error:
         return f"Its unpublished files could not be removed ({error}): `resdyn check --reclaim` removes them."
     left = unpublished_files(store, model, checkpoint)

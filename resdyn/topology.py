@@ -31,6 +31,7 @@ little or no interior group to compare with.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -286,15 +287,22 @@ def scan_gamma(edges: SignedEdges, gammas=DEFAULT_GAMMAS, seeds=(0, 1, 2, 3, 4),
     gammas, seeds = [float(gamma) for gamma in gammas], [int(seed) for seed in seeds]
     graphs = layer_graphs(edges)  # once: the runs here and the modularity of every partition share them
     positive, _ = graphs
-    own = LeidenPool(workers) if pool is None and workers > 1 else None
+    pools = contextlib.ExitStack()  # a pool started for this scan alone, shut down when it ends
+    pool = pool or (pools.enter_context(LeidenPool(workers)) if workers > 1 else None)
     runs: dict[tuple[int, int], np.ndarray] = {}
+    modularity: dict[tuple[int, int], float] = {}  # of each run's partition, computed once (coarse pass and rows)
     leiden_seconds = 0.0
+
+    def modularity_of(task: tuple[int, int]) -> float:
+        if task not in modularity:
+            modularity[task] = positive.modularity(list(runs[task]), weights="weight")
+        return modularity[task]
 
     def run(tasks: list[tuple[int, int]]) -> None:
         nonlocal leiden_seconds
         work = [(gammas[g], seeds[s]) for g, s in tasks]
-        if pool is not None or own is not None:
-            results = (pool or own).run(edges, work)
+        if pool is not None:
+            results = pool.run(edges, work)
         else:
             results = []
             for gamma, seed in work:
@@ -304,12 +312,12 @@ def scan_gamma(edges: SignedEdges, gammas=DEFAULT_GAMMAS, seeds=(0, 1, 2, 3, 4),
             runs[task] = membership
             leiden_seconds += seconds
 
-    try:
+    with pools:
         if refine is None or refine >= len(gammas) or len(seeds) == 1:
             run([(g, s) for g in range(len(gammas)) for s in range(len(seeds))])
         else:
             run([(g, 0) for g in range(len(gammas))])
-            coarse = [positive.modularity(list(runs[(g, 0)]), weights="weight") for g in range(len(gammas))]
+            coarse = [modularity_of((g, 0)) for g in range(len(gammas))]
             order = sorted((g for g in range(len(gammas)) if np.isfinite(coarse[g])),
                            key=lambda g: (not is_nontrivial(runs[(g, 0)]), -coarse[g]))
             refined = 0
@@ -319,14 +327,12 @@ def scan_gamma(edges: SignedEdges, gammas=DEFAULT_GAMMAS, seeds=(0, 1, 2, 3, 4),
                 refined += len(batch)
                 if any(all(is_nontrivial(runs[(g, s)]) for s in range(len(seeds))) for g in order[:refined]):
                     break
-    finally:
-        if own is not None:
-            own.pool.shutdown()
     scan, best_of_gamma = [], []
     for g, gamma in enumerate(gammas):
-        memberships = [runs[(g, s)] for s in range(len(seeds)) if (g, s) in runs]
+        tasks = [(g, s) for s in range(len(seeds)) if (g, s) in runs]
+        memberships = [runs[task] for task in tasks]
         agreement = np.array([partition_agreement(a, b) for a, b in combinations(memberships, 2)]).reshape(-1, 2)
-        modularities = [positive.modularity(list(m), weights="weight") for m in memberships]
+        modularities = [modularity_of(task) for task in tasks]
         best_of_gamma.append(memberships[int(np.argmax(modularities))])
         complete = len(memberships) == len(seeds)
         scan.append(GammaScanRow(gamma, float(np.mean([m.max() + 1 for m in memberships])),

@@ -45,9 +45,9 @@ def scan(store: Warehouse) -> list[str]:
                 problems.append(f"changed since published: {where} ({footer.num_rows} rows, "
                                 f"{path.stat().st_size} bytes; published {entry['rows']} rows, {entry['bytes']} "
                                 f"bytes); {_fix(manifest)}")
-    verified.save()
     for manifest in manifests:  # the figures published with the tables, against their recorded size and hash
-        problems += [f"changed since published: {line}" for line in store.damaged_figures(manifest)]
+        problems += [f"changed since published: {line}" for line in store.damaged_figures(manifest, verified)]
+    verified.save()
     problems += stale_partitions(store)
     for path in sorted((store.root / "runs").glob("model=*/checkpoint=*/*.parquet")):
         try:

@@ -157,12 +157,9 @@ def discard_run(store, model: str, checkpoint: str) -> int:
     return reclaim(store, unpublished_files(store, model, checkpoint, run_id=store.run_id))
 
 
-def sweep_partition(store, model: str, checkpoint: str, *, count: bool = False) -> int | tuple[int, int]:
-    """Before a run writes (and after a stopped one): remove what runs of the partition that are not live left;
-    the bytes freed (and, with ``count``, how many files)."""
-    leftovers = unpublished_files(store, model, checkpoint)
-    freed = reclaim(store, leftovers)
-    return (freed, len(leftovers)) if count else freed
+def sweep_partition(store, model: str, checkpoint: str) -> int:
+    """Before a run writes: remove what runs of the partition that are not live left; the bytes freed."""
+    return reclaim(store, unpublished_files(store, model, checkpoint))
 
 
 def describe(leftovers: list[Leftover]) -> list[str]:

@@ -119,7 +119,7 @@ def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict
         "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
         "model_source": model_source(store, model, checkpoint),
         "map_conventions": map_conventions(store, model, checkpoint), **code_environment(),
-        "tables_code_version": _tables_code_version(), "pid": os.getpid(),
+        "tables_code_version": TABLES_CODE_VERSION, "pid": os.getpid(),
         "started_at": now(), "ended_at": None, "status": "started", "error": None,
     }
     store.record_run(model, checkpoint, {**row, **fields})
@@ -128,10 +128,6 @@ def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict
 # every asset's code version, hashed: set by assets_index when it collects the assets (every process that runs a
 # step has), so that this module need not import the assets above it
 TABLES_CODE_VERSION: str | None = None
-
-
-def _tables_code_version() -> str | None:
-    return TABLES_CODE_VERSION
 
 
 def record_interrupted(store: Warehouse, model: str, checkpoint: str, reason: str) -> None:

@@ -359,6 +359,8 @@ class Warehouse:
             for entry in entries.values():
                 if entry.get("sha256") and (self.root / entry["file"]).is_file():
                     verified.remember(self.root / entry["file"], entry["sha256"])
+            for name, file in (figures or {}).items():  # hashed just above: `check` and --resume need not again
+                verified.remember(self.root / file, manifest["figure_files"][name]["sha256"])
             verified.save()
         self._collect_garbage(model, checkpoint, manifest, superseded, set(entries))
         if figures is not None:  # a run's publication: its figures in, the superseded ones out
@@ -387,10 +389,12 @@ class Warehouse:
         directory = self.root / "_artefacts" / "figures" / model / checkpoint / self.run_id
         return {path.stem: str(path.relative_to(self.root)) for path in sorted(directory.glob("*.png"))}
 
-    def damaged_figures(self, manifest: dict) -> list[str]:
+    def damaged_figures(self, manifest: dict, verified: VerifiedFiles | None = None) -> list[str]:
         """One line per published figure of ``manifest`` (a partition's) that is missing or no longer holds what
-        was published (size and sha256; a figure published before hashes were recorded: its PNG signature)."""
-        verified, problems = VerifiedFiles(self.root), []
+        was published (size and sha256; a figure published before hashes were recorded: its PNG signature);
+        ``verified``: the caller's cache of verified hashes (it saves it), else one of this call's own."""
+        own = verified is None
+        verified, problems = verified or VerifiedFiles(self.root), []
         recorded = manifest.get("figure_files") if isinstance(manifest.get("figure_files"), dict) else {}
         for name, file in sorted(manifest.get("figures", {}).items()):
             path, entry = self.root / file, recorded.get(name)
@@ -405,7 +409,8 @@ class Warehouse:
                 problems.append(f"{path} (figure {name} of {manifest['model']}@{manifest['checkpoint']}) is {problem}; "
                                 f"rematerialize it: `resdyn run --model {manifest['model']} --checkpoint "
                                 f"{manifest['checkpoint']}`")
-        verified.save()
+        if own:
+            verified.save()
         return problems
 
     def published_figures(self, model: str, checkpoint: str) -> dict[str, Path]:

@@ -120,12 +120,11 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
     if request.revision:
         raise RegistrationError(f"--revision names a hub revision, but {path} is a GGUF file (one checkpoint; label "
                                 "it with --checkpoint NAME)")
-    made = (INIT_REVISION, INIT_QUANTIZED_REVISION, *ROUNDING_NOISE_REVISIONS)
     # with --null-model, a --checkpoint naming a made checkpoint selects it; the one other --checkpoint labels the file
-    labels = [c for c in request.checkpoints if not (request.null_model and c in made)]
+    labels = [c for c in request.checkpoints if not (request.null_model and c in MADE_REVISIONS)]
     if len(labels) > 1:
         raise RegistrationError("a GGUF file is one checkpoint: give at most one --checkpoint label"
-                                + (f" (with --null-model, --checkpoint may also select {', '.join(made)})"
+                                + (f" (with --null-model, --checkpoint may also select {', '.join(MADE_REVISIONS)})"
                                    if request.null_model else ""))
     description = check_importable(path)
     name = check_name(request.name or path.stem, "model name")

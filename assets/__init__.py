@@ -1,2 +1,2 @@
-"""Thin Dagster assets, one module per stage: take input tables, call resdyn, return tables (dagster_project/
-partition_assets.py does the rest); dagster_project/assets_index.py collects every module here."""
+"""Thin Dagster assets, one module per stage: take input tables, call resdyn, return tables (the asset layer,
+dagster_project/asset_layer/, does the rest, and is all they import of dagster_project); dagster_project/launch/assets_index.py collects every module here."""

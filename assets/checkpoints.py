@@ -9,21 +9,10 @@ import json
 import dagster as dg
 import pyarrow as pa
 
-from resdyn.corpus import load_training_text, load_wikitext
-from resdyn.dagster_project.partition_assets import MODEL, partition_asset
-from resdyn.dagster_project.resources import WarehouseResource
-from resdyn.dagster_project.store.io_manager import table_output
+from resdyn.dagster_project.asset_layer import MODEL, figure, partition_asset, table_output
 from resdyn.figures import training_loss_figure
 
-from .common import checkpoint_source, figure, partition
-
-
-def _training_text_of(warehouse: WarehouseResource):
-    def training_text() -> tuple[str, str]:
-        corpus = load_training_text(directory=warehouse.wikitext_tokenized_directory or None,
-                                    raw_directory=warehouse.wikitext_directory or None)
-        return corpus.text, corpus.label
-    return training_text
+from .common import partition
 
 
 @partition_asset(MODEL, group_name="inputs", tables=[
@@ -34,21 +23,21 @@ def _training_text_of(warehouse: WarehouseResource):
     dg.AssetSpec("training_loss", code_version="1", skippable=True, description="The tiny suite member's training "
                  "loss per optimizer step up to this checkpoint (other models are trained elsewhere: no rows)."),
 ])
-def model_checkpoints(context, settings, outputs, warehouse):
-    yield from _describe_checkpoint(context, warehouse, settings, outputs)
+def model_checkpoints(context, settings, outputs, checkpoint, corpus):
+    yield from _describe_checkpoint(context, checkpoint, corpus, settings, outputs)
 
 
-def _describe_checkpoint(context, warehouse, settings, outputs):
+def _describe_checkpoint(context, partition_checkpoint, corpus, settings, outputs):
     from resdyn.models.layerwise import describe_checkpoint  # torch and transformers: only where a step needs them
     from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
 
     model, checkpoint = partition(context)
-    spec, revision = warehouse.registry().resolve(context.partition_key)
+    spec, revision = partition_checkpoint.spec, partition_checkpoint.revision
     metadata = {}
     if spec.is_tiny:
         directory = ensure_tiny_checkpoint(
             spec.family, outputs.models_directory / model, checkpoint, save_checkpoints=list(spec.checkpoints),
-            text_loader=_training_text_of(warehouse),
+            text_loader=corpus.training_text,
             progress=lambda step, loss: context.log.info(f"training {model}: step {step} loss {loss:.3f}"),
         )
         record = json.loads((directory.parent / "training.json").read_text())
@@ -71,8 +60,7 @@ def _describe_checkpoint(context, warehouse, settings, outputs):
                                           progress=lambda line: context.log.info(f"{context.partition_key}: {line}"))
         origin = made.as_dict()
         metadata.update({key: dg.MetadataValue.text(value) for key, value in origin.items() if value})
-    source, revision_to_load = checkpoint_source(warehouse, model, checkpoint)
-    described = describe_checkpoint(source, revision_to_load)
+    described = describe_checkpoint(*partition_checkpoint.weights())
     config = described["text_config"]
     row = pa.table({
         "family": [spec.family], "source": [spec.source], "revision": [revision],
@@ -80,7 +68,7 @@ def _describe_checkpoint(context, warehouse, settings, outputs):
         "d_model": pa.array([int(config.hidden_size)], pa.int32()),
         "n_params": pa.array([int(described["n_params"])], pa.int64()),
         "stored_dtype": [",".join(sorted(described["stored_dtypes"]))], "dtype": [settings.dtype],
-        "corpus": [load_wikitext("test", directory=warehouse.wikitext_directory or None).label], "model_type": [described["config"].model_type],
+        "corpus": [corpus.analysis_text().label], "model_type": [described["config"].model_type],
         **{key: [origin.get(key, "")] for key in ("source_file", "source_sha256", "source_quantization",
                                                    "initialization")},
     })

@@ -1,18 +1,13 @@
 """What every asset module shares: partition parsing, the checkpoint, samples, mean Jacobians, metadata."""
 
 
-import base64
 import logging
 import time
-from pathlib import Path
 
-import dagster as dg
 import numpy as np
 
 from resdyn.corpus import Sample
-from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.resources import AnalysisSettings, WarehouseResource
-from resdyn.files import atomic_path
+from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.models.registry import split_partition_key
 
 log = logging.getLogger(__name__)
@@ -21,31 +16,11 @@ def partition(context) -> tuple[str, str]:
     return split_partition_key(context.partition_key)
 
 
-def checkpoint_source(warehouse: WarehouseResource, model: str, checkpoint: str) -> tuple[str, str | None]:
-    """(path or hub id, revision) of a partition's weights; tiny-suite checkpoints are local dirs."""
-    spec, revision = warehouse.registry().resolve(f"{model}@{checkpoint}")
-    if spec.is_tiny:
-        return str(warehouse.open().models_directory / model / checkpoint), None
-    if spec.is_gguf:  # imported (or initialised) by model_checkpoints
-        from resdyn.models.registry import MADE_REVISIONS
-        from resdyn.models.sources import gguf_checkpoint_label, store_directory
-
-        label = checkpoint if revision in MADE_REVISIONS else gguf_checkpoint_label(spec)
-        directory = store_directory(warehouse.open().models_directory, spec, label)
-        if not (directory / "config.json").is_file():
-            raise FileNotFoundError(f"{model}@{checkpoint} has not been imported into {directory} yet: materialize "
-                                    "its model_checkpoints asset first (resdyn run does)")
-        return str(directory), None
-    if Path(spec.source).expanduser().is_dir():
-        return spec.source, None
-    return spec.source, revision
-
-
-def open_layerwise(warehouse: WarehouseResource, settings: AnalysisSettings, model: str, checkpoint: str):
-    """The partition's checkpoint, opened for layer-by-layer reading (no weights read yet)."""
+def open_layerwise(checkpoint, settings):
+    """The partition's checkpoint (a PartitionCheckpoint), opened for layer-by-layer reading (no weights read yet)."""
     from resdyn.models.layerwise import LayerwiseModel
 
-    source, revision = checkpoint_source(warehouse, model, checkpoint)
+    source, revision = checkpoint.weights()
     return LayerwiseModel(source, revision, dtype=settings.dtype, device=settings.device)
 
 
@@ -61,37 +36,6 @@ def read_samples(samples) -> list[Sample]:
         rows = np.flatnonzero(sample_ids == sample_id)
         samples.append(Sample(int(sample_id), tuple(windows[rows[0]].tolist()), tuple(sorted(positions[rows].tolist()))))
     return samples
-
-
-INLINE_FIGURE_WIDTH = 480  # px: fits the asset sidebar and the event table of a 1280 px window
-
-
-def figure(path: Path, label: str | None = None) -> dict:
-    """Metadata that shows a PNG in the Dagster UI: inline, and embedded behind "[Show Markdown]".
-
-    Dagster renders markdown inline only under 1,000 characters, so the inline copy is a short link
-    to a thumbnail that ``resdyn ui`` serves (dagster_project/ui.py); the link opens the full figure.
-    The embedded copy (base64 of the thumbnail) works under a plain ``dagster dev`` too. The metadata keys are
-    named after ``label`` (default: the file's stem).
-    """
-    from PIL import Image
-
-    from resdyn.dagster_project.store.artefacts import artefact_url
-
-    path = Path(path)
-    thumbnail = path.with_name(f"{path.stem}.inline.png")
-    with Image.open(path) as image:
-        image.thumbnail((INLINE_FIGURE_WIDTH, INLINE_FIGURE_WIDTH * 4))
-        with atomic_path(thumbnail) as temporary:
-            image.save(temporary, format="PNG")
-    encoded = base64.b64encode(thumbnail.read_bytes()).decode()
-    metadata, label = {}, label or path.stem
-    small, full = artefact_url(thumbnail), artefact_url(path)
-    if small and full:
-        metadata[f"figure_{label}"] = dg.MetadataValue.md(f"[![{label}]({small})]({full})")
-    metadata[f"figure_{label}_embedded"] = dg.MetadataValue.md(f"![{label}](data:image/png;base64,{encoded})")
-    metadata[f"figure_{label}_path"] = dg.MetadataValue.path(str(path))
-    return metadata
 
 
 def n_layers(model_checkpoints) -> int:

@@ -8,20 +8,25 @@ import pyarrow.compute as pc
 
 from resdyn import community_coupling as community_level
 from resdyn import coupling
-from resdyn.dagster_project import figure_frames
-from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
-from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
-from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import table_spec
+from resdyn.dagster_project.asset_layer import (
+    ANALYSIS,
+    MatrixTable,
+    TableHandle,
+    figure,
+    figure_frames,
+    partition_asset,
+    rows_table,
+    table_output,
+)
 from resdyn.naming import sublayer_depth
 
-from .common import StageProgress, figure, n_layers, partition
+from .common import StageProgress, n_layers, partition
 from .topology import edges_by_boundary
 
 STARTING_BOUNDARY = {"attn": "pre_attn", "mlp": "pre_mlp"}
 
 
-@partition_asset(ANALYSIS, code_version="2", group_name="coupling", deps=["jacobians"],
+@partition_asset(ANALYSIS, code_version="2", group_name="coupling",
           description="Per-unit amplification from each sublayer's mean Jacobian (column, J - I column, row, diagonal).")
 def unit_amplification(context, jacobians: MatrixTable, model_checkpoints: TableHandle):
     progress = StageProgress(context, "unit amplification", 2 * n_layers(model_checkpoints))
@@ -50,8 +55,7 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
     return groups
 
 
-@partition_asset(ANALYSIS, group_name="coupling",
-          deps=["unit_amplification", "communities", "layer_metrics"], code_version="4",
+@partition_asset(ANALYSIS, group_name="coupling", code_version="4",
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
 def coupling_tests(context, settings, outputs, unit_amplification: TableHandle, communities: TableHandle,
@@ -96,7 +100,7 @@ def _coupling_tests(context, settings, outputs, unit_amplification, communities,
                    q_value_permutation=float(value_permutation) if defined else None,
                    # BH on the degree-stratified permutation p: the p that guards against a boundary/degree confound
                    significant=bool(value_permutation < coupling.SIGNIFICANCE) if defined else None)
-    table = pa.Table.from_pylist(rows, schema=table_spec("coupling_tests").schema())
+    table = rows_table("coupling_tests", rows)
     frames = {checkpoint: pl.from_arrow(table)}  # across checkpoints: the coupling_by_checkpoint asset
     png = figure_frames.coupling_figure(model, frames, outputs.figures)
     return table_output(table, metadata={**figure(png),
@@ -104,8 +108,7 @@ def _coupling_tests(context, settings, outputs, unit_amplification, communities,
                                          "undefined_tests": int(sum(r["reason"] is not None for r in rows))})
 
 
-@partition_asset(ANALYSIS, group_name="coupling",
-          deps=["graph_edges", "communities", "jacobians", "layer_metrics"], code_version="2",
+@partition_asset(ANALYSIS, group_name="coupling", code_version="2",
           description="Community position (mean participation) vs community gain ||J P_C||_F / ||P_C||_F per sublayer: "
                       "Spearman rho, permutation p (J, its symmetric part, J - I), BH q within the model checkpoint.")
 def community_coupling(context, settings, communities: TableHandle, graph_edges: TableHandle,
@@ -156,6 +159,6 @@ def _community_coupling(context, settings, communities, graph_edges, activations
         defined = row.pop("defined")
         row.update(q_value=float(value) if defined else None,
                    significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
-    table = pa.Table.from_pylist(rows, schema=table_spec("community_coupling").schema())
+    table = rows_table("community_coupling", rows)
     return table_output(table, metadata={"significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
                                          "undefined_tests": int(sum(r["q_value"] is None for r in rows))})

@@ -12,17 +12,22 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.metadata import preview
-from resdyn.dagster_project.partition_assets import MODEL, partition_asset
-from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, nullable_lists, record_batch
-from resdyn.dagster_project.store.handles import TableHandle
-from resdyn.dagster_project.store.io_manager import written_output
-from resdyn.dagster_project.store.schema import table_spec
+from resdyn.dagster_project.asset_layer import (
+    MODEL,
+    TableHandle,
+    figure,
+    fixed_size_lists,
+    interrupts,
+    nullable_lists,
+    partition_asset,
+    preview,
+    record_batch,
+    written_output,
+)
 from resdyn.figures import jacobian_heatmaps
 from resdyn.naming import SUBLAYERS, sublayer_depth
 
-from .common import figure, open_layerwise, partition, read_samples
+from .common import open_layerwise, read_samples
 
 TABLES = ("activations", "jacobians", "sample_jacobians", "finite_difference_probe", "jacobian_folds")
 THUMBNAIL = 96  # the mean-Jacobian figure shows block means of at most this many rows and columns
@@ -46,44 +51,43 @@ def _head(batch, rows: int = 5) -> pa.Table:
 def _activation_batch(measurement, boundary: str, width: int):
     index = np.asarray(measurement.observation_index, dtype=np.int32).reshape(-1, 2)
     values = measurement.activations[boundary]
-    return record_batch(table_spec("activations"), width, {
+    return record_batch("activations", width, {
         "layer": measurement.layer, "boundary": boundary, "depth": sublayer_depth(measurement.layer, boundary),
         "sample_id": index[:, 0], "position": index[:, 1], "values": fixed_size_lists(values, np.float32)})
 
 
 def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, width: int, **extra):
     rows = np.arange(matrix.shape[0], dtype=np.int32)
-    return record_batch(table_spec(table), width, {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
+    return record_batch(table, width, {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
                                              "row": rows, "values": fixed_size_lists(matrix), **extra})
 
 
 @partition_asset(MODEL, group_name="measurements", tables=[
-        dg.AssetSpec("activations", code_version="2", deps=["samples"],
+        dg.AssetSpec("activations", code_version="2",
                      description="Residual stream at the analysed positions, one row per (layer, boundary, sample, position)."),
-        dg.AssetSpec("jacobians", code_version="2", deps=["samples"],
+        dg.AssetSpec("jacobians", code_version="2",
                      description="Mean Jacobian d out_t / d h_t of every sublayer map, one row per matrix row; per-entry "
                                  "variance where the backend streams it (autodiff)."),
-        dg.AssetSpec("sample_jacobians", code_version="3", deps=["samples"],
+        dg.AssetSpec("sample_jacobians", code_version="3",
                      description="Per-sample Jacobians of a subsample (for per-sample metrics)."),
-        dg.AssetSpec("jacobian_folds", code_version="1", deps=["samples"],
+        dg.AssetSpec("jacobian_folds", code_version="1",
                      description="Mean Jacobian of each contiguous block of samples (--folds; empty above "
                                  "--fold-max-width): what the sampling intervals of every measure are made from."),
-        dg.AssetSpec("finite_difference_probe", code_version="1", deps=["samples"],
+        dg.AssetSpec("finite_difference_probe", code_version="1",
                      description="Mean central differences (f(x + h v) - f(x - h v)) / 2h along random directions: "
                                  "the independent reference the jacobians check compares E[J] v with."),
     ])
-def measurements(context, settings, outputs, warehouse, samples: TableHandle):
-    yield from _measure(context, warehouse, settings, outputs, samples)
+def measurements(context, settings, outputs, checkpoint, samples: TableHandle):
+    yield from _measure(context, checkpoint, settings, outputs, samples)
 
 
-def _measure(context, warehouse, settings, outputs, samples):
+def _measure(context, checkpoint, settings, outputs, samples):
     from resdyn.jacobians import make_backend
     from resdyn.jacobians.engine import MeasurementOptions, measure_layer_major
     from resdyn.jacobians.probe import PROBE_STEP
 
-    model, checkpoint = partition(context)
     sample_list = read_samples(samples)
-    layerwise = open_layerwise(warehouse, settings, model, checkpoint)
+    layerwise = open_layerwise(checkpoint, settings)
     width = layerwise.d_model
     backend = make_backend(settings.backend)
     started = time.perf_counter()
@@ -125,7 +129,7 @@ def _measure(context, warehouse, settings, outputs, samples):
                 writers["jacobians"].write(batch)
                 heads.setdefault("jacobians", _head(batch))
                 directions, differences = measurement.probe_directions, measurement.probe_differences[sublayer]
-                writers["finite_difference_probe"].write(record_batch(table_spec("finite_difference_probe"), width, {
+                writers["finite_difference_probe"].write(record_batch("finite_difference_probe", width, {
                     "layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
                     "direction_index": np.arange(len(directions), dtype=np.int32),
                     "direction": fixed_size_lists(directions), "finite_difference": fixed_size_lists(differences),

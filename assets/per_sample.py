@@ -9,23 +9,28 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn import spectra
-from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
-from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
-from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
-from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import table_spec
+from resdyn.dagster_project.asset_layer import (
+    ANALYSIS,
+    MatrixTable,
+    TableHandle,
+    default_workers,
+    ordered_parallel_map,
+    partition_asset,
+    rows_table,
+    table_output,
+)
 from resdyn.naming import sublayer_depth
 
 from .common import StageProgress
 from .spectra import PARALLEL_MIN_WIDTH
-from .spectral_worker import metrics_of_row_group
+from .spectral_worker import metrics_of_matrix
 
 NUMERIC_METRICS = ("spectral_radius", "sigma_max", "numerical_abscissa", "log10_condition", "henrici", "henrici_rel_j", "henrici_rel_j_minus_i",
                    "asymmetry_index", "rotation_share", "mean_absolute_argument", "update_size", "frac_complex", "frac_expanding", "self_alignment", "self_alignment_signed", "effective_rank",
                    "participation_ratio", "stable_rank")
 
 
-@partition_asset(ANALYSIS, code_version="6", group_name="spectra", deps=["sample_jacobians", "layer_metrics", "transient_dynamics"],
+@partition_asset(ANALYSIS, code_version="6", group_name="spectra",
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context, settings, sample_jacobians: MatrixTable, layer_metrics: TableHandle,
                              transient_dynamics: TableHandle):
@@ -33,7 +38,6 @@ def layer_metrics_per_sample(context, settings, sample_jacobians: MatrixTable, l
 
 
 def _per_sample(context, settings, sample_jacobians, layer_metrics, transient_dynamics) -> pa.Table:
-    path = str(sample_jacobians.path)
     keys = [(group.column("layer")[0].as_py(), group.column("sublayer")[0].as_py(), len(group))
             for group in sample_jacobians.row_groups(["layer", "sublayer"])]
     width = keys[0][2] if keys else 0
@@ -42,7 +46,8 @@ def _per_sample(context, settings, sample_jacobians, layer_metrics, transient_dy
     for row in transient_dynamics.read(["layer", "sublayer", "numerical_abscissa"]).to_pylist():
         of_mean[(row["layer"], row["sublayer"])]["numerical_abscissa"] = row["numerical_abscissa"]
     grouped: dict[tuple[int, str], list[dict]] = {}
-    metrics = ordered_parallel_map(metrics_of_row_group, [(path, index) for index in range(len(keys))], workers=workers)
+    metrics = ordered_parallel_map(metrics_of_matrix, [sample_jacobians.reference(index) for index in range(len(keys))],
+                                   workers=workers)
     progress = StageProgress(context, "per-sample metrics", len(keys))
     for (layer, sublayer, _), result in zip(keys, metrics):
         grouped.setdefault((layer, sublayer), []).append(result)
@@ -57,4 +62,4 @@ def _per_sample(context, settings, sample_jacobians, layer_metrics, transient_dy
                          "n_samples": len(values), "mean": float(np.mean(finite)) if len(finite) else float("nan"),
                          "std": float(np.std(finite)) if len(finite) else float("nan"), "ci_low": low, "ci_high": high,
                          "value_of_mean_jacobian": float(of_mean[(layer, sublayer)][metric])})
-    return pa.Table.from_pylist(rows, schema=table_spec("layer_metrics_per_sample").schema())
+    return rows_table("layer_metrics_per_sample", rows)

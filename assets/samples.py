@@ -5,28 +5,23 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from resdyn.corpus import beginning_of_sequence, load_wikitext, sample_windows, tokenize
-from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
-from resdyn.dagster_project.store.io_manager import table_output
-
-from .common import checkpoint_source, partition
+from resdyn.corpus import beginning_of_sequence, sample_windows, tokenize
+from resdyn.dagster_project.asset_layer import ANALYSIS, partition_asset, table_output
 
 
 @partition_asset(ANALYSIS, code_version="3", group_name="inputs", deps=["model_checkpoints"],
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
-def samples(context, settings, warehouse):
-    yield _draw_samples(context, warehouse, settings)
+def samples(context, settings, checkpoint, corpus):
+    yield _draw_samples(context, checkpoint, corpus, settings)
 
 
-def _draw_samples(context, warehouse, settings) -> dg.Output:
+def _draw_samples(context, checkpoint, corpus, settings) -> dg.Output:
     from transformers import AutoTokenizer
 
     from resdyn.models.checkpoint import locate_checkpoint
 
-    model, checkpoint = partition(context)
-    source, revision = checkpoint_source(warehouse, model, checkpoint)
-    tokenizer = AutoTokenizer.from_pretrained(locate_checkpoint(source, revision))
-    corpus = load_wikitext("test", directory=warehouse.wikitext_directory or None)
+    tokenizer = AutoTokenizer.from_pretrained(locate_checkpoint(*checkpoint.weights()))
+    corpus = corpus.analysis_text()
     prefix = beginning_of_sequence(tokenizer) if settings.bos == "auto" else None
     windows = sample_windows(tokenize(corpus.text, tokenizer), n_samples=settings.n_samples,
                              sequence_length=settings.sequence_length, seed=settings.seed,

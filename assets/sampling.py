@@ -10,25 +10,28 @@ jackknife standard error, the 95% t interval and the K replicates, from which an
 sublayers gets its own interval (resdyn/claims.py).
 """
 
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from resdyn import sampling
-from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.metadata import preview
-from resdyn.dagster_project.parallel import ordered_parallel_map
-from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
-from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
-from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import table_spec
+from resdyn.dagster_project.asset_layer import (
+    ANALYSIS,
+    MatrixTable,
+    TableHandle,
+    interrupts,
+    ordered_parallel_map,
+    partition_asset,
+    preview,
+    rows_table,
+    table_output,
+)
 from resdyn.depth import RANK_DEFINITIONS
 from resdyn.naming import sublayer_depth
 
 from .common import StageProgress
 from .spectra import jacobians_in_depth_order
-from .spectral_worker import FOLD_SURGERY_ORDERINGS, fold_through_depth, read_matrix
+from .spectral_worker import FOLD_SURGERY_ORDERINGS, fold_through_depth
 
 # The samples' interval of the surgery is under LAPACK's ordering and the polar normal part (FOLD_SURGERY_ORDERINGS):
 # the two modulus orderings cost 2 dtrexc passes and 2 more product chains per fold (at d = 576 they were 60% of this
@@ -37,7 +40,6 @@ from .spectral_worker import FOLD_SURGERY_ORDERINGS, fold_through_depth, read_ma
 
 
 @partition_asset(ANALYSIS, code_version="2", group_name="spectra",
-          deps=["jacobians", "jacobian_folds", "layer_metrics", "cumulative_rank", "schur_surgery", "sample_jacobians"],
           description="Sampling intervals of every layer_metrics measure, the cumulative ranks and the alpha = 0 "
                       "surgery: block jackknife over the fold means (resdyn/sampling.py).")
 def sampling_intervals(context, settings, jacobians: MatrixTable, jacobian_folds: MatrixTable,
@@ -74,22 +76,21 @@ def _row(layer, sublayer, quantity, value, replicates) -> dict:
 def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumulative_rank, schur_surgery,
                sample_jacobians) -> pa.Table:
     fold_groups, fold_counts = _fold_index(jacobian_folds)
-    schema = table_spec("sampling_intervals").schema()
     if not fold_groups:  # folds off (--folds 0, or wider than --fold-max-width): an empty table says so
         context.log.info(f"{context.partition_key}: no fold means (folds off at this width): no sampling intervals")
-        return schema.empty_table()
-    path, order, _, workers = jacobians_in_depth_order(jacobians, settings)
-    folds_path = str(jacobian_folds.path)
+        return rows_table("sampling_intervals", [])
+    order, _, workers = jacobians_in_depth_order(jacobians, settings)
     of_mean = {(r["layer"], r["sublayer"]): r for r in layer_metrics.read().to_pylist()}
     cumulative = {r["depth"]: r for r in cumulative_rank.read().to_pylist()}
     surgery = {(r["schur_ordering"], r["depth"]): r for r in schur_surgery.read().to_pylist()
                if r["alpha"] == 0.0 and r["schur_ordering"] in FOLD_SURGERY_ORDERINGS}
     n_folds = len(next(iter(fold_groups.values())))
-    steps = {fold: [(index, fold_groups[(layer, sublayer)][fold], sum(fold_counts[(layer, sublayer)]),
+    steps = {fold: [(jacobians.reference(index), jacobian_folds.reference(fold_groups[(layer, sublayer)][fold]),
+                     sum(fold_counts[(layer, sublayer)]),
                      fold_counts[(layer, sublayer)][fold]) for index, layer, sublayer in order] for fold in range(n_folds)}
     progress = StageProgress(context, "sampling intervals (folds through depth)", n_folds)
     by_fold = []
-    for fold, result in enumerate(ordered_parallel_map(fold_through_depth, [(path, folds_path, fold, steps[fold])
+    for fold, result in enumerate(ordered_parallel_map(fold_through_depth, [(fold, steps[fold])
                                                                            for fold in range(n_folds)],
                                                        workers=min(n_folds, workers))):
         by_fold.append(result)
@@ -103,12 +104,12 @@ def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumu
             if name not in fold_results[0]["metrics"] or isinstance(value, str) or value is None:
                 continue  # keys, strings and the alignment metrics (not computed for the folds)
             rows.append(_row(layer, sublayer, name, float(value), [r["metrics"][name] for r in fold_results]))
-        mean, counts = read_matrix(path, index), fold_counts[(layer, sublayer)]
+        mean, counts = jacobians.matrix(index), fold_counts[(layer, sublayer)]
         leave_one_out = sampling.leave_one_out_means(
-            mean, [read_matrix(folds_path, group) for group in fold_groups[(layer, sublayer)]], counts)
+            mean, [jacobian_folds.matrix(group) for group in fold_groups[(layer, sublayer)]], counts)
         rows.append(_row(layer, sublayer, "noise_to_signal", sampling.noise_to_signal(mean, leave_one_out), []))
         per_sample = sampling.per_sample_noise_to_signal(
-            mean, (read_matrix(kept.path, group) for group in kept.groups.get((layer, sublayer), [])), sum(counts))
+            mean, (sample_jacobians.matrix(group) for group in kept.get((layer, sublayer), [])), sum(counts))
         rows.append(_row(layer, sublayer, "noise_to_signal_per_sample", per_sample, []))
         depth = sublayer_depth(layer, sublayer)
         for rank in RANK_DEFINITIONS:
@@ -119,18 +120,12 @@ def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumu
                     rows.append(_row(layer, sublayer, sampling.surgery_quantity(ordering, rank),
                                      surgery[(ordering, depth)][rank],
                                      [r["surgery"][ordering][rank] for r in fold_results]))
-    return pa.Table.from_pylist(rows, schema=schema)
+    return rows_table("sampling_intervals", rows)
 
 
-@dataclass(frozen=True)
-class _KeptSamples:
-    path: str
-    groups: dict  # (layer, sublayer) -> row groups of its kept per-sample Jacobians
-
-
-def _kept_samples_by_sublayer(sample_jacobians) -> _KeptSamples:
-    """Where each sublayer's kept per-sample Jacobians are (read one at a time by the caller)."""
+def _kept_samples_by_sublayer(sample_jacobians) -> dict[tuple, list[int]]:
+    """(layer, sublayer) -> the row groups of its kept per-sample Jacobians (read one at a time by the caller)."""
     groups: dict[tuple, list[int]] = {}
     for index, key in sample_jacobians.keys():
         groups.setdefault(key, []).append(index)
-    return _KeptSamples(str(sample_jacobians.path), groups)
+    return groups

@@ -8,27 +8,33 @@ versions J(alpha) = Z T(alpha) Z^T, and of N + alpha (J - N) for the polar norma
 Schur form (resdyn.depth, resdyn.normal_part).
 """
 
-import time
 
 import dagster as dg
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from resdyn.dagster_project import figure_frames, interrupts
-from resdyn.dagster_project.metadata import preview
-from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
-from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
-from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, record_batch
-from resdyn.dagster_project.store.handles import MatrixTable
-from resdyn.dagster_project.store.io_manager import table_output, written_output
-from resdyn.dagster_project.store.schema import table_spec
+from resdyn.dagster_project.asset_layer import (
+    ANALYSIS,
+    MatrixTable,
+    default_workers,
+    figure,
+    figure_frames,
+    fixed_size_lists,
+    ordered_parallel_map,
+    partition_asset,
+    preview,
+    record_batch,
+    rows_table,
+    table_output,
+    written_output,
+)
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
 from resdyn.figures import eigenvalue_clouds
 from resdyn.naming import sublayer_depth
 
-from .common import figure, partition
-from .spectral_worker import analyse_row_group, read_matrix
+from .common import StageProgress, partition
+from .spectral_worker import analyse_matrix
 
 SURGERY_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 PARALLEL_MIN_WIDTH = 256  # below this a process pool costs more than it saves
@@ -41,29 +47,29 @@ def sublayers_in_depth_order(matrices: MatrixTable) -> list[tuple[int, int, str]
                   key=lambda key: sublayer_depth(key[1], key[2]))
 
 
-def jacobians_in_depth_order(jacobians: MatrixTable, settings) -> tuple[str, list, int, int]:
-    """(file, [(row group, layer, sublayer)] by depth, width d, worker processes) of a jacobians partition:
-    what every per-sublayer analysis starts from (one process below PARALLEL_MIN_WIDTH)."""
+def jacobians_in_depth_order(jacobians: MatrixTable, settings) -> tuple[list, int, int]:
+    """([(row group, layer, sublayer)] by depth, width d, worker processes) of a jacobians partition: what every
+    per-sublayer analysis starts from (one process below PARALLEL_MIN_WIDTH)."""
     order = sublayers_in_depth_order(jacobians)
     width = jacobians.width
     workers = (settings.workers or default_workers()) if width >= PARALLEL_MIN_WIDTH else 1
-    return str(jacobians.path), order, width, workers
+    return order, width, workers
 
 
 @partition_asset(ANALYSIS, tables=[
-        dg.AssetSpec("eigenvalues", code_version="2", deps=["jacobians"], group_name="spectra",
+        dg.AssetSpec("eigenvalues", code_version="2", group_name="spectra",
                      description="Every eigenvalue of every mean Jacobian (read off its real Schur form)."),
-        dg.AssetSpec("singular_values", code_version="2", deps=["jacobians"], group_name="spectra",
+        dg.AssetSpec("singular_values", code_version="2", group_name="spectra",
                      description="Every singular value of every mean Jacobian."),
-        dg.AssetSpec("schur_forms", code_version="1", deps=["jacobians"], group_name="spectra",
+        dg.AssetSpec("schur_forms", code_version="1", group_name="spectra",
                      description="The real Schur form T of every mean Jacobian, factored once here and read by "
                                  "transient_analysis (resdyn.spectra.real_schur_form)."),
-        dg.AssetSpec("layer_metrics", code_version="5", deps=["jacobians"], group_name="spectra",
+        dg.AssetSpec("layer_metrics", code_version="5", group_name="spectra",
                      description="One row per sublayer: conditioning, non-normality, rotation, alignment, ranks, "
                                  "operator type (resdyn.spectra)."),
-        dg.AssetSpec("cumulative_rank", code_version="2", deps=["jacobians"], group_name="depth",
+        dg.AssetSpec("cumulative_rank", code_version="2", group_name="depth",
                      description="Ranks of the composed Jacobian J_depth ... J_0 (rescaled float64 product) at every depth."),
-        dg.AssetSpec("schur_surgery", code_version="4", deps=["jacobians"], group_name="depth",
+        dg.AssetSpec("schur_surgery", code_version="4", group_name="depth",
                      description="Ranks of the cumulative product of Schur-operated Jacobians J(alpha): spectrum kept, "
                                  "non-normal part scaled by alpha (alpha = 1 reproduces cumulative_rank), under three "
                                  "Schur orderings and beside them J(alpha) = N + alpha (J - N) for the polar normal "
@@ -75,33 +81,32 @@ def spectral_analysis(context, settings, outputs, jacobians: MatrixTable):
 
 def _analyse(context, settings, outputs, jacobians):
     model, checkpoint = partition(context)
-    path, order, width, workers = jacobians_in_depth_order(jacobians, settings)
+    order, width, workers = jacobians_in_depth_order(jacobians, settings)
     measured, surgery = CumulativeProduct(), SchurSurgery(SURGERY_ALPHAS)
     metric_rows, rank_rows, surgery_rows, clouds = [], [], [], {}
     writers = {name: outputs.writer(name, width=width)
                for name in ("eigenvalues", "singular_values", "schur_forms", "cumulative_rank")}
-    started = time.perf_counter()
+    progress = StageProgress(context, "spectra", len(order))
     with writers["eigenvalues"], writers["singular_values"], writers["schur_forms"], writers["cumulative_rank"]:
-        results = ordered_parallel_map(analyse_row_group, [(path, index) for index, _, _ in order], workers=workers)
-        for done, ((index, layer, sublayer), result) in enumerate(zip(order, results), 1):
+        results = ordered_parallel_map(analyse_matrix, [jacobians.reference(index) for index, _, _ in order],
+                                       workers=workers)
+        for (index, layer, sublayer), result in zip(order, results):
             depth = sublayer_depth(layer, sublayer)
-            context.log.info(f"{context.partition_key}: spectra of depth {depth} ({layer}/{sublayer}) done "
-                             f"({done}/{len(order)}, {time.perf_counter() - started:.0f} s)")
-            interrupts.check(f"spectral_analysis of {context.partition_key}")
+            progress.done(f"depth {depth}, {layer}/{sublayer}")
             key = {"layer": layer, "sublayer": sublayer, "depth": depth}
             eigenvalues = result.eigenvalues
             clouds[depth] = eigenvalues
-            writers["eigenvalues"].write(record_batch(table_spec("eigenvalues"), width, {
+            writers["eigenvalues"].write(record_batch("eigenvalues", width, {
                 **key, "idx": np.arange(len(eigenvalues), dtype=np.int32), "re": eigenvalues.real.copy(),
                 "im": eigenvalues.imag.copy(), "modulus": np.abs(eigenvalues)}))
-            writers["singular_values"].write(record_batch(table_spec("singular_values"), width, {
+            writers["singular_values"].write(record_batch("singular_values", width, {
                 **key, "idx": np.arange(len(result.singular_values), dtype=np.int32), "sigma": result.singular_values}))
-            writers["schur_forms"].write(record_batch(table_spec("schur_forms"), width, {
+            writers["schur_forms"].write(record_batch("schur_forms", width, {
                 **key, "row": np.arange(width, dtype=np.int32), "values": fixed_size_lists(result.schur_form)}))
             metric_rows.append({**key, **result.metrics})
-            step = measured.push(read_matrix(path, index))
+            step = measured.push(jacobians.matrix(index))
             singular = np.exp(step.log_singular_values)
-            writers["cumulative_rank"].write(record_batch(table_spec("cumulative_rank"), width, {
+            writers["cumulative_rank"].write(record_batch("cumulative_rank", width, {
                 **{name: np.asarray([value]) for name, value in rank_summary(step).items()},
                 "cumulative_singular_values": pa.ListArray.from_arrays(pa.array([0, len(singular)], pa.int32()),
                                                                        pa.array(singular))}))
@@ -109,8 +114,8 @@ def _analyse(context, settings, outputs, jacobians):
             surgery_rows += surgery.push(result.schur_form, result.schur_basis)
             del result
     tables = {
-        "layer_metrics": pa.Table.from_pylist(metric_rows, schema=table_spec("layer_metrics").schema()),
-        "schur_surgery": pa.Table.from_pylist(surgery_rows, schema=table_spec("schur_surgery").schema()),
+        "layer_metrics": rows_table("layer_metrics", metric_rows),
+        "schur_surgery": rows_table("schur_surgery", surgery_rows),
         **{name: writer.result for name, writer in writers.items()},
     }
     figures_directory = outputs.figures

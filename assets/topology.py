@@ -7,17 +7,23 @@ import numpy as np
 import pyarrow as pa
 
 from resdyn import topology
-from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.parallel import default_workers
-from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
-from resdyn.dagster_project.store.arrow_tables import matrix_rows, record_batch
-from resdyn.dagster_project.store.handles import TableHandle
-from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import table_spec
+from resdyn.dagster_project.asset_layer import (
+    ANALYSIS,
+    TableHandle,
+    conform,
+    default_workers,
+    figure,
+    interrupts,
+    matrix_rows,
+    partition_asset,
+    record_batch,
+    rows_table,
+    table_output,
+)
 from resdyn.figures import community_distributions
 from resdyn.naming import sublayer_depth
 
-from .common import StageProgress, figure, n_layers, partition
+from .common import StageProgress, n_layers, partition
 
 PARALLEL_MIN_UNITS = 512  # smaller graphs scan faster than worker processes start
 
@@ -69,7 +75,7 @@ def edges_by_boundary(graph_edges, activations, model_checkpoints):
                          "graph_edges (`resdyn run --select key:graph_edges`)")
 
 
-@partition_asset(ANALYSIS, code_version="2", group_name="topology", deps=["activations"],
+@partition_asset(ANALYSIS, code_version="2", group_name="topology",
           description="Signed correlation graph of residual units per layer and boundary (kNN by |r| by default).")
 def graph_edges(context, settings, activations: TableHandle, model_checkpoints: TableHandle):
     k = neighbours(settings, model_checkpoints.first("d_model"))
@@ -88,7 +94,7 @@ def _graph_edges(settings, activations, k: int, progress=None):
     for (layer, boundary), matrix in activation_matrices(activations):
         edges = topology.signed_graph(topology.correlation_matrix(matrix), settings.graph_construction,
                                       k=k, threshold=settings.graph_threshold)
-        yield record_batch(table_spec("graph_edges"), None, {
+        yield record_batch("graph_edges", None, {
             "layer": np.full(len(edges.weight), layer, np.int32), "boundary": boundary, "source": edges.source,
             "target": edges.target, "weight": edges.weight, "n_units": matrix.shape[1],
             "construction": settings.graph_construction, "k": k})
@@ -96,9 +102,9 @@ def _graph_edges(settings, activations, k: int, progress=None):
             progress.done(f"{layer}/{boundary}")
 
 
-@partition_asset(ANALYSIS, group_name="topology", tables=[dg.AssetSpec("communities", code_version="5", deps=["graph_edges"],
+@partition_asset(ANALYSIS, group_name="topology", tables=[dg.AssetSpec("communities", code_version="5",
                         description="Signed Leiden CPM community, participation and boundary flags of every unit."),
-           dg.AssetSpec("gamma_scan", code_version="5", deps=["graph_edges"],
+           dg.AssetSpec("gamma_scan", code_version="5",
                         description="The resolution scan behind each graph's chosen gamma (modularity, stability).")])
 def community_tables(context, settings, outputs, graph_edges: TableHandle, activations: TableHandle,
                      model_checkpoints: TableHandle):
@@ -142,7 +148,7 @@ def _communities(context, settings, outputs, graph_edges, activations, model_che
             context.log.info(f"{context.partition_key}: communities of {layer}/{boundary}: gamma {scan.gamma:.4g}, "
                              f"{membership.max() + 1} communities, scan {scan.wall_seconds:.1f} s "
                              f"(Leiden runs {scan.leiden_seconds:.1f} s over {workers if pool else 1} worker(s))")
-    table = pa.concat_tables(rows).cast(table_spec("communities").schema())
+    table = conform("communities", pa.concat_tables(rows))
     png = community_distributions(sizes, participations, outputs.figures,
                                   title=context.partition_key)
     boundary_share = float(np.mean(table.column("is_boundary").to_numpy(zero_copy_only=False)))
@@ -150,4 +156,4 @@ def _communities(context, settings, outputs, graph_edges, activations, model_che
     yield table_output(table, "communities", {
         **figure(png), "boundary_share": boundary_share, "absolute_boundary_share": absolute_share,
         "leiden_seconds": round(leiden_seconds, 2), "scan_wall_seconds": round(wall_seconds, 2)})
-    yield table_output(pa.Table.from_pylist(scan_rows, schema=table_spec("gamma_scan").schema()), "gamma_scan")
+    yield table_output(rows_table("gamma_scan", scan_rows), "gamma_scan")

@@ -12,31 +12,37 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from resdyn.dagster_project import interrupts
-from resdyn.dagster_project.parallel import ordered_parallel_map
-from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
-from resdyn.dagster_project.store.handles import MatrixTable, TableHandle
-from resdyn.dagster_project.store.io_manager import table_output
-from resdyn.dagster_project.store.schema import table_spec
+from resdyn.dagster_project.asset_layer import (
+    ANALYSIS,
+    MatrixTable,
+    TableHandle,
+    conform,
+    figure,
+    interrupts,
+    ordered_parallel_map,
+    partition_asset,
+    rows_table,
+    table_output,
+)
 from resdyn.figures import pseudospectra_contours
 from resdyn.naming import sublayer_depth
 from resdyn.transient import PSEUDOSPECTRAL_EPSILONS, transient_growth
 
-from .common import StageProgress, figure, partition
+from .common import StageProgress, partition
 from .spectra import jacobians_in_depth_order, sublayers_in_depth_order
-from .spectral_worker import read_matrix, transient_of_row_group
+from .spectral_worker import transient_of_matrix
 
 TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
 
 
 @partition_asset(ANALYSIS, tables=[
-        dg.AssetSpec("transient_dynamics", code_version="3", deps=["jacobians", "schur_forms", "layer_metrics"],
+        dg.AssetSpec("transient_dynamics", code_version="3",
                      group_name="transient",
                      description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "
                                  "Kreiss lower bound, ||J|| / rho(J) (resdyn.transient)."),
-        dg.AssetSpec("pseudospectra", code_version="3", deps=["jacobians", "schur_forms", "layer_metrics"], group_name="transient",
+        dg.AssetSpec("pseudospectra", code_version="3", group_name="transient",
                      description="Pseudospectral radius rho_eps(J) for eps in 1e-3, 1e-2, 1e-1, and (rho_eps - rho) / eps."),
-        dg.AssetSpec("transient_growth", code_version="3", deps=["jacobians", "schur_forms", "layer_metrics"], group_name="transient",
+        dg.AssetSpec("transient_growth", code_version="3", group_name="transient",
                      description="||J_{l+k-1} ... J_l||_2 against prod rho(J_i) for windows k = 1, 2, 4, 8 and the "
                                  "full depth."),
 ])
@@ -47,9 +53,8 @@ def transient_analysis(context, settings, outputs, jacobians: MatrixTable, schur
 
 def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
     model, checkpoint = partition(context)
-    path, order, width, workers = jacobians_in_depth_order(jacobians, settings)
+    order, width, workers = jacobians_in_depth_order(jacobians, settings)
     metrics = _spectral_metrics(layer_metrics)
-    schur_path = str(schur_forms.path)
     schur_row_group = {(layer, sublayer): index for index, layer, sublayer in sublayers_in_depth_order(schur_forms)}
     missing = [key for _, *key in order if tuple(key) not in schur_row_group or tuple(key) not in metrics]
     if missing:
@@ -57,13 +62,14 @@ def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
                          "jacobians table; rematerialize spectral_analysis for this partition")
     chosen = _plotted_sublayers(metrics, order)
     points = 48 if width <= 256 else 20 if width <= 2048 else 12  # beyond d = 256 each grid point is a Lanczos run
-    tasks = [(path, index, schur_path, schur_row_group[layer, sublayer], metrics[layer, sublayer]["sigma_max"],
+    tasks = [(jacobians.reference(index), schur_forms.reference(schur_row_group[layer, sublayer]),
+              metrics[layer, sublayer]["sigma_max"],
               points if (layer, sublayer) in chosen.values() else 0, settings.device)
              for index, layer, sublayer in order]
     progress = StageProgress(context, "transient dynamics", len(order))
     results = []  # consumed as they arrive, so each sublayer's line is logged when it is done
     dynamics_rows, pseudo_rows, radii = [], [], []
-    for (_, layer, sublayer), result in zip(order, ordered_parallel_map(transient_of_row_group, tasks,
+    for (_, layer, sublayer), result in zip(order, ordered_parallel_map(transient_of_matrix, tasks,
                                                                          workers=workers)):
         results.append(result)
         key = {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer)}
@@ -81,20 +87,20 @@ def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
                                 "excess_over_normal": (radius - result.spectral_radius) / epsilon})
         progress.done(f"depth {key['depth']}, {sublayer}")
         interrupts.check(f"transient_analysis of {context.partition_key}")
-    growth = list(transient_growth((read_matrix(path, index) for index, _, _ in order), radii,
+    growth = list(transient_growth((jacobians.matrix(index) for index, _, _ in order), radii,
                                    spectral_norms=[metrics[layer, sublayer]["sigma_max"] for _, layer, sublayer in order]))
     context.log.info(f"{context.partition_key}: transient growth over {len(order)} sublayers done, "
                      f"{progress.seconds():.0f} s")
     tables = {
-        "transient_dynamics": pa.Table.from_pylist(dynamics_rows, schema=table_spec("transient_dynamics").schema()),
-        "pseudospectra": pa.Table.from_pylist(pseudo_rows, schema=table_spec("pseudospectra").schema()),
-        "transient_growth": pa.table({
+        "transient_dynamics": rows_table("transient_dynamics", dynamics_rows),
+        "pseudospectra": rows_table("pseudospectra", pseudo_rows),
+        "transient_growth": conform("transient_growth", pa.table({
             "start_depth": pa.array([g.start_depth for g in growth], pa.int32()),
             "window_length": pa.array([g.window for g in growth], pa.int32()),
             "product_norm": pa.array([g.product_norm for g in growth], pa.float64()),
             "spectral_radius_product": pa.array([g.spectral_radius_product for g in growth], pa.float64()),
             "growth_beyond_spectrum": pa.array([g.growth_beyond_spectrum for g in growth], pa.float64()),
-        }, schema=table_spec("transient_growth").schema()),
+        })),
     }
     extra = {name: {} for name in TABLES}
     extra["transient_dynamics"] = figure(_figure(context, outputs, model, checkpoint, order, results, chosen, growth))

@@ -33,7 +33,7 @@ def graphs(warehouse: Path, partition: str, observations: int | None, activation
     import pyarrow.parquet as pq
 
     from resdyn import topology
-    from resdyn.dagster_project.settings import BY_NAME
+    from resdyn.dagster_project.configuration.settings import BY_NAME
     from resdyn.dagster_project.store.arrow_tables import matrix_rows
     from resdyn.dagster_project.store.warehouse import Warehouse
 

@@ -225,7 +225,7 @@ def forward_flops_per_token(name: str, n_layers: int) -> float:
 def default_per_sample() -> int:
     """resdyn's default per-sample subsample, from the one place settings are defined."""
     sys.path.insert(0, str(REPOSITORY))
-    from dagster_project.settings import SETTINGS
+    from dagster_project.configuration.settings import SETTINGS
 
     return next(setting.default for setting in SETTINGS if setting.name == "per_sample_subsample")
 

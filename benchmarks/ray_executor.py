@@ -6,7 +6,7 @@
 Six random-init tiny-suite-shaped models (Llama config of the tiny suite: d_model 64, 4 layers),
 saved to a temp directory, run through ``resdyn run`` twice into fresh warehouses: with the
 in-process executor, then with ``--executor ray`` on a Ray cluster of a head and one worker node on
-127.0.0.1 with one CPU each (two Ray worker processes on this 2-core machine; resdyn.dagster_project.ray_local),
+127.0.0.1 with one CPU each (two Ray worker processes on this 2-core machine; resdyn.dagster_project.launch.ray_local),
 two partitions at a time (``--parallel-runs 2``). Reports wall times and their ratio, and checks
 both warehouses hold the same row counts. Writes benchmarks/results/ray_executor.json.
 """
@@ -62,7 +62,7 @@ def row_counts(root: Path) -> dict:
 
 
 def main() -> None:
-    from resdyn.dagster_project.ray_local import LocalCluster
+    from resdyn.dagster_project.launch.ray_local import LocalCluster
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=6)

@@ -1,6 +1,6 @@
 """What ``dagster dev`` and ``resdyn ui`` load: the study's definitions under this environment's configuration."""
 
-from .config import StudyConfig
-from .launch import build_definitions
+from resdyn.dagster_project.configuration.config import StudyConfig
+from resdyn.dagster_project.launch.study_definitions import build_definitions
 
 defs = build_definitions(StudyConfig.resolve())

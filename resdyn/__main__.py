@@ -3,6 +3,6 @@
 import sys
 
 if __name__ == "__main__":
-    from resdyn.dagster_project.cli import main
+    from resdyn.dagster_project.interface.cli import main
 
     sys.exit(main())

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dagster as dg
 
-from resdyn.dagster_project.checks import ALL_CHECKS
-from resdyn.dagster_project.config import StudyConfig
-from resdyn.dagster_project.launch import study_assets, study_resources
-from resdyn.dagster_project.partitions import register_partitions
+from resdyn.dagster_project.asset_layer.partitions import register_partitions
+from resdyn.dagster_project.configuration.config import StudyConfig
+from resdyn.dagster_project.launch.checks import ALL_CHECKS
+from resdyn.dagster_project.launch.study_definitions import study_assets, study_resources
 
 TINY_PARTITION = "tiny-olmo3@step-000000"  # the pipeline tier's session warehouse holds this partition
 SMALL = dict(n_samples=12, sequence_length=24, batch_size=6, per_sample_subsample=3, leiden_seeds=3, n_permutations=200)
@@ -19,7 +19,7 @@ def materialize_partition(root, key: str, instance: dg.DagsterInstance | None = 
     config = StudyConfig.resolve({**SMALL, **settings, "warehouse": str(root)})
     result = dg.materialize([*study_assets(config), *ALL_CHECKS], partition_key=key, resources=study_resources(config),
                             instance=instance)
-    checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    checks = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     return result, checks, instance
 
 

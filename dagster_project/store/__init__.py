@@ -1,12 +1,18 @@
-"""The warehouse: hive-partitioned Parquet under one root, published in generations, read through DuckDB.
+"""The warehouse: hive-partitioned Parquet under one root, published in generations, read through DuckDB. No
+Dagster here (a test reads every module): the asset layer above stages, loads and publishes through it.
 
-    schema      what each table is (Arrow schema and meaning): views, docs and writers derive from it
-    warehouse   reading and writing partitions: staged per run, published by one manifest swap
-    manifests   the published generation of each partition, and the sha256 of each of its files
-    leases      which run may write a partition now
-    runs        one run's work on one partition: lease, provenance record, publication
-    views       the DuckDB views over exactly the published files, and read-only SQL
-    integrity   ``resdyn check``: every published file's footer and schema against its manifest
-    artefacts   where figures live, and their URL in the UI
-    io_manager  Dagster's IO layer over all of the above: what an asset returns is staged and published
+    schema        what each table is (Arrow schema and meaning): views, docs and writers derive from it; strict
+                  (a column it lacks, one it needs or a value that does not cast is an error, never dropped)
+    arrow_tables  numpy <-> Arrow without Python lists, record batches checked against the schema
+    warehouse     reading and writing partitions: staged per run, published by one manifest swap
+    handles       lazy handles over one partition's table; MatrixReference, a matrix a worker process loads
+    matrices      the one matrix-table reader
+    manifests     the published generation of each partition, and the sha256 of each of its files
+    leases        which run may write a partition now
+    leftovers     what failed or killed runs left, found and swept
+    run_records   the runs table: one row per run and partition, what made its tables and how it ended
+    outputs       what a body may write besides its yielded tables: streamed writers, the figure folder
+    views         the DuckDB views over exactly the published files, and read-only SQL
+    integrity     ``resdyn check``: every published file's footer and schema against its manifest
+    artefacts     where figures live, and their URL in the UI
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .schema import TableSpec
+from resdyn.dagster_project.store.schema import check_column_names, column_mismatch, table_spec
 
 
 def fixed_size_lists(matrix: np.ndarray, dtype=np.float64) -> pa.FixedSizeListArray:
@@ -35,27 +35,28 @@ def constant(value, n_rows: int, arrow_type: pa.DataType) -> pa.Array:
     return pa.repeat(pa.scalar(value, arrow_type), n_rows)
 
 
-def record_batch(spec: TableSpec, width: int | None, columns: dict) -> pa.RecordBatch:
-    """A record batch of ``spec``'s schema; scalars in ``columns`` are repeated to the batch length."""
+def record_batch(table: str, width: int | None, columns: dict) -> pa.RecordBatch:
+    """A record batch of ``table``'s schema (d = ``width`` for its matrix columns); scalars in ``columns`` are repeated to the batch length. Strict as
+    :func:`~.schema.conform`: a column the schema lacks or needs, or a value that does not cast, is an error."""
+    spec = table_spec(table)
     schema = spec.schema(width)
+    check_column_names(spec.name, list(columns), schema.names)
     lengths = {len(value) for value in columns.values() if isinstance(value, (pa.Array, np.ndarray))}
     if len(lengths) != 1:
         raise ValueError(f"{spec.name}: columns of different lengths {sorted(lengths)}")
     n_rows = lengths.pop()
     arrays = []
     for field in schema:
-        if field.name not in columns:
-            raise KeyError(f"{spec.name}: column {field.name!r} missing")
         value = columns[field.name]
-        if isinstance(value, pa.Array):
-            arrays.append(value if value.type == field.type else value.cast(field.type))
-        elif isinstance(value, np.ndarray):
-            arrays.append(pa.array(value, type=field.type))
-        else:
-            arrays.append(constant(value, n_rows, field.type))
-    extra = set(columns) - set(schema.names)
-    if extra:
-        raise KeyError(f"{spec.name}: columns {sorted(extra)} are not in its schema (dagster_project/store/schema.py)")
+        try:
+            if isinstance(value, pa.Array):
+                arrays.append(value if value.type == field.type else value.cast(field.type, safe=True))
+            elif isinstance(value, np.ndarray):
+                arrays.append(pa.array(value, type=field.type))
+            else:
+                arrays.append(constant(value, n_rows, field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+            raise column_mismatch(spec.name, field, error) from None
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

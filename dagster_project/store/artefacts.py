@@ -1,6 +1,6 @@
 """Where figures live (``_artefacts/`` under the warehouse root), and their address in the UI.
 
-``resdyn ui`` serves the PNGs under ``_artefacts/`` at :data:`ARTEFACT_ROUTE` (dagster_project/ui.py),
+``resdyn ui`` serves the PNGs under ``_artefacts/`` at :data:`ARTEFACT_ROUTE` (dagster_project/interface/ui.py),
 so materialization metadata can link a figure by a short same-origin URL.
 """
 

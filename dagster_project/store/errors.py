@@ -19,3 +19,9 @@ class ReadOnlySqlError(ValueError):
 
 class QueryError(ValueError):
     pass
+
+
+class SchemaMismatchError(ValueError):
+    """Data that does not fit its table's schema (dagster_project/store/schema.py): a column the schema lacks, a
+    column it needs and the data lacks, or a value that does not cast to the column's type. Never dropped or
+    filled with nulls: the fix is in the body that made the data or in the schema entry."""

@@ -9,6 +9,7 @@ matrix at a time; every other table a :class:`TableHandle`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -16,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .matrices import matrix_of
-from .schema import TABLES
+from resdyn.dagster_project.store.matrices import matrix_of, read_matrix
+from resdyn.dagster_project.store.schema import TABLES
 
 SUBLAYER_KEY = ("layer", "sublayer")
 
@@ -50,6 +51,19 @@ class TableHandle:
         return self.read([column]).column(column)[0].as_py()
 
 
+@dataclass(frozen=True)
+class MatrixReference:
+    """One matrix of a matrix table as a worker process is handed it: picklable, read by :meth:`load` where the
+    work runs (a body passes references, never a path; the file is the one its run sees, resolved by the handle)."""
+
+    _file: str
+    row_group: int
+
+    def load(self) -> np.ndarray:
+        """The d x d matrix, float64."""
+        return read_matrix(self._file, self.row_group)
+
+
 class MatrixTable(TableHandle):
     """A matrix table: its keys first (a few small columns), then one matrix at a time."""
 
@@ -62,6 +76,10 @@ class MatrixTable(TableHandle):
     def width(self) -> int:
         """d, from the file's schema (the footer): no matrix is read for it."""
         return pq.read_schema(self.path).field("values").type.list_size
+
+    def reference(self, row_group: int) -> MatrixReference:
+        """The matrix of row group ``row_group``, to hand a worker process."""
+        return MatrixReference(str(self.path), row_group)
 
     def matrix(self, row_group: int) -> np.ndarray:
         return matrix_of(self.store.read_row_group(self.table, self.model, self.checkpoint, row_group,
@@ -87,4 +105,4 @@ def table_handle(store, table: str, model: str, checkpoint: str) -> TableHandle:
     return (MatrixTable if is_matrix_table(table) else TableHandle)(store, table, model, checkpoint)
 
 
-__all__ = ["MatrixTable", "TableHandle", "is_matrix_table", "table_handle"]
+__all__ = ["MatrixReference", "MatrixTable", "TableHandle", "is_matrix_table", "table_handle"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .manifests import VerifiedFiles
-from .schema import PROVENANCE_COLUMNS, TABLES
-from .warehouse import Warehouse
+from resdyn.dagster_project.store.manifests import VerifiedFiles
+from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES
+from resdyn.dagster_project.store.warehouse import Warehouse
 
 
 def _fix(manifest: dict) -> str:

@@ -14,9 +14,8 @@ import socket
 import time
 from pathlib import Path
 
+from resdyn.dagster_project.store.errors import PartitionBusyError
 from resdyn.files import atomic_write_text, file_lock, process_alive
-
-from .errors import PartitionBusyError
 
 IN_PROGRESS_STATUSES = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"}
 

@@ -16,11 +16,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from resdyn.dagster_project.store.leases import lease_is_live
+from resdyn.dagster_project.store.schema import TABLES
+from resdyn.dagster_project.store.warehouse import written_by_dead_writer
 from resdyn.files import IN_PROGRESS_SUFFIX
-
-from .leases import lease_is_live
-from .schema import TABLES
-from .warehouse import written_by_dead_writer
 
 
 @dataclass(frozen=True)

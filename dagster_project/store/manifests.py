@@ -22,10 +22,9 @@ import json
 import re
 from pathlib import Path
 
+from resdyn.dagster_project.configuration.config import cache_directory
+from resdyn.dagster_project.store.schema import TABLES
 from resdyn.files import atomic_write_text
-
-from ..config import cache_directory
-from .schema import TABLES
 
 HASH_CHUNK = 1 << 22
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

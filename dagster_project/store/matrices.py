@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow_tables import matrix_rows
+from resdyn.dagster_project.store.arrow_tables import matrix_rows
 
 
 def matrix_of(data: pa.Table, column: str = "values") -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .warehouse import TableWriter, Warehouse
+from resdyn.dagster_project.store.warehouse import TableWriter, Warehouse
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ ROW = _c("row", I32, "matrix row index")
 TABLES: dict[str, TableSpec] = {}
 PROVENANCE_COLUMNS = ("run_id", "settings_hash")  # appended to every row of every table by the writer
 PROVENANCE = (Column("run_id", STR, "the Dagster run that wrote the row"),
-              Column("settings_hash", STR, "hash of the analysis settings of that run (dagster_project/settings.py)"))
+              Column("settings_hash", STR, "hash of the analysis settings of that run (dagster_project/configuration/settings.py)"))
 
 
 def _table(name: str, one_row_per: str, group: str, *columns: Column, required: bool = True) -> TableSpec:
@@ -286,6 +286,77 @@ _table("runs", "run of a partition (written when it starts and when it ends)", "
        _c("dagster_version", STR, "dagster"), _c("python_version", STR, "Python"),
        _c("host", STR, "machine"), _c("pid", I64, "process that started the run's work on the partition"),
        _c("started_at", STR, "ISO time"), _c("ended_at", STR, "ISO time, when it ended"), required=False)
+
+
+def _mismatch(table: str, problem: str):
+    from resdyn.dagster_project.store.errors import SchemaMismatchError
+
+    return SchemaMismatchError(f"table {table}: {problem} (its schema: dagster_project/store/schema.py; add the "
+                               "column there, or rename or remove it in the body that made it)")
+
+
+def column_mismatch(table: str, field: pa.Field, error: Exception):
+    """The error for a value of ``table`` that does not cast to ``field``'s type."""
+    return _mismatch(table, f"column {field.name!r} does not cast to {field.type}: {error}")
+
+
+def check_column_names(table: str, names: list[str], expected: list[str], where: str = "") -> None:
+    """Refuse (:class:`SchemaMismatchError`) ``names`` that are not exactly ``expected`` (in any order)."""
+    extra = [name for name in names if name not in expected]
+    missing = [name for name in expected if name not in names]
+    if extra:
+        raise _mismatch(table, f"column(s) {', '.join(map(repr, extra))}{where} not in the schema")
+    if missing:
+        raise _mismatch(table, f"required column(s) {', '.join(map(repr, missing))} missing{where}")
+
+
+def conform(name: str, data: pa.Table | pa.RecordBatch, width: int | None = None) -> pa.Table | pa.RecordBatch:
+    """``data`` with exactly ``name``'s columns, in the schema's order and types.
+
+    Strict where ``Table.select(...).cast(...)`` or ``from_pylist(rows, schema=...)`` are lenient: a column the
+    schema lacks, a column it needs and ``data`` lacks, or a value that does not cast safely (a float
+    truncated to an integer, a string where a number belongs) raises :class:`SchemaMismatchError` naming the
+    table and the column, instead of being dropped, filled with nulls or changed."""
+    return conform_to(name, table_spec(name).schema(width), data)
+
+
+def conform_to(name: str, schema: pa.Schema, data: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
+    """:func:`conform` to a schema already built (a writer's, whose width is fixed)."""
+    if data.schema == schema:
+        return data
+    check_column_names(name, data.schema.names, schema.names)
+    if len(set(data.schema.names)) != len(data.schema.names):
+        raise _mismatch(name, f"duplicate columns in {data.schema.names}")
+    columns = []
+    for field in schema:
+        column = data.column(field.name)
+        try:
+            columns.append(column if column.type == field.type else column.cast(field.type, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+            raise column_mismatch(name, field, error) from None
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def rows_table(name: str, rows: list[dict], width: int | None = None) -> pa.Table:
+    """A table of ``name``'s schema from row dicts, each of which must name exactly the schema's columns (a value
+    may be None where the column's meaning allows it); see :func:`conform` for what is refused."""
+    schema = table_spec(name).schema(width)
+    expected = schema.names
+    for index, row in enumerate(rows):
+        if list(row) != expected and set(row) != set(expected):
+            check_column_names(name, list(row), expected, where=f" in row {index}")
+    arrays = []
+    for field in schema:
+        values = [row[field.name] for row in rows]
+        try:  # inferred, then cast safely: pa.array(values, type=int32) would truncate 1.5 to 1 without a word
+            inferred = pa.array(values)
+            arrays.append(inferred if inferred.type == field.type else inferred.cast(field.type, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
+                OverflowError) as error:
+            raise column_mismatch(name, field, error) from None
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def table_spec(name: str) -> TableSpec:

@@ -23,9 +23,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..config import SQL_DIRECTORY
-from .errors import QueryError, ReadOnlySqlError
-from .schema import PROVENANCE_COLUMNS, TABLES
+from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
+from resdyn.dagster_project.store.errors import QueryError, ReadOnlySqlError
+from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES
 
 READ_STATEMENTS = ("SELECT", "EXPLAIN")
 

@@ -42,14 +42,20 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from resdyn.dagster_project.configuration.config import warehouse_root
+from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
+from resdyn.dagster_project.store.handles import MatrixTable
+from resdyn.dagster_project.store.leases import lease_is_live
+from resdyn.dagster_project.store.manifests import VerifiedFiles, file_sha256, hashing_stream, read_manifest
+from resdyn.dagster_project.store.schema import (
+    PROVENANCE_COLUMNS,
+    TABLES,
+    TableSpec,
+    conform_to,
+    rows_table,
+    table_spec,
+)
 from resdyn.files import IN_PROGRESS_SUFFIX, atomic_write_text, file_lock, process_alive, replace_atomically
-
-from ..config import warehouse_root
-from .errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
-from .handles import MatrixTable
-from .leases import lease_is_live
-from .manifests import VerifiedFiles, file_sha256, hashing_stream, read_manifest
-from .schema import PROVENANCE_COLUMNS, TABLES, TableSpec, table_spec
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +106,7 @@ class TableWriter:
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         """Append ``data`` (its data columns; provenance is added here), one row group per record batch."""
-        if data.schema != self.data_schema:
-            data = data.select(self.data_schema.names).cast(self.data_schema)
+        data = conform_to(self.table.name, self.data_schema, data)  # refuses, never drops or fills
         batches = data.to_batches() if isinstance(data, pa.Table) else [data]
         for batch in batches:
             if batch.num_rows == 0:
@@ -523,7 +528,8 @@ class Warehouse:
 
     def record_run(self, model: str, checkpoint: str, row: dict) -> None:
         """Write (or rewrite) this run's row of the ``runs`` table for the partition."""
-        table = pa.Table.from_pylist([row], schema=table_spec("runs").schema())
+        # run_id and settings_hash are the provenance every row gets from the writer, not columns of the data
+        table = rows_table("runs", [{key: value for key, value in row.items() if key not in PROVENANCE_COLUMNS}])
         Warehouse(self.root, run_id=row["run_id"], settings_hash=row["settings_hash"]).write(
             "runs", model, checkpoint, table)
 
@@ -573,14 +579,14 @@ class Warehouse:
     def connect(self, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB over the published tables (views from the manifests, sql/views.sql on top),
         that can read only under the warehouse root and whose configuration is locked."""
-        from .views import build_connection
+        from resdyn.dagster_project.store.views import build_connection
 
         return build_connection(self, complete_only=complete_only)
 
     def query(self, sql: str, *, complete_only: bool = False, parameters: dict | None = None) -> pa.Table:
         """Run read-only SQL (SELECT / EXPLAIN; the last statement's result), ``$name`` placeholders of the
         last statement bound to ``parameters`` by DuckDB."""
-        from .views import run_read_only
+        from resdyn.dagster_project.store.views import run_read_only
 
         with self.connect(complete_only=complete_only) as connection:
             return run_read_only(connection, sql, parameters)

@@ -1,4 +1,5 @@
-"""Circles in resdyn's import graph, counting imports inside functions too.
+"""Circles in resdyn's import graph, counting imports inside functions too: between modules, and between the
+parts of the code (packages) that docs/architecture.md draws as layers.
 
     python docs/tools/import_cycles.py        # prints each circle; exit 1 when there is one
 
@@ -100,13 +101,60 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The parts whose imports must point one way. The science (resdyn/ with its subpackages) is one part: its own
+# modules have no circle (the module graph above), and it imports no other part but through its two entry points
+# (resdyn.open / resdyn.run, python -m resdyn: the facade, a part of its own, above the interface).
+FACADE = ("resdyn", "resdyn.__main__")
+STATED_PACKAGE_CIRCLES: list[list[str]] = []  # none: a circle between parts must be stated here with its reason
+
+
+def part_of(module: str) -> str:
+    """The part (layer) a module belongs to: the facade, the science, the assets, or a folder of dagster_project
+    (its top-level modules, definitions.py, are the part ``resdyn.dagster_project``)."""
+    if module in FACADE:
+        return "facade"
+    if module.startswith("resdyn.dagster_project."):
+        rest = module.removeprefix("resdyn.dagster_project.").split(".")
+        return "resdyn.dagster_project" + (f".{rest[0]}" if len(rest) > 1 or _is_package(module) else "")
+    if module == "resdyn.dagster_project":
+        return module
+    if module.startswith("resdyn.assets") or module == "resdyn.assets":
+        return "resdyn.assets"
+    return "science"
+
+
+def _is_package(module: str) -> bool:
+    return modules()[module].name == "__init__.py"
+
+
+def package_graph(graph: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """part -> the parts its modules import (imports inside functions included)."""
+    graph = import_graph() if graph is None else graph
+    parts: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        source = part_of(module)
+        parts.setdefault(source, set())
+        for target in targets:
+            if part_of(target) != source:
+                parts[source].add(part_of(target))
+                parts.setdefault(part_of(target), set())
+    return parts
+
+
 def main() -> int:
     graph = import_graph()
     found = circles(graph)
     for component in found:
         print("circle: " + " <-> ".join(component))
-    print(f"{len(graph)} modules, {sum(map(len, graph.values()))} imports, {len(found)} circle(s)")
-    return 1 if found else 0
+    parts = package_graph(graph)
+    between = [component for component in circles(parts) if component not in STATED_PACKAGE_CIRCLES]
+    for component in between:
+        print("circle between parts: " + " <-> ".join(component))
+    for part in sorted(parts):
+        print(f"  {part} -> {', '.join(sorted(parts[part])) or '(nothing)'}")
+    print(f"{len(graph)} modules, {sum(map(len, graph.values()))} imports, {len(found)} circle(s); "
+          f"{len(parts)} parts, {len(between)} circle(s) between them")
+    return 1 if found or between else 0
 
 
 if __name__ == "__main__":

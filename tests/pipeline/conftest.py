@@ -8,7 +8,7 @@ from ..pipeline_helpers import TINY_PARTITION, materialize_partition
 
 
 @pytest.fixture(scope="session")
-def warehouse(tmp_path_factory):
+def tiny_study(tmp_path_factory):
     """(store, check results, Dagster instance) of a warehouse holding TINY_PARTITION, every asset and check run."""
     root = tmp_path_factory.mktemp("warehouse")
     result, checks, instance = materialize_partition(root, TINY_PARTITION)

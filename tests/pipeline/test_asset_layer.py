@@ -12,13 +12,13 @@ import pyarrow as pa
 import pytest
 import scipy.linalg
 
-from resdyn.dagster_project.config import StudyConfig
-from resdyn.dagster_project.launch import study_assets, study_resources
-from resdyn.dagster_project.partition_assets import ANALYSIS, partition_asset
-from resdyn.dagster_project.partitions import register_partitions
+from resdyn.dagster_project.asset_layer.io_manager import table_output
+from resdyn.dagster_project.asset_layer.partition_assets import ANALYSIS, partition_asset
+from resdyn.dagster_project.asset_layer.partitions import register_partitions
+from resdyn.dagster_project.configuration.config import StudyConfig
+from resdyn.dagster_project.launch.study_definitions import study_assets, study_resources
 from resdyn.dagster_project.store import schema
 from resdyn.dagster_project.store.handles import MatrixTable, TableHandle, table_handle
-from resdyn.dagster_project.store.io_manager import table_output
 from resdyn.dagster_project.store.leftovers import unpublished_files
 from resdyn.dagster_project.store.warehouse import Warehouse
 
@@ -95,12 +95,12 @@ def test_a_failed_run_publishes_nothing_and_leaves_nothing(tmp_path, toy_tables)
     assert unpublished_files(Warehouse(tmp_path)) == []
 
 
-def test_an_asset_body_invoked_directly_with_its_input_handles(warehouse, fresh_seed):
+def test_an_asset_body_invoked_directly_with_its_input_handles(tiny_study, fresh_seed):
     """unit_amplification's body on the stored Jacobians, outside any run: what it yields equals the column,
     row and diagonal norms numpy gives for each stored matrix."""
     from resdyn.assets.coupling import unit_amplification
 
-    store, _, _ = warehouse
+    store, _, _ = tiny_study
     model, checkpoint = TINY_PARTITION.split("@")
     jacobians = table_handle(store, "jacobians", model, checkpoint)
     assert isinstance(jacobians, MatrixTable)
@@ -120,13 +120,13 @@ def test_an_asset_body_invoked_directly_with_its_input_handles(warehouse, fresh_
     np.testing.assert_array_equal(batch["diagonal"], matrix.diagonal())
 
 
-def test_the_asset_the_architecture_page_adds_is_one_module_and_one_schema_entry(warehouse, tmp_path):
+def test_the_asset_the_architecture_page_adds_is_one_module_and_one_schema_entry(tiny_study, tmp_path):
     """The code block of docs/architecture.md, run as written, beside a schema entry, on a copy of the session
     warehouse: its departures equal the strictly upper part of each Jacobian's complex Schur form (an
     independent factorization: resdyn's is the real one)."""
     page = (REPOSITORY / "docs" / "architecture.md").read_text()
     code = re.search(r"### Adding an asset.*?```python\n(.*?)```", page, re.S).group(1)
-    store, _, _ = warehouse
+    store, _, _ = tiny_study
     root = tmp_path / "warehouse"
     shutil.copytree(store.root, root)
     schema._table("departure_bounds", "sublayer", "spectra", schema.LAYER, schema.SUBLAYER, schema.DEPTH,
@@ -151,3 +151,39 @@ def test_the_asset_the_architecture_page_adds_is_one_module_and_one_schema_entry
             assert row["departure"] == pytest.approx(np.linalg.norm(np.triu(upper, 1)), rel=1e-8, abs=1e-12)
     finally:
         schema.TABLES.pop("departure_bounds", None)
+
+
+def test_a_metric_added_to_a_body_without_its_schema_entry_fails_the_step_naming_it(tiny_study, tmp_path,
+                                                                                 monkeypatch):
+    """A developer adds a metric to resdyn.spectra's per-sublayer dict and forgets store/schema.py: the step that
+    writes layer_metrics fails, naming the table and the column, and nothing of the run is published (before the
+    strict schema, ``from_pylist(rows, schema=...)`` dropped the column and the run succeeded)."""
+    import dataclasses
+
+    import resdyn.assets.spectral_worker as worker
+    from resdyn.assets.spectra import TABLES as SPECTRAL_TABLES
+
+    analyse = worker.analyse_sublayer
+
+    def with_a_new_metric(matrix, *args, **kwargs):
+        spectrum = analyse(matrix, *args, **kwargs)
+        return dataclasses.replace(spectrum, metrics={**spectrum.metrics, "trace_over_width": float(np.trace(matrix))})
+
+    monkeypatch.setattr(worker, "analyse_sublayer", with_a_new_metric)
+    store, _, _ = tiny_study
+    root = tmp_path / "warehouse"
+    shutil.copytree(store.root, root)
+    model, checkpoint = TINY_PARTITION.split("@")
+    before = Warehouse(root).manifest(model, checkpoint)
+    config = StudyConfig.resolve({"warehouse": str(root)}, {})
+    instance = dg.DagsterInstance.ephemeral()
+    register_partitions(instance, [TINY_PARTITION])
+    result = dg.materialize(study_assets(config), partition_key=TINY_PARTITION, instance=instance,
+                            resources=study_resources(config), raise_on_error=False,
+                            selection=[dg.AssetKey(name) for name in SPECTRAL_TABLES])
+    assert not result.success
+    messages = [event.step_failure_data.error.message for event in result.all_events if event.is_step_failure]
+    assert any("layer_metrics" in message and "'trace_over_width'" in message and "not in the schema" in message
+               for message in messages), messages
+    assert Warehouse(root).manifest(model, checkpoint) == before
+    assert unpublished_files(Warehouse(root)) == []

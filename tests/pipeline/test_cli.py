@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from resdyn.dagster_project.cli import main
+from resdyn.dagster_project.interface.cli import main
 from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.models.byte_tokenizer import build_byte_tokenizer
 from resdyn.models.tiny_configs import tiny_config

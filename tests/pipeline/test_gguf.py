@@ -258,7 +258,7 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     assert sorted(path.name for path in inputs.iterdir()) == [".lock", "init", "init-quantized", "local",
                                                               "rounding-x1", "rounding-x2"]  # and no generation left
     # the kept frames have exactly the columns a kept folder is checked against (claims_inputs.COLUMNS)
-    from resdyn.dagster_project.claims_inputs import COLUMNS, claims_inputs, keep_claims_inputs
+    from resdyn.dagster_project.study.claims_inputs import COLUMNS, claims_inputs, keep_claims_inputs
 
     frames = claims_inputs(store, "tiny-gguf")
     assert {name: tuple(frame.columns) for name, frame in frames.items()} == COLUMNS

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from resdyn.dagster_project.cli import main
+from resdyn.dagster_project.interface.cli import main
 from resdyn.dagster_project.store.warehouse import Warehouse
 
 from ..cli_helpers import (
@@ -115,7 +115,7 @@ def readme_selections() -> list[str]:
 
 def test_a_selection_without_its_inputs_is_refused_before_the_first_step_naming_one_that_runs(built, tmp_path,
                                                                                                 capsys):
-    from resdyn.dagster_project.selection import check_inputs, partition_asset_keys
+    from resdyn.dagster_project.launch.selection import check_inputs, partition_asset_keys
 
     model, _ = built
     root = tmp_path / "warehouse"
@@ -335,8 +335,8 @@ def test_runs_recorded_before_a_provenance_column_existed_read_as_null_and_resum
                                                                                                 capsys):
     import pyarrow.parquet as pq
 
-    from resdyn.dagster_project.assets_index import tables_code_version
-    from resdyn.dagster_project.run_loop import not_yet_complete
+    from resdyn.dagster_project.launch.assets_index import tables_code_version
+    from resdyn.dagster_project.launch.run_loop import not_yet_complete
 
     _, root = warehouse_copy
     recorded = Warehouse(root).query("SELECT DISTINCT tables_code_version AS v FROM runs").to_pylist()
@@ -549,7 +549,7 @@ def test_forget_asks_then_removes_the_partition_its_data_and_its_registry_entry(
                                                                                tmp_path):
     import dagster as dg
 
-    from resdyn.dagster_project.partitions import model_checkpoint_partitions
+    from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
     from resdyn.models.registry import ModelRegistry
 
     _, root = warehouse_copy
@@ -572,9 +572,9 @@ def test_forget_asks_then_removes_the_partition_its_data_and_its_registry_entry(
 def test_the_sensor_keeps_partition_keys_equal_to_the_registry(built, tmp_path):
     import dagster as dg
 
-    from resdyn.dagster_project.partitions import model_checkpoint_partitions
-    from resdyn.dagster_project.resources import WarehouseResource
-    from resdyn.dagster_project.sensors import registry_partitions
+    from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
+    from resdyn.dagster_project.asset_layer.resources import WarehouseResource
+    from resdyn.dagster_project.launch.sensors import registry_partitions
     from resdyn.models.registry import ModelRegistry
 
     _, root = built

@@ -12,7 +12,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import resdyn
-from resdyn.dagster_project.cli import main
+from resdyn.dagster_project.interface.cli import main
 from resdyn.dagster_project.store.errors import QueryError, ReadOnlySqlError
 from resdyn.dagster_project.store.warehouse import Warehouse, new_run_id
 
@@ -40,7 +40,7 @@ def study_root(built, tmp_path_factory):
     AutoModelForCausalLM.from_config(tiny_config("llama", hidden_size=16, n_layers=2)).save_pretrained(second)
     build_byte_tokenizer().save_pretrained(second)
     study = resdyn.run(str(second), warehouse=copy, progress=True, **QUICK_SETTINGS)
-    assert isinstance(study, resdyn.dagster_project.notebook.Study)
+    assert isinstance(study, resdyn.dagster_project.interface.notebook.Study)
     return copy
 
 
@@ -168,7 +168,7 @@ def test_a_notebook_figure_is_the_uis_figure(study_root, tmp_path):
     from matplotlib.figure import Figure
     from PIL import Image
 
-    from resdyn.dagster_project import figure_frames
+    from resdyn.dagster_project.study import figure_frames
 
     study = resdyn.open(study_root)
     published = Warehouse(study_root).published_figures("n", "local")

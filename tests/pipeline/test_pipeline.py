@@ -15,8 +15,8 @@ TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_ja
           "community_coupling"]
 
 
-def test_every_asset_and_check_succeeds(warehouse):
-    store, checks, _ = warehouse
+def test_every_asset_and_check_succeeds(tiny_study):
+    store, checks, _ = tiny_study
     assert {c.check_name for c in checks} >= {"jacobians_are_finite", "jacobians_row_count",
                                                "jacobians_match_finite_differences",
                                                "activations_are_finite_and_complete"}
@@ -28,8 +28,8 @@ def test_every_asset_and_check_succeeds(warehouse):
     assert len(status) == 1 and status[0]["status"] == "complete" and status[0]["run_id"] and status[0]["settings_hash"]
 
 
-def test_duckdb_answers_over_the_parquet(warehouse):
-    store, _, _ = warehouse
+def test_duckdb_answers_over_the_parquet(tiny_study):
+    store, _, _ = tiny_study
     counts = store.query(
         "SELECT model, checkpoint, sublayer, count(DISTINCT layer) AS layers, count(*) AS rows "
         "FROM jacobians GROUP BY ALL ORDER BY sublayer").to_pylist()
@@ -47,8 +47,8 @@ def test_duckdb_answers_over_the_parquet(warehouse):
     assert 0.5 < diagonal < 1.5
 
 
-def test_rerun_is_idempotent_and_keeps_data_versions(warehouse):
-    store, _, instance = warehouse
+def test_rerun_is_idempotent_and_keeps_data_versions(tiny_study):
+    store, _, instance = tiny_study
     before = {t: store.query(f"SELECT count(*) AS n FROM {t}").to_pylist()[0]["n"] for t in TABLES}
     hashes = {t: store.content_hash(t, "tiny-olmo3", "step-000000") for t in ("jacobians", "activations")}
     first_run = store.query("SELECT run_id FROM partitions").to_pylist()[0]["run_id"]
@@ -67,8 +67,8 @@ def test_rerun_is_idempotent_and_keeps_data_versions(warehouse):
     assert names == sorted(r["run_id"] for r in runs[1:])
 
 
-def test_sample_jacobians_cover_every_sublayer(warehouse):
-    store, _, _ = warehouse
+def test_sample_jacobians_cover_every_sublayer(tiny_study):
+    store, _, _ = tiny_study
     mean = dict(store.matrix_table("jacobians", "tiny-olmo3", "step-000000").matrices())
     per_sample = dict(store.matrix_table("sample_jacobians", "tiny-olmo3", "step-000000").matrices(
         ("layer", "sublayer", "sample_id", "position")))
@@ -77,10 +77,10 @@ def test_sample_jacobians_cover_every_sublayer(warehouse):
         assert matrix.shape == (64, 64) and np.isfinite(matrix).all()
 
 
-def test_every_named_question_answers_for_the_partition(warehouse):
-    from resdyn.dagster_project.config import SQL_DIRECTORY
+def test_every_named_question_answers_for_the_partition(tiny_study):
+    from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
 
-    store, _, _ = warehouse
+    store, _, _ = tiny_study
     questions = sorted((SQL_DIRECTORY / "questions").glob("*.sql"))
     assert len(questions) >= 5
     for path in questions:
@@ -88,8 +88,8 @@ def test_every_named_question_answers_for_the_partition(warehouse):
         assert {(r["model"], r["checkpoint"]) for r in rows} == {("tiny-olmo3", "step-000000")}, path.name
 
 
-def test_spectral_tables_agree_with_numpy_on_the_stored_jacobians(warehouse):
-    store, _, _ = warehouse
+def test_spectral_tables_agree_with_numpy_on_the_stored_jacobians(tiny_study):
+    store, _, _ = tiny_study
     matrices = dict(store.matrix_table("jacobians", "tiny-olmo3", "step-000000").matrices())
     jacobian = matrices[(1, "mlp")]
     stored = store.query("SELECT sigma FROM singular_values WHERE depth = 3 ORDER BY idx").column("sigma").to_numpy()
@@ -112,9 +112,9 @@ def test_structured_backend_through_the_pipeline_passes_the_finite_difference_pr
                         {"sublayer": "mlp", "backend": "structured", "no_variance": True}]
 
 
-def test_transient_tables_are_filled_and_agree_with_numpy(warehouse):
+def test_transient_tables_are_filled_and_agree_with_numpy(tiny_study):
     """Every sublayer has its transient row and eps rows; the growth windows match explicit products."""
-    store, _, _ = warehouse
+    store, _, _ = tiny_study
     matrices = dict(store.matrix_table("jacobians", "tiny-olmo3", "step-000000").matrices())
     n = len(matrices)
     dynamics = store.query("SELECT * FROM transient_dynamics ORDER BY depth").to_pylist()
@@ -154,14 +154,14 @@ def test_transient_tables_are_filled_and_agree_with_numpy(warehouse):
     assert store.query("SELECT max(window_length) AS w FROM transient_growth").to_pylist() == [{"w": n}]
 
 
-def test_study_report_tables_figures_and_html(warehouse, tmp_path):
+def test_study_report_tables_figures_and_html(tiny_study, tmp_path):
     """The study sections answer from the complete partition; (a) equals a count made here from the
     coupling_tests rows; the HTML embeds every figure and names the run that made the partition."""
     import base64
 
-    from resdyn.dagster_project.report import SECTIONS, build_report
+    from resdyn.dagster_project.study.report import SECTIONS, build_report
 
-    store, _, _ = warehouse
+    store, _, _ = tiny_study
     output, results = build_report(store, tmp_path / "report.html")
     assert set(results) == {section.name for section in SECTIONS}
     rows = store.query("SELECT significant, direction FROM coupling_tests").to_pylist()
@@ -179,13 +179,13 @@ def test_study_report_tables_figures_and_html(warehouse, tmp_path):
     assert run_id in text and "tiny-olmo3" in text
 
 
-def test_study_assets_materialize_with_figures_in_their_metadata(warehouse):
+def test_study_assets_materialize_with_figures_in_their_metadata(tiny_study):
     import dagster as dg
 
     from resdyn.assets.report import study
-    from resdyn.dagster_project.resources import WarehouseResource
+    from resdyn.dagster_project.asset_layer.resources import WarehouseResource
 
-    store, _, _ = warehouse
+    store, _, _ = tiny_study
     result = dg.materialize([study], resources={"warehouse": WarehouseResource(root=str(store.root))})
     assert result.success
     materializations = {m.asset_key.path[-1]: m for m in result.get_asset_materialization_events()}
@@ -203,15 +203,15 @@ def test_study_assets_materialize_with_figures_in_their_metadata(warehouse):
     assert (store.root / "report.html").is_file()
 
 
-def test_every_analysis_stage_logs_its_progress_item_by_item(warehouse):
+def test_every_analysis_stage_logs_its_progress_item_by_item(tiny_study):
     """Each stage says done / total with seconds as each sublayer or graph finishes (not once at the end)."""
     import re
 
-    store, _, instance = warehouse
+    store, _, instance = tiny_study
     run_id = store.query("SELECT run_id FROM partitions").to_pylist()[0]["run_id"]
     messages = [entry.user_message for entry in instance.all_logs(run_id) if entry.user_message]
     n_layers = store.read("model_checkpoints", "tiny-olmo3", "step-000000").column("n_layers")[0].as_py()
-    for stage in ("transient dynamics", "per-sample metrics", "communities", "correlation graphs",
+    for stage in ("spectra", "transient dynamics", "per-sample metrics", "communities", "correlation graphs",
                   "unit amplification", "coupling tests"):
         counts = [tuple(map(int, found.groups())) for message in messages
                   if (found := re.search(rf"{stage} (\d+)/(\d+) \(.*\) done, \d+ s", message))]
@@ -219,17 +219,17 @@ def test_every_analysis_stage_logs_its_progress_item_by_item(warehouse):
         totals = {total for _, total in counts}
         assert len(totals) == 1 and [done for done, _ in counts] == list(range(1, totals.pop() + 1)), (stage, counts)
         assert counts[-1][1] >= 2 * n_layers if stage != "per-sample metrics" else counts[-1][1] > 2 * n_layers
-    assert sum("spectra of depth" in message for message in messages) == 2 * n_layers
+    assert sum(message.startswith(f"{KEY}: spectra ") for message in messages) == 2 * n_layers
 
 
-def test_sampling_intervals_are_the_jackknife_of_the_stored_fold_means(warehouse):
+def test_sampling_intervals_are_the_jackknife_of_the_stored_fold_means(tiny_study):
     """The fold means average back to the mean Jacobian (to float32), and each stored replicate of a measure, a
     cumulative rank and the noise-to-signal ratio equals its recomputation from the stored matrices in numpy."""
     import scipy.linalg
 
     from resdyn import sampling, spectra
 
-    store, _, _ = warehouse
+    store, _, _ = tiny_study
     model = "tiny-olmo3"
     query = "SELECT layer, sublayer, {extra} row, values FROM {table} WHERE model = '{m}' ORDER BY layer, sublayer, {order} row"
 
@@ -270,7 +270,7 @@ def test_sampling_intervals_are_the_jackknife_of_the_stored_fold_means(warehouse
             spectra.effective_rank(s), rel=1e-6)
 
 
-def test_checkpoint_comparisons_are_assets_downstream_of_what_they_draw_and_equal_the_notebooks(warehouse, tmp_path):
+def test_checkpoint_comparisons_are_assets_downstream_of_what_they_draw_and_equal_the_notebooks(tiny_study, tmp_path):
     """The figures across a model's checkpoints are drawn by an unpartitioned asset whose lineage names the tables
     it reads (no partition step reads another partition), pixel for pixel the notebook's figure."""
     import dagster as dg
@@ -278,9 +278,9 @@ def test_checkpoint_comparisons_are_assets_downstream_of_what_they_draw_and_equa
 
     import resdyn
     from resdyn.assets.comparisons import checkpoint_comparison_figures
-    from resdyn.dagster_project.resources import WarehouseResource
+    from resdyn.dagster_project.asset_layer.resources import WarehouseResource
 
-    store, _, _ = warehouse
+    store, _, _ = tiny_study
     upstream = {key.to_user_string(): {dep.to_user_string() for dep in deps}
                 for key, deps in checkpoint_comparison_figures.asset_deps.items()}
     assert upstream == {"metrics_by_checkpoint": {"layer_metrics"}, "cumulative_rank_by_checkpoint": {"cumulative_rank"},

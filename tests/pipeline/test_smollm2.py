@@ -25,7 +25,7 @@ def _gguf_file():
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory):
+def smollm2_study(tmp_path_factory):
     _gguf_file()
     root = tmp_path_factory.mktemp("smollm2") / "warehouse"
     environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -37,10 +37,10 @@ def warehouse(tmp_path_factory):
     return root, result.stdout
 
 
-def test_both_checkpoints_measure_with_every_check_passing(warehouse):
+def test_both_checkpoints_measure_with_every_check_passing(smollm2_study):
     from resdyn.dagster_project.store.warehouse import Warehouse
 
-    root, output = warehouse
+    root, output = smollm2_study
     assert all(f"smollm2-135m@{checkpoint} ok" in output for checkpoint in ("init", "init-quantized", "trained"))
     for line in output.splitlines():
         if " ok in " in line:
@@ -62,12 +62,12 @@ def test_both_checkpoints_measure_with_every_check_passing(warehouse):
     assert [row["n"] for row in probed] == [60, 60, 60]  # every sublayer of every checkpoint probed and published
 
 
-def test_the_trained_model_predicts_wikitext_far_better_than_its_null_model(warehouse):
+def test_the_trained_model_predicts_wikitext_far_better_than_its_null_model(smollm2_study):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from resdyn.corpus import load_wikitext, sample_windows, tokenize
 
-    root, _ = warehouse
+    root, _ = smollm2_study
     losses = {}
     for checkpoint in ("init", "init-quantized", "trained"):
         directory = root / "_models" / "smollm2-135m" / checkpoint
@@ -93,12 +93,12 @@ def test_the_trained_model_predicts_wikitext_far_better_than_its_null_model(ware
     assert abs(losses["init-quantized"] - expected) < 0.15, (losses, expected)
 
 
-def test_the_null_model_is_drawn_at_the_published_initializer_range(warehouse):
+def test_the_null_model_is_drawn_at_the_published_initializer_range(smollm2_study):
     import json
 
     from safetensors import safe_open
 
-    root, _ = warehouse
+    root, _ = smollm2_study
     directory = root / "_models" / "smollm2-135m" / "init"
     record = json.loads((directory / "resdyn_null_model.json").read_text())
     assert record["seed"] == 0 and record["config_values"] == {"initializer_range": 1 / 24}

@@ -7,8 +7,8 @@ import asyncio
 
 import numpy as np
 
-from resdyn.dagster_project.ports import free_ports
-from resdyn.dagster_project.ui import ARTEFACT_ROUTE, STYLESHEET, artefact_url, study_groups, with_artefacts
+from resdyn.dagster_project.configuration.ports import free_ports
+from resdyn.dagster_project.interface.ui import ARTEFACT_ROUTE, STYLESHEET, artefact_url, study_groups, with_artefacts
 
 PAGE = b"<html><head><title>Dagster</title></head><body>graph</body></html>"
 
@@ -86,9 +86,9 @@ def test_materialize_from_the_graph_runs_on_resdyns_executor():
     multiprocess executor (a subprocess per step: 10.6 min for 281 s of steps); it takes resdyn's."""
     import dagster as dg
 
-    from resdyn.dagster_project.config import StudyConfig
+    from resdyn.dagster_project.configuration.config import StudyConfig
     from resdyn.dagster_project.definitions import defs
-    from resdyn.dagster_project.executors import executor_definition
+    from resdyn.dagster_project.launch.executors import executor_definition
 
     implicit = defs.resolve_implicit_global_asset_job_def()
     assert implicit.executor_def.name == executor_definition(StudyConfig.resolve().executor).name  # in_process default
@@ -130,7 +130,7 @@ def test_the_proxy_forwards_http_and_websockets_both_ways(fresh_seed):
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route, WebSocketRoute
 
-    from resdyn.dagster_project.ui_proxy import reverse_proxy
+    from resdyn.dagster_project.interface.ui_proxy import reverse_proxy
 
     payload = np.random.default_rng(fresh_seed).bytes(3 * 2 ** 20)
 

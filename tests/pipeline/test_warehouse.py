@@ -65,7 +65,6 @@ import sys, tempfile, tracemalloc
 import numpy as np, pyarrow as pa
 sys.path.insert(0, {repository!r})
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, nullable_lists, record_batch
-from resdyn.dagster_project.store.schema import table_spec
 from resdyn.dagster_project.store.warehouse import Warehouse
 
 d, n_matrices = 512, 6
@@ -74,7 +73,7 @@ matrices = [rng.normal(size=(d, d)) for _ in range(n_matrices)]
 def write(store, matrices):
     with store.open_writer("jacobians", "m", "c", width=d) as writer:
         for i, matrix in enumerate(matrices):
-            writer.write(record_batch(table_spec("jacobians"), d, {{
+            writer.write(record_batch("jacobians", d, {{
                 "layer": i // 2, "sublayer": ("attn", "mlp")[i % 2], "depth": i, "row": np.arange(d, dtype=np.int32),
                 "values": fixed_size_lists(matrix), "variance": nullable_lists(None, d), "n_observations": 5,
                 "backend": "structured"}}))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from resdyn.dagster_project.ports import free_ports
+from resdyn.dagster_project.configuration.ports import free_ports
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

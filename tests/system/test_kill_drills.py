@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from resdyn.dagster_project.cli import main
+from resdyn.dagster_project.interface.cli import main
 from resdyn.dagster_project.store.leases import acquire_lease, release_lease
 from resdyn.dagster_project.store.warehouse import Warehouse, new_run_id
 
@@ -302,8 +302,8 @@ def test_a_stop_inside_a_worker_pool_ends_it_long_before_its_items_and_terminate
 
     import dagster as dg
 
-    from resdyn.dagster_project import interrupts
-    from resdyn.dagster_project.parallel import ordered_parallel_map
+    from resdyn.dagster_project.asset_layer import interrupts
+    from resdyn.dagster_project.asset_layer.parallel import ordered_parallel_map
 
     children_before = set(multiprocessing.active_children())  # other tests' children are not this pool's
     interrupts.watch(_StopAfter(2.0))

@@ -1,6 +1,6 @@
 """The study on a real Ray cluster (a head and a worker node on 127.0.0.1), through dagster-ray's executor.
 
-The cluster is started by this module (``resdyn.dagster_project.ray_local``) and stopped by killing the
+The cluster is started by this module (``resdyn.dagster_project.launch.ray_local``) and stopped by killing the
 PIDs it started, never with ``ray stop``. Two partitions run through the Ray executor while one
 step's process is SIGKILLed: Dagster's retry policy reruns that step, and every table equals an
 in-process run of the same partitions.
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from resdyn.dagster_project.ports import free_ports
-from resdyn.dagster_project.ray_local import LocalCluster
+from resdyn.dagster_project.configuration.ports import free_ports
+from resdyn.dagster_project.launch.ray_local import LocalCluster
 from resdyn.dagster_project.store.warehouse import Warehouse
 
 from ..cli_helpers import save_model
@@ -142,7 +142,7 @@ def test_an_unreachable_ray_address_is_a_one_line_error_not_a_hang(address, tmp_
 
 @pytest.mark.parametrize("form", ["127.0.0.1:{closed}", "ray://127.0.0.1:{closed}"])
 def test_a_gcs_or_client_address_nobody_answers_is_waited_for_until_the_timeout_then_named(form):
-    from resdyn.dagster_project.executors import ExecutorError, ray_address
+    from resdyn.dagster_project.launch.executors import ExecutorError, ray_address
 
     address = form.format(closed=free_ports(1)[0])
     started = time.perf_counter()
@@ -153,7 +153,7 @@ def test_a_gcs_or_client_address_nobody_answers_is_waited_for_until_the_timeout_
 
 
 def test_a_lookup_refused_once_is_asked_again_and_a_lookup_that_keeps_failing_names_its_last_error(tmp_path):
-    from resdyn.dagster_project.executors import ask_until_answered
+    from resdyn.dagster_project.launch.executors import ask_until_answered
 
     # a real child process that fails on its first call (as a busy cluster's Ray Client can) and answers on the next
     marker = tmp_path / "asked"
@@ -167,7 +167,7 @@ def test_a_lookup_refused_once_is_asked_again_and_a_lookup_that_keeps_failing_na
 
 
 def test_every_address_form_a_user_holds_leads_to_the_job_submission_address(cluster):
-    from resdyn.dagster_project.executors import ExecutorError, ray_address
+    from resdyn.dagster_project.launch.executors import ExecutorError, ray_address
 
     dashboard = cluster["address"]
     assert ray_address(dashboard) == dashboard
@@ -177,7 +177,7 @@ def test_every_address_form_a_user_holds_leads_to_the_job_submission_address(clu
     # clone's full run): this test is about the answer, not its speed
     assert ray_address(cluster["gcs"], timeout=120) == dashboard  # HOST:6379, as `ray start` prints it
     assert ray_address(cluster["client"], timeout=120) == dashboard  # ray://HOST:10001
-    from resdyn.dagster_project.executors import largest_node_cpus
+    from resdyn.dagster_project.launch.executors import largest_node_cpus
 
     assert largest_node_cpus(dashboard) == 1  # each node of this cluster has one CPU
     for wrong in ("grpc://127.0.0.1:6379", "ftp://x", "127.0.0.1:6379/path", "ray://"):
@@ -192,8 +192,8 @@ def test_ray_resource_requests_follow_the_run_settings():
     definitions are built from the run's configuration, so the steps' own tags carry them."""
     import json
 
-    from resdyn.dagster_project.config import StudyConfig
-    from resdyn.dagster_project.launch import build_definitions, step_tags
+    from resdyn.dagster_project.configuration.config import StudyConfig
+    from resdyn.dagster_project.launch.study_definitions import build_definitions, step_tags
 
     flags = StudyConfig.resolve({"workers": 0}, {})  # cuda is not here to pass the device check: set it below
     config = StudyConfig(settings={**flags.settings, "device": "cuda"}, ray_node_cpus=6)

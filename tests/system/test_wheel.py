@@ -85,7 +85,7 @@ def test_the_wheel_installs_alone_and_answers_sql_outside_the_repository(tmp_pat
     outside.mkdir()
     expected = _tiny_warehouse(outside / "wh", rng)
     environment = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "RESDYN_WAREHOUSE": str(outside / "wh")}
-    where = _run([str(python), "-c", "import json, resdyn, resdyn.dagster_project.config as c, "
+    where = _run([str(python), "-c", "import json, resdyn, resdyn.dagster_project.configuration.config as c, "
                   "importlib.util as u; print(json.dumps([resdyn.__file__, str(c.SQL_DIRECTORY), str(c.DEFAULT_WAREHOUSE), "
                   "u.find_spec('assets') is None, u.find_spec('dagster_project') is None]))"],
                  cwd=outside, env=environment)

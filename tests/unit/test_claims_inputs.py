@@ -10,7 +10,13 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from resdyn.dagster_project.claims_inputs import COLUMNS, NOT_NUMBERS, SAVED, keep_claims_inputs, load_claims_inputs
+from resdyn.dagster_project.study.claims_inputs import (
+    COLUMNS,
+    NOT_NUMBERS,
+    SAVED,
+    keep_claims_inputs,
+    load_claims_inputs,
+)
 
 TEXT = {"coupling_significant": pl.Boolean, "community_significant": pl.Boolean, "replicates": pl.List(pl.Float64)}
 
@@ -157,7 +163,7 @@ def test_damaged_old_or_mistyped_kept_frames_are_one_line_errors_naming_the_file
 
 
 def test_claims_refuse_checkpoints_measured_on_other_samples_and_warn_of_other_code():
-    from resdyn.dagster_project.claims import _check_comparable
+    from resdyn.dagster_project.study.claims import _check_comparable
 
     frames = {name: pl.concat([study_frames("gm", ["init"], d_model=32, sha="a" * 64, n=12)[name],
                                study_frames("gm", ["trained"], d_model=32, sha="a" * 64, n=8)[name]])
@@ -201,7 +207,7 @@ def test_a_study_kept_by_an_older_resdyn_takes_new_checkpoints_of_the_same_study
 
 
 def test_inputs_and_save_inputs_together_are_refused_in_one_line(tmp_path, capsys):
-    from resdyn.dagster_project.cli import main
+    from resdyn.dagster_project.interface.cli import main
 
     code = main(["claims", "gm", "--inputs", str(tmp_path / "a"), "--save-inputs", str(tmp_path / "b"),
                  "--output", str(tmp_path / "out")])
@@ -221,7 +227,7 @@ def test_kept_inputs_of_a_gguf_file_are_judged_against_its_own_trained_end(tmp_p
 def _judged_against_its_trained_end(tmp_path, label: str) -> None:
     from argparse import Namespace
 
-    from resdyn.dagster_project.cli import _kept_pair
+    from resdyn.dagster_project.interface.cli import _kept_pair
 
     kept = tmp_path / "kept"
     keep_claims_inputs(study_frames("gm", ["init", "init-quantized", label, "rounding-x1", "rounding-x2"],

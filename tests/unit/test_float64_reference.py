@@ -101,7 +101,7 @@ def test_the_reference_sees_a_float32_router(fresh_seed):
 def test_a_gemma4_mixture_of_experts_model_runs_end_to_end_exactly(tmp_path, fresh_seed):
     """`resdyn run` on a saved Gemma 4 MoE model (per-layer inputs, 2 layers, 4 experts, top-2): every check
     passes (the finite-difference probe included) and its mean Jacobians equal the unpatched reference."""
-    from resdyn.dagster_project.cli import main
+    from resdyn.dagster_project.interface.cli import main
     from resdyn.dagster_project.store.warehouse import Warehouse
     from resdyn.models.byte_tokenizer import build_byte_tokenizer
 

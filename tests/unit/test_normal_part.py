@@ -212,7 +212,17 @@ def test_polar_surgery_between_zero_and_one_reports_how_far_the_spectrum_moved(f
     assert rows[0]["max_eigenvalue_drift"] == pytest.approx(hausdorff, rel=1e-6)
 
 
-def test_each_fold_replicates_the_polar_normal_surgery(fresh_seed, monkeypatch):
+class _Loaded:
+    """A matrix reference (store.handles.MatrixReference's protocol) of a matrix already in memory."""
+
+    def __init__(self, matrix):
+        self.matrix = matrix
+
+    def load(self):
+        return self.matrix
+
+
+def test_each_fold_replicates_the_polar_normal_surgery(fresh_seed):
     """fold_through_depth (the sampling stage's worker) returns the alpha = 0 ranks under LAPACK's ordering and the
     polar normal part, each that of the product of the leave-one-fold-out means' normal parts."""
     from resdyn.assets import spectral_worker
@@ -221,8 +231,8 @@ def test_each_fold_replicates_the_polar_normal_surgery(fresh_seed, monkeypatch):
     d, layers, n, n_k = 12, 3, 10, 4
     matrices = {("means", k): _non_normal(rng, d) for k in range(layers)}
     matrices.update({("folds", k): _non_normal(rng, d) for k in range(layers)})
-    monkeypatch.setattr(spectral_worker, "read_matrix", lambda path, group: matrices[(path, group)])
-    results = spectral_worker.fold_through_depth(("means", "folds", 0, [(k, k, n, n_k) for k in range(layers)]))
+    results = spectral_worker.fold_through_depth(
+        (0, [(_Loaded(matrices[("means", k)]), _Loaded(matrices[("folds", k)]), n, n_k) for k in range(layers)]))
     assert spectral_worker.FOLD_SURGERY_ORDERINGS == ("lapack-default", "polar-normal")
     polar, lapack = depth.CumulativeProduct(), depth.CumulativeProduct()
     for k, result in enumerate(results):

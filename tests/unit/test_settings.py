@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from resdyn.dagster_project import settings
+from resdyn.dagster_project.configuration import settings
 from resdyn.dagster_project.store.schema import warehouse_readme
 from resdyn.jacobians import BACKENDS
 from resdyn.models.precision import DTYPES
@@ -23,7 +23,7 @@ def test_readme_settings_table_is_generated_from_settings():
     text = (REPOSITORY / "docs" / "configuration.md").read_text()
     begin = text.index("<!-- settings:begin")
     block = text[text.index("\n", begin) + 1 : text.index("<!-- settings:end -->")]
-    assert block == settings.readme_table(), "regenerate docs/configuration.md's settings table from dagster_project/settings.py"
+    assert block == settings.readme_table(), "regenerate docs/configuration.md's settings table from dagster_project/configuration/settings.py"
     for setting in settings.SETTINGS:  # and every flag is one the CLI accepts
         assert setting.flag in block and setting.variable in block
     begin = text.index("<!-- presets:begin")
@@ -34,7 +34,7 @@ def test_readme_settings_table_is_generated_from_settings():
 def test_every_resdyn_variable_the_code_reads_is_in_the_generated_environment_table():
     import re
 
-    from resdyn.dagster_project import config
+    from resdyn.dagster_project.configuration import config
 
     text = (REPOSITORY / "docs" / "configuration.md").read_text()
     begin = text.index("<!-- environment:begin")
@@ -51,7 +51,7 @@ def test_every_resdyn_variable_the_code_reads_is_in_the_generated_environment_ta
 @pytest.mark.parametrize("value, expected", [("1", True), ("Yes", True), ("on", True), ("0", False), ("false", False),
                                              ("no", False), ("maybe", None), ("2", None), ("", False)])
 def test_a_yes_or_no_variable_is_read_strictly(value, expected):
-    from resdyn.dagster_project.config import ConfigError, StudyConfig
+    from resdyn.dagster_project.configuration.config import ConfigError, StudyConfig
 
     if expected is None:
         with pytest.raises(ConfigError, match=f"RESDYN_RAY_GPUS={value!r} must be one of"):
@@ -61,7 +61,7 @@ def test_a_yes_or_no_variable_is_read_strictly(value, expected):
 
 
 def test_a_warehouse_that_is_not_a_directory_is_named_with_its_source(tmp_path):
-    from resdyn.dagster_project.config import ConfigError, StudyConfig
+    from resdyn.dagster_project.configuration.config import ConfigError, StudyConfig
 
     file = tmp_path / "hostname"
     file.write_text("not a directory")
@@ -102,13 +102,13 @@ def test_every_dependency_is_pinned_in_the_lock_file():
         name = re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0]).lower()
         assert name in pinned, f"{name} is not in requirements.lock: regenerate it (see its header)"
     # polars is there because the notebook API uses it (it was once listed and unused, then dropped)
-    assert "polars" in pinned and "import polars" in (REPOSITORY / "dagster_project" / "notebook.py").read_text()
+    assert "polars" in pinned and "import polars" in (REPOSITORY / "dagster_project" / "interface" / "notebook.py").read_text()
 
 
 def test_the_settings_resource_declares_every_setting_with_its_type_and_default():
     """AnalysisSettings is written out field by field (go-to-definition, type checks); it must not drift from
     SETTINGS, the one place that says what each setting is."""
-    from resdyn.dagster_project.resources import AnalysisSettings
+    from resdyn.dagster_project.asset_layer.resources import AnalysisSettings
 
     fields = AnalysisSettings.model_fields
     assert list(fields) == [setting.name for setting in settings.SETTINGS]
@@ -134,7 +134,7 @@ def test_the_settings_resource_declares_every_setting_with_its_type_and_default(
 def test_the_python_api_refuses_what_the_cli_refuses_naming_the_keyword(tmp_path, monkeypatch, keywords, message):
     """resdyn.run validates as the CLI does, before anything is written: one exception naming the setting."""
     import resdyn
-    from resdyn.dagster_project.settings import SettingError
+    from resdyn.dagster_project.configuration.settings import SettingError
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RESDYN_WAREHOUSE", str(tmp_path / "warehouse"))
@@ -157,7 +157,7 @@ def test_resdyn_open_refuses_a_warehouse_that_is_not_a_path(tmp_path, monkeypatc
 def test_whole_python_numbers_pass_as_they_are():
     import numpy as np
 
-    from resdyn.dagster_project.settings import BY_NAME
+    from resdyn.dagster_project.configuration.settings import BY_NAME
 
     count = np.random.default_rng().integers(1, 10_000)
     assert BY_NAME["n_samples"].parse(np.int64(count), "n_samples") == count

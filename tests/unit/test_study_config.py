@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from resdyn.dagster_project.config import ConfigError, StudyConfig
-from resdyn.dagster_project.settings import SETTINGS, SettingError
+from resdyn.dagster_project.configuration.config import ConfigError, StudyConfig
+from resdyn.dagster_project.configuration.settings import SETTINGS, SettingError
 
 
 def test_a_flag_beats_its_variable_which_beats_the_default(tmp_path):
@@ -20,7 +20,7 @@ def test_a_flag_beats_its_variable_which_beats_the_default(tmp_path):
 
 
 def test_a_preset_sits_below_flags_and_variables_and_above_the_defaults(tmp_path):
-    from resdyn.dagster_project.settings import BY_NAME, PRESETS
+    from resdyn.dagster_project.configuration.settings import BY_NAME, PRESETS
 
     assert PRESETS["paper"]["n_samples"] == 1000  # the paper's "1,000 samples of WikiText-2"
     defaults = StudyConfig.resolve({}, {}).settings
@@ -42,7 +42,7 @@ def test_a_preset_sits_below_flags_and_variables_and_above_the_defaults(tmp_path
 def test_resume_skips_only_partitions_complete_with_the_same_settings_corpus_and_table_code(tmp_path, capsys):
     import pyarrow as pa
 
-    from resdyn.dagster_project.run_loop import not_yet_complete
+    from resdyn.dagster_project.launch.run_loop import not_yet_complete
 
     wanted = {"settings_hash": "s1", "corpus_sha256": "c1", "tables_code_version": "t1", "git_commit": "abc"}
     rows = [{"model": "m", "checkpoint": "init", **wanted},

@@ -1,7 +1,7 @@
 """Worker processes get the BLAS thread limit for every BLAS their work loads (numpy's and scipy's OpenBLAS are
 two libraries), not only for what was loaded when the pool started them."""
 
-from resdyn.dagster_project.parallel import default_workers, ordered_parallel_map
+from resdyn.dagster_project.asset_layer.parallel import default_workers, ordered_parallel_map
 
 
 def _blas_threads_after_scipy(_item) -> dict[str, int]:

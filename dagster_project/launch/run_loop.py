@@ -1,7 +1,7 @@
 """The one Python launch API: :func:`run_request` (a request's partitions, registered if new, then run) and
 :func:`run_partitions` (given partition keys).
 
-``resdyn run`` (dagster_project/cli.py) and ``resdyn.run`` (the notebook) both call it with Python values: the
+``resdyn run`` (dagster_project/interface/cli.py) and ``resdyn.run`` (the notebook) both call it with Python values: the
 configuration (:class:`~.config.StudyConfig`), the partition keys (:mod:`resdyn.models.registration` says which a
 request names), an asset selection and a progress callback. Each partition is one Dagster run: in this process
 for the in-process executor, else a run of the reconstructable job launched from a process of its own. A line is
@@ -20,12 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from resdyn.dagster_project.asset_layer import interrupts
+from resdyn.dagster_project.configuration.config import StudyConfig, dagster_home, use_dagster_home
+from resdyn.dagster_project.launch.console import TRACE_LEVEL_HINT, configure_logging, quiet_failures
+from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.models.registry import split_partition_key
-
-from . import interrupts
-from .config import StudyConfig, dagster_home, use_dagster_home
-from .console import TRACE_LEVEL_HINT, configure_logging, quiet_failures
-from .store.warehouse import Warehouse
 
 Progress = Callable[[int, int, str, bool], None]  # (number, total, key, done): told as each partition starts, ends
 
@@ -61,10 +60,9 @@ def run_request(request, flags: dict, progress=None, *, selection: str | None = 
     """Resolve the configuration (``flags``: settings and the launch's own values, None where not given), find the
     partitions ``request`` names (registering a new source), and run them: what ``resdyn run`` and
     ``resdyn.run`` both do, with Python values. Returns the :class:`RunOutcome`."""
+    from resdyn.dagster_project.launch.study_definitions import prepare
     from resdyn.models.registration import partitions_of
     from resdyn.models.registry import ModelRegistry
-
-    from .launch import prepare
 
     config = prepare(StudyConfig.resolve(flags))  # every value checked (and a Ray address asked) before any write
     keys = partitions_of(request, ModelRegistry(Warehouse(config.warehouse).registry_file),
@@ -76,14 +74,14 @@ def run_request(request, flags: dict, progress=None, *, selection: str | None = 
 def run_partitions(config: StudyConfig, keys: list[str], selection: str | None = None,
                   progress: Progress | None = None, *, resume: bool = False, log_level: str = "INFO",
                    parallel_runs: int = 0, summary_file: str | Path | None = None) -> RunOutcome:
-    """Materialize ``keys`` under ``config`` (made ready by :func:`~.launch.prepare`, as :func:`run_request` does):
+    """Materialize ``keys`` under ``config`` (made ready by :func:`~.study_definitions.prepare`, as :func:`run_request` does):
     every asset, or the assets of
     ``selection`` (Dagster's selection syntax; their upstream tables must be published). With ``resume``, the
     partitions the warehouse holds complete at these settings are left out."""
     import dagster as dg
 
-    from .partitions import register_partitions
-    from .selection import check_inputs, partition_asset_keys
+    from resdyn.dagster_project.asset_layer.partitions import register_partitions
+    from resdyn.dagster_project.launch.selection import check_inputs, partition_asset_keys
 
     quiet_failures(log_level)  # each failed step is one line of this launch's own
     selected_keys = partition_asset_keys(selection)
@@ -122,9 +120,9 @@ def _step_summary(result) -> dict:
     steps: dict[str, dict] = {}
     for event in result.all_events:
         if event.event_type_value == "STEP_SUCCESS":
-            steps.setdefault(event.step_key, {})["seconds"] = round(event.event_specific_data.duration_ms / 1000, 2)
+            steps.setdefault(event.step_key, {})["seconds"] = round(event.step_success_data.duration_ms / 1000, 2)
         elif event.event_type_value == "ASSET_MATERIALIZATION":
-            metadata = event.event_specific_data.materialization.metadata
+            metadata = event.step_materialization_data.materialization.metadata
             step = steps.setdefault(event.step_key, {})
             for name in ("peak_rss_mb", "seconds_by_part", "mean_jacobians_vs_forward"):
                 if name in metadata:
@@ -136,7 +134,7 @@ def _failure_lines(result) -> list[str]:
     lines = []
     for event in result.all_events:
         if event.is_step_failure:
-            error = event.event_specific_data.error
+            error = event.step_failure_data.error
             error = error.cause or error  # Dagster wraps the user's exception: show that one
             lines.append(f"    {event.step_key}: {error.message.strip().splitlines()[0]}")
     return lines
@@ -170,7 +168,7 @@ class SignalRecorder:
         signal.signal(signal.SIGTERM, self.original)
 
 
-SHIPPED_INSTANCE = Path(__file__).resolve().parents[1] / "dagster_home" / "dagster.yaml"
+SHIPPED_INSTANCE = Path(__file__).resolve().parents[2] / "dagster_home" / "dagster.yaml"
 
 
 def _persistent_dagster_home(store: Warehouse) -> None:
@@ -187,7 +185,7 @@ def _persistent_dagster_home(store: Warehouse) -> None:
 
 def _outcome(result) -> dict:
     """What the CLI reports of one partition's run, as plain data (it crosses a process boundary)."""
-    checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    checks = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     return {"success": bool(result.success), "run_id": result.run_id, "steps": _step_summary(result),
             "n_checks": len(checks), "failing_checks": [c.check_name for c in checks if not c.passed],
             "failure_lines": _failure_lines(result) if not result.success else []}
@@ -221,9 +219,9 @@ RESULT_IDENTITY = {"settings_hash": "analysis settings (n, seed, window, ...)",
 def result_identity(config) -> dict:
     """What a partition run now under ``config`` would be identified by (:data:`RESULT_IDENTITY`); the model
     file's hash is judged by the partitions view (a partition made from another file is ``stale``)."""
-    from .assets_index import tables_code_version
-    from .settings import settings_hash
-    from .store.runs import code_environment, corpus_record
+    from resdyn.dagster_project.configuration.settings import settings_hash
+    from resdyn.dagster_project.launch.assets_index import tables_code_version
+    from resdyn.dagster_project.store.run_records import code_environment, corpus_record
 
     return {"settings_hash": settings_hash(dict(config.settings)),
             "corpus_sha256": corpus_record(config.wikitext_directory or None)["corpus_sha256"],
@@ -299,8 +297,8 @@ def not_yet_complete(store: Warehouse, keys: list[str], wanted: dict, select: st
 def _run_in_process(keys, config, instance, selected_keys, run_config, signals, launch, progress=None) -> int:
     import dagster as dg
 
-    from .checks import ALL_CHECKS
-    from .launch import study_assets, study_resources
+    from resdyn.dagster_project.launch.checks import ALL_CHECKS
+    from resdyn.dagster_project.launch.study_definitions import study_assets, study_resources
 
     store, assets, resources = Warehouse(config.warehouse), study_assets(config), study_resources(config)
     selection = dg.AssetSelection.assets(*selected_keys) if selected_keys else None
@@ -326,7 +324,7 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
             return 128 + received
         if received is not None or result is None:
             received = received or int(signal.SIGINT)
-            from .store.runs import record_interrupted
+            from resdyn.dagster_project.store.run_records import record_interrupted
 
             record_interrupted(store, *split_partition_key(key), f"stopped by {signal.Signals(received).name}")
             print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; nothing half-written is "
@@ -341,7 +339,7 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
 def _sweep_after_stop(store: Warehouse, key: str) -> str:
     """Remove what the stopped run wrote for ``key`` and did not publish (its lease is free by now), and say what
     was removed and what, if anything, is left (a worker still writing) with the command that removes it."""
-    from .store.leftovers import reclaim, unpublished_files
+    from resdyn.dagster_project.store.leftovers import reclaim, unpublished_files
 
     model, checkpoint = split_partition_key(key)
     try:
@@ -361,7 +359,7 @@ def _execute_partition(key: str, config: str, run_config: dict, selected_keys) -
     """One partition's run of the reconstructable job, in a process of its own (``_run_out_of_process``)."""
     import dagster as dg
 
-    from .launch import reconstructable_job
+    from resdyn.dagster_project.launch.study_definitions import reconstructable_job
 
     configure_logging()  # a spawned process starts with logging unconfigured: the CLI's own settings
     quiet_failures(run_config["loggers"]["console"]["config"]["log_level"])
@@ -385,7 +383,7 @@ def _run_out_of_process(keys, config, instance, selected_keys, run_config, paral
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from .steps import MODEL_RUNNER_POOL
+    from resdyn.dagster_project.asset_layer.steps import MODEL_RUNNER_POOL
 
     instance.event_log_storage.set_concurrency_slots(MODEL_RUNNER_POOL, config.model_runners)
     parallel = max(1, min(parallel_runs or len(keys), len(keys)))

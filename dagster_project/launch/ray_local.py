@@ -1,7 +1,7 @@
 """A Ray cluster on this machine's loopback interface: a head node and worker nodes, all at 127.0.0.1.
 
-    python -m resdyn.dagster_project.ray_local head   --port 6379 --dashboard-port 8265 --num-cpus 1
-    python -m resdyn.dagster_project.ray_local worker --address 127.0.0.1:6379 --num-cpus 1
+    python -m resdyn.dagster_project.launch.ray_local head   --port 6379 --dashboard-port 8265 --num-cpus 1
+    python -m resdyn.dagster_project.launch.ray_local worker --address 127.0.0.1:6379 --num-cpus 1
 
 Each command blocks until SIGTERM / Ctrl-C, then stops the Ray processes it started (and only
 those: unlike ``ray stop``, which ends every Ray process on the machine).
@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 
-from .config import child_environment, set_for_this_process
-from .ports import LOOPBACK, free_ports
+from resdyn.dagster_project.configuration.config import child_environment, set_for_this_process
+from resdyn.dagster_project.configuration.ports import LOOPBACK, free_ports
 
 LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 as a node's address
 
@@ -90,7 +90,7 @@ class LocalCluster:
         self.address = self.gcs = self.client = ""
 
     def _start(self, name: str, arguments: list[str]) -> subprocess.Popen:
-        process = subprocess.Popen([sys.executable, "-m", "resdyn.dagster_project.ray_local", *arguments],
+        process = subprocess.Popen([sys.executable, "-m", "resdyn.dagster_project.launch.ray_local", *arguments],
                                    env=self.environment, stdout=open(self.logs / f"{name}.log", "w"),
                                    stderr=subprocess.STDOUT)
         self.processes.append(process)

@@ -27,13 +27,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
+from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES
+from resdyn.dagster_project.store.views import readable_run_files, sql_text
+from resdyn.dagster_project.store.warehouse import LOG_TABLES, Warehouse, partition_key_of
+from resdyn.dagster_project.study import figure_frames
 from resdyn.models.registry import ModelRegistry, split_partition_key
-
-from . import figure_frames
-from .config import SQL_DIRECTORY
-from .store.schema import PROVENANCE_COLUMNS, TABLES
-from .store.views import readable_run_files, sql_text
-from .store.warehouse import LOG_TABLES, Warehouse, partition_key_of
 
 FIGURES = ("metrics_by_depth", "cumulative_rank", "schur_surgery", "eigenvalue_clouds", "coupling_by_depth")
 PARTITION_FIGURES = ("schur_surgery", "eigenvalue_clouds")  # one partition's; the others: every checkpoint
@@ -288,10 +287,9 @@ def run(model: str | None = None, checkpoints: list[str] | None = None, *, suite
     bar (tqdm's auto mode: a line in a terminal, a widget in Jupyter where ipywidgets is installed, else a
     text bar); settings by name (``n_samples=32``, ``backend="autodiff"``). Returns the
     Study of the warehouse it wrote."""
+    from resdyn.dagster_project.configuration.settings import BY_NAME
+    from resdyn.dagster_project.launch.run_loop import run_request
     from resdyn.models.registration import Request
-
-    from .run_loop import run_request
-    from .settings import BY_NAME
 
     warehouse = _warehouse_argument(warehouse)
     if isinstance(checkpoints, str):

@@ -1,9 +1,9 @@
 """The study's configuration, made once: a CLI flag, else its environment variable, else the default.
 
 :class:`StudyConfig` is everything a run needs besides the model: the analysis settings
-(dagster_project/settings.py), where the warehouse and the corpus are, which executor runs the steps
+(dagster_project/configuration/settings.py), where the warehouse and the corpus are, which executor runs the steps
 and what cluster it talks to. It is made in one place (:meth:`StudyConfig.resolve`) and, frozen,
-handed to everything else: :func:`resdyn.dagster_project.launch.build_definitions` builds the
+handed to everything else: :func:`resdyn.dagster_project.launch.study_definitions.build_definitions` builds the
 Dagster definitions from it, and it travels as JSON to every process that runs a step (the
 reconstructable job's arguments), so a flag given to the CLI reaches a Ray worker without passing
 through anybody's environment.
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from .settings import SETTINGS, SettingError, resolve, validate
+from resdyn.dagster_project.configuration.settings import SETTINGS, SettingError, resolve, validate
 
 EXECUTORS = ("in_process", "multiprocess", "ray")
-REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 IS_SOURCE_CHECKOUT = (REPOSITORY_ROOT / "pyproject.toml").is_file()
 SQL_DIRECTORY = REPOSITORY_ROOT / "sql"  # views.sql, the named questions, the claims' and the report's SQL
 # the repository's warehouse/ in a checkout, else ./warehouse (never inside site-packages)
@@ -37,7 +37,7 @@ DEFAULT_WAREHOUSE = REPOSITORY_ROOT / "warehouse" if IS_SOURCE_CHECKOUT else Pat
 
 @dataclass(frozen=True)
 class Variable:
-    """A run setting outside the analysis settings (those are dagster_project/settings.py): its StudyConfig field,
+    """A run setting outside the analysis settings (those are dagster_project/configuration/settings.py): its StudyConfig field,
     environment variable, flag, default as the docs say it, and meaning."""
 
     field: str
@@ -74,7 +74,7 @@ TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off"
 
 def environment_table() -> str:
     """The markdown table of :data:`ENVIRONMENT` (docs/configuration.md)."""
-    from .settings import PRESET_FLAG, PRESET_VARIABLE, PRESETS
+    from resdyn.dagster_project.configuration.settings import PRESET_FLAG, PRESET_VARIABLE, PRESETS
 
     preset = Variable("", PRESET_VARIABLE, PRESET_FLAG, "none", "a named set of analysis settings below the flags "
                       f"and variables ({', '.join(sorted(PRESETS))}; the table below)")

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import polars as pl
 
+from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
+from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.files import file_lock
-
-from .config import SQL_DIRECTORY
-from .store.warehouse import Warehouse
 
 INPUTS = ("sublayers", "cumulative", "surgery", "intervals", "checkpoints", "graphs")  # sql/claims/<name>.sql
 SAVED = (*INPUTS, "surgery_by_depth", "partitions", "runs")

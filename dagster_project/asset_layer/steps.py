@@ -1,9 +1,9 @@
 """What an asset declares about its step, fixed in code: its kind, its retries, its concurrency pool.
 
 The kind (``model``: loads and runs the network; ``analysis``: numerics on tables) is all an asset says
-(:func:`resdyn.dagster_project.partition_assets.partition_asset`); what a kind asks of a cluster depends on the
+(:func:`resdyn.dagster_project.asset_layer.partition_assets.partition_asset`); what a kind asks of a cluster depends on the
 run's configuration and is derived from it when the definitions are built
-(:func:`resdyn.dagster_project.launch.step_tags`).
+(:func:`resdyn.dagster_project.launch.study_definitions.step_tags`).
 """
 
 import dagster as dg

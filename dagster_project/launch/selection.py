@@ -24,7 +24,9 @@ def partition_asset_keys(selection: str | None):
         return None
     import dagster as dg
 
-    from .assets_index import ALL_ASSETS  # the partitioned assets only: the study assets are not among them
+    from resdyn.dagster_project.launch.assets_index import (
+        ALL_ASSETS,  # the partitioned assets only: the study assets are not among them
+    )
 
     try:
         with warnings.catch_warnings():
@@ -47,7 +49,7 @@ def check_inputs(selection: str, chosen, published_tables: set[str], partition: 
     """Refuse, before the first step, a selection whose assets read a table that neither the selection
     holds nor the warehouse has published for ``partition``; name what is missing and a selection that
     would run (the given one plus the missing upstream steps, transitively)."""
-    from .assets_index import ALL_ASSETS
+    from resdyn.dagster_project.launch.assets_index import ALL_ASSETS
 
     steps = {key: definition for definition in ALL_ASSETS for key in definition.keys}
     upstream = {key: set(definition.asset_deps[key]) for key, definition in steps.items()}

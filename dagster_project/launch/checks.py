@@ -4,11 +4,10 @@
 import dagster as dg
 import numpy as np
 
+from resdyn.dagster_project.asset_layer.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.store.arrow_tables import matrix_rows
 from resdyn.depth import SCHUR_ORDERING
 from resdyn.models.registry import split_partition_key
-
-from .resources import AnalysisSettings, WarehouseResource
 
 PROBE_TOLERANCE = 1e-6  # float64 central differences with h = 1e-5 are good to ~1e-9
 

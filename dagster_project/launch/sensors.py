@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from .partitions import model_checkpoint_partitions
-from .resources import WarehouseResource
+from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
+from resdyn.dagster_project.asset_layer.resources import WarehouseResource
 
 
 def partition_key_changes(current: set[str], registered: set[str], with_data: set[str]) -> tuple[list[str], list[str]]:

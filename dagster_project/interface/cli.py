@@ -14,7 +14,7 @@
                  [--save-inputs DIR | --inputs DIR]
     resdyn ui [--warehouse DIR] [--host H] [--port P] [--no-daemon]
 
-Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/settings.py).
+Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/configuration/settings.py).
 Exit codes: 0 ok, 1 a partition failed or a check found problems, 2 bad input, 130/143 stopped by
 Ctrl-C / SIGTERM (after the current step cleaned up).
 """
@@ -26,13 +26,12 @@ import logging
 import sys
 from pathlib import Path
 
+from resdyn.dagster_project.configuration.config import SQL_DIRECTORY, dagster_home
+from resdyn.dagster_project.launch.console import configure_logging
+from resdyn.dagster_project.store.errors import PartitionBusyError, QueryError, ReadOnlySqlError
+from resdyn.dagster_project.store.views import sql_text
+from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.models.registry import ModelRegistry, partition_key, split_partition_key
-
-from .config import SQL_DIRECTORY, dagster_home
-from .console import configure_logging
-from .store.errors import PartitionBusyError, QueryError, ReadOnlySqlError
-from .store.views import sql_text
-from .store.warehouse import Warehouse
 
 log = logging.getLogger("resdyn")
 
@@ -133,7 +132,7 @@ def command_forget(arguments) -> int:
     if dagster_home():
         import dagster as dg
 
-        from .partitions import model_checkpoint_partitions
+        from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
 
         instance = dg.DagsterInstance.get()
         if instance.has_dynamic_partition(model_checkpoint_partitions.name, arguments.partition):
@@ -149,7 +148,7 @@ def _dagster_partition_keys() -> list[str]:
         return []
     import dagster as dg
 
-    from .partitions import model_checkpoint_partitions
+    from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
 
     return dg.DagsterInstance.get().get_dynamic_partitions(model_checkpoint_partitions.name)
 
@@ -157,7 +156,7 @@ def _dagster_partition_keys() -> list[str]:
 def command_report(arguments) -> int:
     """The study across every complete partition: five tables with figures, one report.html, and each model's
     figures comparing its checkpoints."""
-    from .report import build_report, checkpoint_comparisons
+    from resdyn.dagster_project.study.report import build_report, checkpoint_comparisons
 
     store = Warehouse(arguments.warehouse).require_existing()
     output, results = build_report(store, Path(arguments.output) if arguments.output else None)
@@ -173,8 +172,8 @@ def command_report(arguments) -> int:
 
 def command_claims(arguments) -> int:
     """The paper's claims on one model: null-model checkpoint beside trained, verdicts by fixed rules."""
-    from .claims import build_claims, claim_pairs
-    from .claims_inputs import claims_inputs, keep_claims_inputs, load_claims_inputs
+    from resdyn.dagster_project.study.claims import build_claims, claim_pairs
+    from resdyn.dagster_project.study.claims_inputs import claims_inputs, keep_claims_inputs, load_claims_inputs
 
     output = Path(arguments.output) if arguments.output else None
     if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
@@ -220,14 +219,14 @@ def _register_with_dagster(keys: list[str]) -> None:
         return
     import dagster as dg
 
-    from .partitions import register_partitions
+    from resdyn.dagster_project.asset_layer.partitions import register_partitions
 
     register_partitions(dg.DagsterInstance.get(), keys)
 
 
 def command_ui(arguments) -> int:
-    from .config import StudyConfig, set_for_this_process
-    from .ui import serve
+    from resdyn.dagster_project.configuration.config import StudyConfig, set_for_this_process
+    from resdyn.dagster_project.interface.ui import serve
 
     config = StudyConfig.resolve({"warehouse": arguments.warehouse})
     set_for_this_process(config.environment())  # the code server and daemon load the definitions by module name
@@ -236,8 +235,8 @@ def command_ui(arguments) -> int:
 
 def command_check(arguments) -> int:
     """Read every published file's footer and schema, and list damaged, missing, stale or unpublished files."""
-    from .store.integrity import scan
-    from .store.leftovers import describe, reclaim, unpublished_files
+    from resdyn.dagster_project.store.integrity import scan
+    from resdyn.dagster_project.store.leftovers import describe, reclaim, unpublished_files
 
     store = Warehouse(arguments.warehouse).require_existing()
     if arguments.reclaim:
@@ -253,15 +252,14 @@ def command_check(arguments) -> int:
 
 def command_run(arguments) -> int:
     """``resdyn run``: the partitions of a suite or of models, then (for a suite) every named question."""
+    from resdyn.dagster_project.configuration.settings import SETTINGS
     from resdyn.models.registration import Request
-
-    from .settings import SETTINGS
 
     request = Request(suite=arguments.suite, models=tuple(arguments.model or ()),
                       checkpoints=tuple(arguments.checkpoint or ()), revision=arguments.revision, name=arguments.name,
                       null_model=arguments.null_model)
     flags = {setting.name: getattr(arguments, setting.name) for setting in SETTINGS}
-    from .run_loop import run_request
+    from resdyn.dagster_project.launch.run_loop import run_request
 
     outcome = run_request(request, {**flags, "warehouse": arguments.warehouse, "executor": arguments.executor,
                                     "ray_address": arguments.ray_address, "preset": arguments.preset},
@@ -277,7 +275,7 @@ def command_run(arguments) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .settings import SETTINGS
+    from resdyn.dagster_project.configuration.settings import SETTINGS
 
     parser = argparse.ArgumentParser(prog="resdyn", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)

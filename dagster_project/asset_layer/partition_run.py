@@ -19,127 +19,24 @@ Every asset runs inside :func:`partition_run`:
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib.metadata
-import json
 import logging
-import os
-import platform
-import socket
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from resdyn.dagster_project.asset_layer import interrupts
+from resdyn.dagster_project.asset_layer.steps import STEP_RETRIES
+from resdyn.dagster_project.configuration.settings import settings_hash
+from resdyn.dagster_project.store.errors import PartitionBusyError, SchemaMismatchError
+from resdyn.dagster_project.store.leases import acquire_lease, now, release_lease
+from resdyn.dagster_project.store.leftovers import discard_run, sweep_partition
+from resdyn.dagster_project.store.outputs import PartitionOutputs
+from resdyn.dagster_project.store.run_records import record_run_row
+from resdyn.dagster_project.store.schema import TABLES
+from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.models.registry import split_partition_key
 
-from .. import interrupts
-from ..config import REPOSITORY_ROOT
-from ..settings import settings_hash
-from ..steps import STEP_RETRIES
-from .errors import PartitionBusyError
-from .leases import acquire_lease, now, release_lease
-from .leftovers import discard_run, sweep_partition
-from .outputs import PartitionOutputs
-from .schema import TABLES
-from .warehouse import Warehouse
-
 log = logging.getLogger(__name__)
-
-
-@functools.lru_cache(maxsize=1)
-def code_environment() -> dict:
-    """Versions of the code that computes (package, git commit, libraries), once per process."""
-    def version(name: str) -> str:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return "unknown"
-
-    commit = ""
-    if (REPOSITORY_ROOT / ".git").exists():
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPOSITORY_ROOT, capture_output=True, text=True,
-                                    timeout=10).stdout.strip()
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPOSITORY_ROOT,
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
-            commit += "+dirty" if dirty else ""
-        except (OSError, subprocess.SubprocessError):
-            commit = ""
-    return {"resdyn_version": version("resdyn"), "git_commit": commit, "torch_version": version("torch"),
-            "transformers_version": version("transformers"), "dagster_version": version("dagster"),
-            "python_version": platform.python_version(), "host": socket.gethostname()}
-
-
-@functools.lru_cache(maxsize=4)
-def corpus_record(directory: str | None) -> dict:
-    """The analysis corpus, resolved once per process (and setting), by label and content hash."""
-    from resdyn.corpus import load_wikitext
-
-    corpus = load_wikitext("test", directory=directory)
-    return {"corpus": corpus.label, "corpus_sha256": hashlib.sha256(corpus.text.encode()).hexdigest()[:16]}
-
-
-def model_source(store: Warehouse, model: str, checkpoint: str) -> str:
-    """The registry's account of a partition's checkpoint, as JSON (``runs.model_source``)."""
-    from resdyn.models.registry import ModelRegistry
-    from resdyn.models.sources import directory_fingerprint, registered_origin
-
-    try:
-        spec, revision = ModelRegistry(store.registry_file).resolve(f"{model}@{checkpoint}")
-    except KeyError:
-        return json.dumps({"source": None, "error": "not in the registry"})
-    origin = {key: value for key, value in registered_origin(spec, checkpoint).as_dict().items() if value}
-    fingerprint = directory_fingerprint(spec.source)  # a local directory: --resume sees it rewritten in place
-    return json.dumps({"source": spec.source, "family": spec.family, "revision": revision, **origin,
-                       **({"init_config": spec.init_config} if spec.init_config else {}),
-                       **({"directory_fingerprint": fingerprint} if fingerprint else {})}, sort_keys=True)
-
-
-def map_conventions(store: Warehouse, model: str, checkpoint: str) -> str | None:
-    """What the family's sublayer maps hold fixed, as JSON (``runs.map_conventions``)."""
-    from resdyn.models.adapters import adapter_for
-    from resdyn.models.registry import ModelRegistry
-
-    try:
-        spec, _ = ModelRegistry(store.registry_file).resolve(f"{model}@{checkpoint}")
-        return json.dumps(adapter_for(spec.family).conventions, sort_keys=True)
-    except (KeyError, ValueError):
-        return None
-
-
-def _record(store: Warehouse, model: str, checkpoint: str, settings_values: dict, executor: str,
-            corpus_directory: str | None, **fields) -> None:
-    existing = {r["run_id"]: r for r in store.run_records(model, checkpoint)}.get(store.run_id)
-    row = existing or {
-        "run_id": store.run_id, "settings_hash": store.settings_hash, "settings": json.dumps(settings_values,
-                                                                                             sort_keys=True),
-        **corpus_record(corpus_directory), "dtype": settings_values["dtype"],
-        "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
-        "model_source": model_source(store, model, checkpoint),
-        "map_conventions": map_conventions(store, model, checkpoint), **code_environment(),
-        "tables_code_version": TABLES_CODE_VERSION, "pid": os.getpid(),
-        "started_at": now(), "ended_at": None, "status": "started", "error": None,
-    }
-    store.record_run(model, checkpoint, {**row, **fields})
-
-
-# every asset's code version, hashed: set by assets_index when it collects the assets (every process that runs a
-# step has), so that this module need not import the assets above it
-TABLES_CODE_VERSION: str | None = None
-
-
-def record_interrupted(store: Warehouse, model: str, checkpoint: str, reason: str) -> None:
-    """Close this process's runs of the partition that a signal stopped between steps (no step was there to
-    record the failure): status ``failed`` with ``reason``, and the lease freed."""
-    for row in store.run_records(model, checkpoint):
-        row = {key: value for key, value in row.items() if key not in ("model", "checkpoint")}
-        if row["status"] == "started" and row["pid"] == os.getpid() and row["host"] == socket.gethostname():
-            bound = Warehouse(store.root, run_id=row["run_id"], settings_hash=row["settings_hash"])
-            store.record_run(model, checkpoint, {**row, "status": "failed", "ended_at": now(), "error": reason})
-            release_lease(bound, model, checkpoint)
-
 
 OPTIONAL_TABLES = {name for name, table in TABLES.items() if not table.required}
 
@@ -164,7 +61,7 @@ class PartitionRun:
     corpus: str | None
 
     def record(self, **fields) -> None:
-        _record(self.store, self.model, self.checkpoint, self.values, self.executor, self.corpus, **fields)
+        record_run_row(self.store, self.model, self.checkpoint, self.values, self.executor, self.corpus, **fields)
 
     def fail(self, step: str, error: BaseException, attempt: int = STEP_RETRIES.max_retries) -> None:
         """Record the run ``failed`` with the first line of ``error`` and free the lease. On the step's last attempt
@@ -237,6 +134,16 @@ def partition_run(context, warehouse, settings) -> Iterator[PartitionOutputs]:
         # the step's generator closed where it yielded an output: the IO manager failed on it and recorded why
         release_lease(store, model, checkpoint)
         raise
+    except SchemaMismatchError as error:  # the same data would not fit on a retry either
+        run.fail(step_name(context), error)
+        raise not_retried(error) from error
     except BaseException as error:
         run.fail(step_name(context), error, attempt_number(context))
         raise
+
+
+def not_retried(error: BaseException):
+    """A Dagster failure its step's retry policy does not rerun, with ``error``'s message."""
+    import dagster as dg
+
+    return dg.Failure(description=f"{type(error).__name__}: {error}", allow_retries=False)

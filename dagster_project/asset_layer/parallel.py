@@ -17,9 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from itertools import islice
 
+from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.threads import limit_blas_threads
-
-from . import interrupts
 
 
 def default_workers() -> int:

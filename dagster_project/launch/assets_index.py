@@ -8,8 +8,8 @@ import pkgutil
 
 import dagster as dg
 
-from .partition_assets import PartitionAsset
-from .store import runs
+from resdyn.dagster_project.asset_layer.partition_assets import PartitionAsset
+from resdyn.dagster_project.store import run_records
 
 
 def _collect() -> tuple[list[PartitionAsset], list[dg.AssetsDefinition]]:
@@ -47,5 +47,5 @@ def tables_code_version() -> str:
     return hashlib.sha256(json.dumps(versions).encode()).hexdigest()[:12]
 
 
-runs.TABLES_CODE_VERSION = tables_code_version()  # what every run records (runs.tables_code_version)
+run_records.TABLES_CODE_VERSION = tables_code_version()  # what every run records (runs.tables_code_version)
 __all__ = ["ALL_ASSETS", "PARTITION_ASSETS", "STUDY_ASSETS", "tables_code_version"]

@@ -7,18 +7,19 @@ An asset module writes only its body::
         ...yield table_output(table, "eigenvalues")...
 
 and the factory owns the rest: the partitions, the step kind and its tags, the retry policy, the
-model-runner pool of model steps, and the body's run inside :func:`~.store.runs.partition_run` (the
+model-runner pool of model steps, and the body's run inside :func:`~.partition_run.partition_run` (the
 partition's lease, the run's provenance row, interrupt checks, the failure recorded on the run, and the
 publication once the run's selection is staged). The body asks for what it needs by parameter name:
 ``context``, ``outputs`` (:class:`~.store.outputs.PartitionOutputs`: streamed writers and the figure folder),
-``settings``, ``warehouse`` (the resource: registry, corpus directories), and its input tables: a parameter
+``settings``, ``checkpoint`` (:class:`~.body_inputs.PartitionCheckpoint`: the registry entry and the weights to
+load), ``corpus`` (:class:`~.body_inputs.Corpora`: the analysis and training texts), and its input tables: a parameter
 named after a table (``jacobians``, ``layer_metrics``) is an input of the asset, which the IO manager loads as
 a lazy handle (:mod:`.store.handles`); lineage shows it as a dependency.
 
 Dagster takes an op's tags only when the asset is defined (no public API changes them afterwards), and
 what a step asks a Ray cluster for depends on the run's configuration, so the factory returns a
 :class:`PartitionAsset` whose :meth:`~PartitionAsset.definition` is made per set of tags
-(:func:`resdyn.dagster_project.launch.study_assets` passes :func:`~.launch.step_tags` of the configuration).
+(:func:`resdyn.dagster_project.launch.study_definitions.study_assets` passes :func:`~resdyn.dagster_project.launch.study_definitions.step_tags` of the configuration).
 """
 
 import inspect
@@ -27,15 +28,16 @@ from functools import cache
 
 import dagster as dg
 
-from .partitions import model_checkpoint_partitions
-from .resources import AnalysisSettings, WarehouseResource
-from .steps import MODEL_RUNNER_POOL, STEP_KIND_TAG, STEP_RETRIES
-from .store.io_manager import table_outs
-from .store.runs import partition_run
-from .store.schema import TABLES
+from resdyn.dagster_project.asset_layer.body_inputs import PublishedStudy, corpora, partition_checkpoint
+from resdyn.dagster_project.asset_layer.io_manager import table_outs
+from resdyn.dagster_project.asset_layer.partition_run import partition_run
+from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
+from resdyn.dagster_project.asset_layer.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.asset_layer.steps import MODEL_RUNNER_POOL, STEP_KIND_TAG, STEP_RETRIES
+from resdyn.dagster_project.store.schema import TABLES
 
 MODEL, ANALYSIS = "model", "analysis"  # loads and runs the network / numerics on tables
-BODY_PARAMETERS = ("context", "outputs", "settings", "warehouse")
+BODY_PARAMETERS = ("context", "outputs", "settings", "checkpoint", "corpus")
 
 
 class PartitionAsset:
@@ -51,6 +53,12 @@ class PartitionAsset:
                             "its input tables by name (dagster_project/store/schema.py)")
         self.body, self.kind, self.tables, self.arguments, self.asked = body, kind, tables, arguments, asked
         self.inputs = [name for name in asked if name in TABLES]
+        declared = [str(dep) for dep in arguments.get("deps", [])]
+        declared += [dep.asset_key.to_user_string() for spec in tables or [] for dep in spec.deps]
+        twice = sorted(set(declared) & set(self.inputs))
+        if twice:
+            raise TypeError(f"{body.__name__} declares {twice} both as parameters and in deps: a parameter named "
+                            "after a table is already an input; deps= is for a table it waits on without reading")
         self.name = body.__name__
         self.__doc__ = body.__doc__
 
@@ -61,7 +69,11 @@ class PartitionAsset:
     def _compute(self, context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings,
                  inputs: dict):
         with partition_run(context, warehouse, settings) as outputs:
-            given = {"context": context, "outputs": outputs, "settings": settings, "warehouse": warehouse, **inputs}
+            given = {"context": context, "outputs": outputs, "settings": settings, **inputs}
+            if "checkpoint" in self.asked:
+                given["checkpoint"] = partition_checkpoint(warehouse, outputs.model, outputs.checkpoint)
+            if "corpus" in self.asked:
+                given["corpus"] = corpora(warehouse)
             result = self.body(**{name: given[name] for name in self.asked})
             if inspect.isgenerator(result):
                 yield from result
@@ -84,11 +96,23 @@ def _definition(asset: PartitionAsset, tags: tuple[tuple[str, str], ...]) -> dg.
         outs = table_outs(asset.tables)
         internal = {name: upstream | {dg.AssetKey(table) for table in asset.inputs}  # every table may read each input
                     for name, upstream in outs["internal_asset_deps"].items()}
-        deps = [key for key in outs["deps"] if key.to_user_string() not in inputs]
-        return dg.multi_asset(can_subset=False, outs=outs["outs"], deps=deps, internal_asset_deps=internal,
+        return dg.multi_asset(can_subset=False, outs=outs["outs"], deps=outs["deps"], internal_asset_deps=internal,
                               **common)(compute)
-    deps = [dep for dep in asset.arguments.get("deps", []) if str(dep) not in inputs]
-    return dg.asset(**{**common, "deps": deps})(compute)
+    return dg.asset(**common)(compute)
+
+
+def study_asset(**arguments) -> Callable:
+    """Decorator: ``body(context, published)`` as an unpartitioned multi-asset over every complete partition
+    (``arguments``: ``dg.multi_asset``'s); ``published`` is a :class:`~.body_inputs.PublishedStudy`, so the body
+    never holds the warehouse."""
+    def decorate(body: Callable) -> dg.AssetsDefinition:
+        def compute(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+            yield from body(context, PublishedStudy(warehouse.open()))
+
+        compute.__name__, compute.__doc__ = body.__name__, body.__doc__
+        return dg.multi_asset(can_subset=False, **arguments)(compute)
+
+    return decorate
 
 
 def partition_asset(kind: str, *, tables: list[dg.AssetSpec] | None = None, **arguments) -> Callable:
@@ -101,4 +125,4 @@ def partition_asset(kind: str, *, tables: list[dg.AssetSpec] | None = None, **ar
     return decorate
 
 
-__all__ = ["ANALYSIS", "MODEL", "PartitionAsset", "partition_asset"]
+__all__ = ["ANALYSIS", "MODEL", "PartitionAsset", "partition_asset", "study_asset"]

@@ -27,9 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .config import dagster_home
-from .ports import LOOPBACK, free_ports
-from .store.artefacts import ARTEFACT_ROUTE, artefact_url  # noqa: F401 - artefact_url: re-exported
+from resdyn.dagster_project.configuration.config import dagster_home
+from resdyn.dagster_project.configuration.ports import LOOPBACK, free_ports
+from resdyn.dagster_project.store.artefacts import ARTEFACT_ROUTE, artefact_url  # noqa: F401 - artefact_url: re-exported
 
 DEFINITIONS_MODULE = "resdyn.dagster_project.definitions"
 
@@ -49,7 +49,7 @@ STYLESHEET = (
 
 
 def study_groups() -> list[str]:
-    from .assets_index import ALL_ASSETS, STUDY_ASSETS
+    from resdyn.dagster_project.launch.assets_index import ALL_ASSETS, STUDY_ASSETS
 
     return sorted({spec.group_name for asset in [*ALL_ASSETS, *STUDY_ASSETS] for spec in asset.specs})
 
@@ -130,7 +130,7 @@ def build_app(warehouse_root: Path, upstream: str):
     the Dagster webserver at ``upstream``, compressed again after the stylesheet is added."""
     from starlette.middleware.gzip import GZipMiddleware
 
-    from .ui_proxy import reverse_proxy
+    from resdyn.dagster_project.interface.ui_proxy import reverse_proxy
 
     return GZipMiddleware(with_artefacts(reverse_proxy(upstream), warehouse_root, study_groups()), minimum_size=1024)
 

@@ -1,9 +1,15 @@
-"""What a materialization shows a person in the UI: row count, file, a markdown preview, peak memory."""
+"""What a materialization shows a person in the UI: row count, file, a markdown preview, a figure, peak memory."""
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
+
 import dagster as dg
 import pyarrow as pa
+
+from resdyn.dagster_project.store.artefacts import artefact_url
+from resdyn.files import atomic_path
 
 INLINE_MARKDOWN_LIMIT = 1000  # Dagster shows markdown metadata inline only below this many characters
 MAX_CELL = 60  # characters of one preview cell (a long string would otherwise keep the preview over the limit)
@@ -55,4 +61,33 @@ def written_metadata(written, first_rows: pa.Table | None = None) -> dict:
                 "peak_rss_mb": peak_rss_mb()}
     if first_rows is not None:
         metadata["preview"] = preview(first_rows)
+    return metadata
+
+
+INLINE_FIGURE_WIDTH = 480  # px: fits the asset sidebar and the event table of a 1280 px window
+
+
+def figure(path: Path, label: str | None = None) -> dict:
+    """Metadata that shows a PNG in the Dagster UI: inline, and embedded behind "[Show Markdown]".
+
+    Dagster renders markdown inline only under 1,000 characters, so the inline copy is a short link
+    to a thumbnail that ``resdyn ui`` serves (dagster_project/interface/ui.py); the link opens the full figure.
+    The embedded copy (base64 of the thumbnail) works under a plain ``dagster dev`` too. The metadata keys are
+    named after ``label`` (default: the file's stem).
+    """
+    from PIL import Image
+
+    path = Path(path)
+    thumbnail = path.with_name(f"{path.stem}.inline.png")
+    with Image.open(path) as image:
+        image.thumbnail((INLINE_FIGURE_WIDTH, INLINE_FIGURE_WIDTH * 4))
+        with atomic_path(thumbnail) as temporary:
+            image.save(temporary, format="PNG")
+    encoded = base64.b64encode(thumbnail.read_bytes()).decode()
+    metadata, label = {}, label or path.stem
+    small, full = artefact_url(thumbnail), artefact_url(path)
+    if small and full:
+        metadata[f"figure_{label}"] = dg.MetadataValue.md(f"[![{label}]({small})]({full})")
+    metadata[f"figure_{label}_embedded"] = dg.MetadataValue.md(f"![{label}](data:image/png;base64,{encoded})")
+    metadata[f"figure_{label}_path"] = dg.MetadataValue.path(str(path))
     return metadata

@@ -1,6 +1,6 @@
-"""How the study is launched, from one :class:`~resdyn.dagster_project.config.StudyConfig`.
+"""How the study is launched, from one :class:`~resdyn.dagster_project.configuration.config.StudyConfig`.
 
-The launch API (dagster_project/run_loop.py), the UI (``definitions.py``) and the benchmarks all come here:
+The launch API (dagster_project/launch/run_loop.py), the UI (``definitions.py``) and the benchmarks all come here:
 :func:`build_definitions` makes the Dagster definitions of a configuration (assets with their step tags, checks, jobs on its
 executor, resources holding its settings), :func:`reconstructable_job` hands the same job to
 processes that run steps (multiprocess, Ray), the configuration travelling as the job's JSON
@@ -14,8 +14,13 @@ import os
 
 import dagster as dg
 
-from .config import StudyConfig
-from .executors import check_ray_address, executor_definition, largest_node_cpus, ray_address
+from resdyn.dagster_project.configuration.config import StudyConfig
+from resdyn.dagster_project.launch.executors import (
+    check_ray_address,
+    executor_definition,
+    largest_node_cpus,
+    ray_address,
+)
 
 RAY_CONFIG_TAG = "dagster-ray/config"  # the op tag dagster-ray reads a step's resource request from
 STUDY_JOB = "resdyn_job"
@@ -39,15 +44,15 @@ def step_tags(config: StudyConfig, kind: str) -> dict[str, str]:
 
 def study_assets(config: StudyConfig) -> list[dg.AssetsDefinition]:
     """Every partitioned asset, each step tagged with what its kind asks of the cluster under ``config``."""
-    from .assets_index import PARTITION_ASSETS
+    from resdyn.dagster_project.launch.assets_index import PARTITION_ASSETS
 
     return [asset.definition(step_tags(config, asset.kind)) for asset in PARTITION_ASSETS]
 
 
 def study_resources(config: StudyConfig) -> dict:
     """The resources of a run under ``config`` (the UI's launchpad may still override the settings)."""
-    from .resources import AnalysisSettings, WarehouseResource
-    from .store.io_manager import WarehouseIOManager
+    from resdyn.dagster_project.asset_layer.io_manager import WarehouseIOManager
+    from resdyn.dagster_project.asset_layer.resources import AnalysisSettings, WarehouseResource
 
     warehouse = WarehouseResource(root=config.warehouse, wikitext_directory=config.wikitext_directory,
                                   wikitext_tokenized_directory=config.wikitext_tokenized_directory)
@@ -58,10 +63,10 @@ def study_resources(config: StudyConfig) -> dict:
 
 def build_definitions(config: StudyConfig) -> dg.Definitions:
     """The study's Dagster definitions under ``config``."""
-    from .assets_index import STUDY_ASSETS
-    from .checks import ALL_CHECKS
-    from .partitions import model_checkpoint_partitions
-    from .sensors import registry_partitions
+    from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
+    from resdyn.dagster_project.launch.assets_index import STUDY_ASSETS
+    from resdyn.dagster_project.launch.checks import ALL_CHECKS
+    from resdyn.dagster_project.launch.sensors import registry_partitions
 
     executor = executor_definition(config.executor, config.ray_address)
     study_job = dg.define_asset_job(STUDY_JOB, selection=dg.AssetSelection.all() - dg.AssetSelection.groups(

@@ -23,12 +23,11 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
+from resdyn.dagster_project.store.warehouse import Warehouse
+from resdyn.dagster_project.study.figure_frames import partition_curves
 from resdyn.figures import study_bars, study_lines
 from resdyn.files import atomic_write_text
-
-from .config import SQL_DIRECTORY
-from .figure_frames import partition_curves
-from .store.warehouse import Warehouse
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,7 @@ th{background:#f4f4f4}code{font-size:12px}"""
 
 
 def _claims_section(store: Warehouse) -> str:
-    from .claims import build_claims, claim_pairs
+    from resdyn.dagster_project.study.claims import build_claims, claim_pairs
 
     parts = ["<h2>(f) The paper's claims: each model's first checkpoint (null model) against its last</h2>"]
     for pair in claim_pairs(store):
@@ -158,7 +157,7 @@ COMPARISONS = {
 def checkpoint_comparisons(store: Warehouse) -> dict[str, dict[str, Path]]:
     """Per comparison, per model: the figure of ``table`` through depth with one line per checkpoint that has it
     published (drawn by :mod:`.figure_frames`, as the notebook draws it), under ``_artefacts/comparisons/<model>``."""
-    from . import figure_frames
+    from resdyn.dagster_project.study import figure_frames
 
     drawn: dict[str, dict[str, Path]] = {}
     models = sorted({model for model, _ in store.partitions()})

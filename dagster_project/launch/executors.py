@@ -25,7 +25,13 @@ import urllib.request
 
 import dagster as dg
 
-from .config import VARIABLES, ConfigError, child_environment, executable_path, forwarded_variables
+from resdyn.dagster_project.configuration.config import (
+    VARIABLES,
+    ConfigError,
+    child_environment,
+    executable_path,
+    forwarded_variables,
+)
 
 RAY_ADDRESS_VARIABLE = VARIABLES["ray_address"]
 

@@ -26,15 +26,14 @@ from resdyn.claims import (
     with_quantization_control,
     with_rounding_control,
 )
+from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
+from resdyn.dagster_project.store.warehouse import Warehouse
+from resdyn.dagster_project.study.claims_inputs import claims_inputs, describe, identity
 from resdyn.depth import RANK_DEFINITIONS as RANKS
 from resdyn.depth import SCHUR_ORDERINGS as ORDERINGS
 from resdyn.models.registry import INIT_QUANTIZED_REVISION as QUANTIZED_CHECKPOINT
 from resdyn.models.registry import ROUNDING_NOISE_REVISIONS
 from resdyn.sampling import cumulative_quantity, surgery_quantity
-
-from .claims_inputs import claims_inputs, describe, identity
-from .config import SQL_DIRECTORY
-from .store.warehouse import Warehouse
 
 
 def _floats(frame: pl.DataFrame, column: str) -> np.ndarray:

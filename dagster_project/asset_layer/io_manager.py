@@ -1,7 +1,7 @@
 """Dagster's IO layer over the warehouse: what an asset returns is staged, and a partition is published
 when its run has staged every table of its selection.
 
-An asset step runs inside :func:`~resdyn.dagster_project.store.runs.partition_run` (lease, provenance
+An asset step runs inside :func:`~resdyn.dagster_project.asset_layer.partition_run.partition_run` (lease, provenance
 record, interrupt checks) and yields one ``dg.Output`` per table. The value is one of
 
     pyarrow.Table                 a whole table: written here (one row group per record batch)
@@ -12,7 +12,7 @@ record, interrupt checks) and yields one ``dg.Output`` per table. The value is o
 
 Each is staged under the run (``_staging/<run>/``). This manager only stores and loads: publication
 (one manifest swap: readers see the previous generation or this one) is a step of its own, taken by
-:func:`~.runs.partition_run` once the step has yielded everything and the run's selection is staged. A
+:func:`~.partition_run.partition_run` once the step has yielded everything and the run's selection is staged. A
 failure here is recorded on the run and frees the lease, as a failure of the step's own code does.
 Inputs are loaded as lazy handles (:mod:`.handles`): an asset that takes ``jacobians`` as an argument
 gets a :class:`~.handles.MatrixTable` over this partition's table as the run sees it, and streams it
@@ -28,13 +28,13 @@ from collections.abc import Iterable
 import dagster as dg
 import pyarrow as pa
 
+from resdyn.dagster_project.asset_layer.metadata import written_metadata
+from resdyn.dagster_project.asset_layer.partition_run import attempt_number, bind, not_retried, step_name
+from resdyn.dagster_project.asset_layer.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.store.errors import SchemaMismatchError
+from resdyn.dagster_project.store.handles import TableHandle, table_handle
+from resdyn.dagster_project.store.warehouse import WrittenTable, hash_batch
 from resdyn.models.registry import split_partition_key
-
-from ..metadata import written_metadata
-from ..resources import AnalysisSettings, WarehouseResource
-from .handles import TableHandle, table_handle
-from .runs import attempt_number, bind, step_name
-from .warehouse import WrittenTable, hash_batch
 
 
 def content_version(table: pa.Table) -> dg.DataVersion:
@@ -84,6 +84,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 raise TypeError(f"asset {table} returned {type(obj).__name__}: return a pyarrow.Table, record "
                                 "batches or the WrittenTable of a writer")
             context.add_output_metadata(written_metadata(written, head))
+        except SchemaMismatchError as error:  # the same output would not fit on a retry either
+            run.fail(step_name(step), error)
+            raise not_retried(error) from error
         except BaseException as error:
             run.fail(step_name(step), error, attempt_number(step))
             raise

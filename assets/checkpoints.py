@@ -4,7 +4,6 @@ The description comes from the config and the safetensors headers only: no weigh
 """
 
 
-import json
 
 import dagster as dg
 import pyarrow as pa
@@ -29,18 +28,14 @@ def model_checkpoints(context, settings, outputs, checkpoint, corpus):
 
 def _describe_checkpoint(context, partition_checkpoint, corpus, settings, outputs):
     from resdyn.models.layerwise import describe_checkpoint  # torch and transformers: only where a step needs them
-    from resdyn.models.tiny import checkpoint_step, ensure_tiny_checkpoint
+    from resdyn.models.tiny import checkpoint_step
 
     model, checkpoint = partition(context)
     spec, revision = partition_checkpoint.spec, partition_checkpoint.revision
     metadata = {}
     if spec.is_tiny:
-        directory = ensure_tiny_checkpoint(
-            spec.family, outputs.models_directory / model, checkpoint, save_checkpoints=list(spec.checkpoints),
-            text_loader=corpus.training_text,
-            progress=lambda step, loss: context.log.info(f"training {model}: step {step} loss {loss:.3f}"),
-        )
-        record = json.loads((directory.parent / "training.json").read_text())
+        record = partition_checkpoint.train_tiny(
+            corpus.training_text, progress=lambda step, loss: context.log.info(f"training {model}: step {step} loss {loss:.3f}"))
         curve = record["losses"][: checkpoint_step(checkpoint)]  # the loss up to this checkpoint
         losses = pa.table({"step": pa.array(range(len(curve)), pa.int32()), "loss": pa.array(curve, pa.float64()),
                            "training_corpus": [record["corpus"]] * len(curve)})
@@ -54,11 +49,8 @@ def _describe_checkpoint(context, partition_checkpoint, corpus, settings, output
         yield table_output(losses, "training_loss", loss_metadata)
     origin = {}
     if spec.is_gguf:
-        from resdyn.models.sources import ensure_local_checkpoint
-
-        _, made = ensure_local_checkpoint(spec, checkpoint, outputs.models_directory,
-                                          progress=lambda line: context.log.info(f"{context.partition_key}: {line}"))
-        origin = made.as_dict()
+        origin = partition_checkpoint.import_gguf(
+            progress=lambda line: context.log.info(f"{context.partition_key}: {line}"))
         metadata.update({key: dg.MetadataValue.text(value) for key, value in origin.items() if value})
     described = describe_checkpoint(*partition_checkpoint.weights())
     config = described["text_config"]

@@ -94,14 +94,3 @@ def simulate(shape: str, make: Callable[[np.random.Generator], np.ndarray], *, d
     return Baseline(shape, {n: float(np.mean([s[n] for s in samples])) for n in names},
                     {n: float(np.std([s[n] for s in samples], ddof=1)) if draws > 1 else float("nan") for n in names},
                     draws)
-
-
-def sublayer_baselines(d: int, d_ff: int, n_heads: int, head_dim: int, n_kv_heads: int | None = None, *,
-                       gated: bool = True, draws: int = 8, seed: int = 0) -> dict[str, Baseline]:
-    """The references of one architecture's sublayers: attention and MLP updates of its shapes, beside one
-    Ginibre matrix of its width."""
-    return {"ginibre": simulate("ginibre", lambda rng: ginibre_update(rng, d), draws=draws, seed=seed),
-            "attn": simulate("attention", lambda rng: attention_update(rng, d, n_heads, head_dim, n_kv_heads),
-                             draws=draws, seed=seed),
-            "mlp": simulate("gated_mlp" if gated else "mlp", lambda rng: mlp_update(rng, d, d_ff, gated=gated),
-                            draws=draws, seed=seed)}

@@ -16,8 +16,9 @@ from resdyn.models.registry import MADE_REVISIONS, ModelSpec
 
 @dataclass(frozen=True)
 class PartitionCheckpoint:
-    """One partition's model: its registry entry (``spec``, ``revision``) and, once the model step has made or
-    imported it, the weights to load (:meth:`weights`)."""
+    """One partition's model: its registry entry (``spec``, ``revision``), the model step's ways of making it in
+    the model store (:meth:`train_tiny`, :meth:`import_gguf`) and, once made, the weights to load
+    (:meth:`weights`): where the model store is stays here."""
 
     model: str
     checkpoint: str
@@ -43,6 +44,27 @@ class PartitionCheckpoint:
         if Path(spec.source).expanduser().is_dir():
             return spec.source, None
         return spec.source, self.revision
+
+    def train_tiny(self, text_loader, progress) -> dict:
+        """Train (or find trained) this tiny-suite member up to its checkpoint, in the model store; its training
+        record (``losses`` per step over the whole run, ``corpus``). ``text_loader``: () -> (text, label);
+        ``progress(step, loss)``."""
+        import json
+
+        from resdyn.models.tiny import ensure_tiny_checkpoint
+
+        directory = ensure_tiny_checkpoint(self.spec.family, self._models_directory / self.model, self.checkpoint,
+                                           save_checkpoints=list(self.spec.checkpoints), text_loader=text_loader,
+                                           progress=progress)
+        return json.loads((directory.parent / "training.json").read_text())
+
+    def import_gguf(self, progress) -> dict:
+        """Import this GGUF checkpoint (or draw its null model, or add its rounding noise) into the model store,
+        once per file; where its weights came from (``source_file``, ``source_sha256``, ...)."""
+        from resdyn.models.sources import ensure_local_checkpoint
+
+        _, made = ensure_local_checkpoint(self.spec, self.checkpoint, self._models_directory, progress=progress)
+        return made.as_dict()
 
 
 @dataclass(frozen=True)

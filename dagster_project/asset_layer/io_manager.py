@@ -14,8 +14,8 @@ Each is staged under the run (``_staging/<run>/``). This manager only stores and
 (one manifest swap: readers see the previous generation or this one) is a step of its own, taken by
 :func:`~.partition_run.partition_run` once the step has yielded everything and the run's selection is staged. A
 failure here is recorded on the run and frees the lease, as a failure of the step's own code does.
-Inputs are loaded as lazy handles (:mod:`.handles`): an asset that takes ``jacobians`` as an argument
-gets a :class:`~.handles.MatrixTable` over this partition's table as the run sees it, and streams it
+Inputs are loaded as lazy handles (:mod:`resdyn.dagster_project.store.handles`): an asset that takes ``jacobians`` as an argument
+gets a :class:`~resdyn.dagster_project.store.handles.MatrixTable` over this partition's table as the run sees it, and streams it
 row group by row group, which no in-memory value could do for a 4096 x 4096 matrix per sublayer.
 """
 

@@ -10,11 +10,11 @@ and the factory owns the rest: the partitions, the step kind and its tags, the r
 model-runner pool of model steps, and the body's run inside :func:`~.partition_run.partition_run` (the
 partition's lease, the run's provenance row, interrupt checks, the failure recorded on the run, and the
 publication once the run's selection is staged). The body asks for what it needs by parameter name:
-``context``, ``outputs`` (:class:`~.store.outputs.PartitionOutputs`: streamed writers and the figure folder),
+``context``, ``outputs`` (:class:`~resdyn.dagster_project.store.outputs.PartitionOutputs`: streamed writers and the figure folder),
 ``settings``, ``checkpoint`` (:class:`~.body_inputs.PartitionCheckpoint`: the registry entry and the weights to
 load), ``corpus`` (:class:`~.body_inputs.Corpora`: the analysis and training texts), and its input tables: a parameter
 named after a table (``jacobians``, ``layer_metrics``) is an input of the asset, which the IO manager loads as
-a lazy handle (:mod:`.store.handles`); lineage shows it as a dependency.
+a lazy handle (:mod:`resdyn.dagster_project.store.handles`); lineage shows it as a dependency.
 
 Dagster takes an op's tags only when the asset is defined (no public API changes them afterwards), and
 what a step asks a Ray cluster for depends on the run's configuration, so the factory returns a
@@ -53,7 +53,8 @@ class PartitionAsset:
                             "its input tables by name (dagster_project/store/schema.py)")
         self.body, self.kind, self.tables, self.arguments, self.asked = body, kind, tables, arguments, asked
         self.inputs = [name for name in asked if name in TABLES]
-        declared = [str(dep) for dep in arguments.get("deps", [])]
+        declared = [(dep.asset_key if isinstance(dep, dg.AssetDep) else dg.AssetKey.from_coercible(dep)).to_user_string()
+                    for dep in arguments.get("deps", [])]
         declared += [dep.asset_key.to_user_string() for spec in tables or [] for dep in spec.deps]
         twice = sorted(set(declared) & set(self.inputs))
         if twice:

@@ -112,7 +112,7 @@ def step_name(context) -> str:
 @contextmanager
 def partition_run(context, warehouse, settings) -> Iterator[PartitionOutputs]:
     """What one asset step may write for this run and partition (module docstring). What the step
-    yields inside this block is staged by the IO manager (store/io_manager.py) as it is yielded; when the block
+    yields inside this block is staged by the IO manager (asset_layer/io_manager.py) as it is yielded; when the block
     ends without an error, the partition is published if the run has now staged its whole selection."""
     run = bind(context, warehouse, settings)
     store, model, checkpoint = run.store, run.model, run.checkpoint

@@ -1,5 +1,6 @@
 """The warehouse: hive-partitioned Parquet under one root, published in generations, read through DuckDB. No
-Dagster here (a test reads every module): the asset layer above stages, loads and publishes through it.
+Dagster at module level (a test reads every module; leases.py asks a Dagster instance about a run inside a
+function): the asset layer above stages, loads and publishes through it.
 
     schema        what each table is (Arrow schema and meaning): views, docs and writers derive from it; strict
                   (a column it lacks, one it needs or a value that does not cast is an error, never dropped)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from resdyn.dagster_project.store.schema import check_column_names, column_mismatch, table_spec
+from resdyn.dagster_project.store.schema import check_column_names, column_mismatch, same_kind, table_spec
 
 
 def fixed_size_lists(matrix: np.ndarray, dtype=np.float64) -> pa.FixedSizeListArray:
@@ -32,7 +32,12 @@ def nullable_lists(matrix: np.ndarray | None, n_rows: int) -> pa.ListArray:
 
 
 def constant(value, n_rows: int, arrow_type: pa.DataType) -> pa.Array:
-    return pa.repeat(pa.scalar(value, arrow_type), n_rows)
+    """``value`` repeated ``n_rows`` times as ``arrow_type``: inferred, then cast safely (``pa.scalar(1.5,
+    pa.int32())`` would be 1)."""
+    scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value)
+    if not same_kind(scalar.type, arrow_type):
+        raise TypeError(f"a value of type {scalar.type}")
+    return pa.repeat(scalar if scalar.type == arrow_type else scalar.cast(arrow_type, safe=True), n_rows)
 
 
 def record_batch(table: str, width: int | None, columns: dict) -> pa.RecordBatch:
@@ -49,13 +54,15 @@ def record_batch(table: str, width: int | None, columns: dict) -> pa.RecordBatch
     for field in schema:
         value = columns[field.name]
         try:
-            if isinstance(value, pa.Array):
-                arrays.append(value if value.type == field.type else value.cast(field.type, safe=True))
-            elif isinstance(value, np.ndarray):
-                arrays.append(pa.array(value, type=field.type))
+            array = value if isinstance(value, pa.Array) else pa.array(value) if isinstance(value, np.ndarray) else None
+            if array is not None and not same_kind(array.type, field.type):
+                raise TypeError(f"values of type {array.type}")
+            if array is not None:
+                arrays.append(array if array.type == field.type else array.cast(field.type, safe=True))
             else:
                 arrays.append(constant(value, n_rows, field.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
+                OverflowError) as error:
             raise column_mismatch(spec.name, field, error) from None
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 

@@ -36,7 +36,7 @@ class TableHandle:
 
     @cached_property
     def path(self) -> Path:
-        """The file read (what a worker process is handed, with a row group index)."""
+        """The file read: this run's staged table, else the published one (workers get a :class:`MatrixReference`)."""
         return self.store.table_path(self.table, self.model, self.checkpoint)
 
     def read(self, columns: list[str] | None = None) -> pa.Table:

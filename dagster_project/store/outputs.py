@@ -32,8 +32,3 @@ class PartitionOutputs:
     def figures(self) -> Path:
         """This run's figure folder for the partition (created)."""
         return self._store.artefact_directory("figures", self.model, self.checkpoint)
-
-    @property
-    def models_directory(self) -> Path:
-        """Where checkpoints are kept (``<warehouse>/_models``): the model step saves and imports into it."""
-        return self._store.models_directory

@@ -331,12 +331,33 @@ def conform_to(name: str, schema: pa.Schema, data: pa.Table | pa.RecordBatch) ->
     for field in schema:
         column = data.column(field.name)
         try:
+            if not same_kind(column.type, field.type):
+                raise TypeError(f"values of type {column.type}")
             columns.append(column if column.type == field.type else column.cast(field.type, safe=True))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as error:
             raise column_mismatch(name, field, error) from None
     if isinstance(data, pa.RecordBatch):
         return pa.RecordBatch.from_arrays(columns, schema=schema)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def same_kind(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether values of ``source`` may become ``target`` by a safe cast: numbers to numbers (an integer column
+    takes a float only where it is whole: the cast checks), strings to strings, booleans to booleans, lists
+    element by element, and nulls to anything; never a number to a string or a float to a boolean, which Arrow
+    would convert."""
+    if source == target or pa.types.is_null(source):
+        return True
+    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string,
+             pa.types.is_large_string)
+    if pa.types.is_integer(target) or pa.types.is_floating(target):
+        return pa.types.is_integer(source) or pa.types.is_floating(source)
+    if pa.types.is_string(target) or pa.types.is_large_string(target):
+        return pa.types.is_string(source) or pa.types.is_large_string(source)
+    if pa.types.is_list(target) or pa.types.is_fixed_size_list(target) or pa.types.is_large_list(target):
+        listed = pa.types.is_list(source) or pa.types.is_fixed_size_list(source) or pa.types.is_large_list(source)
+        return listed and same_kind(source.value_type, target.value_type)
+    return not any(kind(target) for kind in kinds) or (pa.types.is_boolean(target) and pa.types.is_boolean(source))
 
 
 def rows_table(name: str, rows: list[dict], width: int | None = None) -> pa.Table:
@@ -352,6 +373,8 @@ def rows_table(name: str, rows: list[dict], width: int | None = None) -> pa.Tabl
         values = [row[field.name] for row in rows]
         try:  # inferred, then cast safely: pa.array(values, type=int32) would truncate 1.5 to 1 without a word
             inferred = pa.array(values)
+            if not same_kind(inferred.type, field.type):
+                raise TypeError(f"values of type {inferred.type}")
             arrays.append(inferred if inferred.type == field.type else inferred.cast(field.type, safe=True))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
                 OverflowError) as error:

@@ -534,13 +534,19 @@ class Warehouse:
             "runs", model, checkpoint, table)
 
     def run_records(self, model: str, checkpoint: str) -> list[dict]:
+        """Every run's row for the partition, each with the runs table's current columns: a row written before a
+        column existed (``tables_code_version``, ``git_commit``) has it as None, unknown, so that rewriting an old
+        run's row (a killed run found by a later one) writes today's schema instead of failing on it."""
         directory = self.partition_directory("runs", model, checkpoint)
+        names = [*table_spec("runs").column_names, *PROVENANCE_COLUMNS]
         records = []
         for path in directory.glob("*.parquet"):
             try:
-                records += pq.read_table(path).to_pylist()
+                rows = pq.read_table(path).to_pylist()
             except (pa.ArrowInvalid, OSError):
                 log.warning("unreadable runs file %s", path)
+                continue
+            records += [{**dict.fromkeys(names), **row} for row in rows]
         return sorted(records, key=lambda row: row["started_at"] or "")
 
     # -- DuckDB ---------------------------------------------------------------------------------

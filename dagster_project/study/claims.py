@@ -27,6 +27,7 @@ from resdyn.claims import (
     with_rounding_control,
 )
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
+from resdyn.dagster_project.configuration.settings import BY_NAME
 from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.dagster_project.study.claims_inputs import claims_inputs, describe, identity
 from resdyn.depth import RANK_DEFINITIONS as RANKS
@@ -106,7 +107,7 @@ def checkpoint_data(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, Checkpoi
             community_significant=rows["community_significant"].fill_null(False).to_numpy().astype(bool),
             n_boundary=_counts(rows, "n_boundary"), n_interior=_counts(rows, "n_interior"),
             n_communities=_counts(rows, "n_communities"),
-            n_permutations=_setting(frames["runs"], checkpoint, "n_permutations", 1000),
+            n_permutations=_setting(frames["runs"], checkpoint, "n_permutations", BY_NAME["n_permutations"].default),
             missing=tuple(column for column in V4_COLUMNS
                           if column not in rows.columns or rows[column].null_count() == rows.height),
             noise_to_signal=_noise(folds, depths),

@@ -351,6 +351,14 @@ def test_runs_recorded_before_a_provenance_column_existed_read_as_null_and_resum
     assert not_yet_complete(store, ["m@local"], wanted, None) == []
     assert "recorded no table code version" in capsys.readouterr().out
     assert not_yet_complete(store, ["m@local"], {**wanted, "corpus_sha256": "another"}, None) == ["m@local"]
+    # an old run found dead by a later one is rewritten at today's schema (the strict writer refuses a row that
+    # lacks a column: its reader gives the unknown ones as None), and a later run is not blocked by its lease
+    old = store.run_records("m", "local")[0]
+    assert old["tables_code_version"] is None
+    store.record_run("m", "local", {**old, "status": "killed", "error": "found dead by a later run"})
+    rewritten = [r for r in Warehouse(root).run_records("m", "local") if r["run_id"] == old["run_id"]]
+    assert [(r["status"], r["tables_code_version"], r["settings_hash"]) for r in rewritten] == [
+        ("killed", None, old["settings_hash"])]
 
 
 def _manifest_path(root: Path) -> Path:

@@ -80,7 +80,8 @@ def test_an_input_declared_twice_is_refused():
     def body(context, layer_metrics):
         yield from ()
 
-    for arguments in ({"deps": ["layer_metrics"]},
+    for arguments in ({"deps": ["layer_metrics"]}, {"deps": [dg.AssetKey("layer_metrics")]},
+                      {"deps": [dg.AssetDep("layer_metrics")]},
                       {"tables": [dg.AssetSpec("eigenvalues", deps=["layer_metrics"])]}):
         try:
             partition_asset(ANALYSIS, **arguments)(body)

@@ -85,3 +85,28 @@ def _build(how: str, name: str, rows: list[dict]):
     arrays = {key: (np.asarray(values) if key != "values" else pa.array(values, pa.list_(pa.float64(), 3)))
               for key, values in columns.items()}
     return record_batch(name, 3, arrays)
+
+
+@pytest.mark.parametrize("column, value", [("sublayer", 7), ("layer", True), ("value", "0.5"), ("layer", 2.5)])
+@pytest.mark.parametrize("build", ["rows", "table", "record_batch", "constant"])
+def test_a_value_of_another_kind_is_refused_where_arrow_would_convert_it(probe_table, fresh_seed, build, column,
+                                                                          value):
+    """A number into a string column, a boolean or string into a number column: Arrow's casts would make them
+    '7', 1 and 0.5; the schema refuses them (a whole float into an integer column passes: the cast checks)."""
+    rows = _rows(np.random.default_rng(fresh_seed))
+    for row in rows:
+        row[column] = value
+    if build == "constant":
+        columns = {key: [row[key] for row in rows] for key in rows[0]}
+        arrays = {key: (np.asarray(values) if key != "values" else pa.array(values, pa.list_(pa.float64(), 3)))
+                  for key, values in columns.items()}
+        arrays[column] = value  # a scalar, repeated
+        with pytest.raises(SchemaMismatchError, match=rf"strict_probe.*'{column}'"):
+            record_batch(probe_table, 3, arrays)
+        return
+    with pytest.raises(SchemaMismatchError, match=rf"strict_probe.*'{column}'"):
+        _build(build, probe_table, rows)
+    for row in rows:
+        row["layer"] = 4.0
+        row[column] = 4.0 if column == "layer" else {"sublayer": "mlp", "value": 0.5}.get(column, 4.0)
+    assert _build(build, probe_table, rows).column("layer").to_pylist() == [4] * len(rows)

@@ -70,7 +70,7 @@ def _commit(python: str) -> str:
     """The commit of the code tree this interpreter imports (a worktree's HEAD), so a result names what it measured."""
     package = subprocess.run([python, "-c", "import resdyn; print(resdyn.__file__)"], capture_output=True, text=True,
                              check=True, cwd=tempfile.gettempdir()).stdout.strip()
-    return subprocess.run(["git", "-C", str(Path(package).parent), "rev-parse", "--short", "HEAD"],
+    return subprocess.run(["git", "-C", str(Path(package).resolve().parent), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
 
 

@@ -32,7 +32,7 @@ TITLES = {
     "transient": "Transient dynamics against the spectral stage (`benchmarks/transient.py`)",
     "study": "The study at the paper's n = 1000, one partition at a time (`benchmarks/study.py`)",
     "acceptance_run": "The 2-layer Llama-3.1-8B-shaped checkpoint end to end (`benchmarks/acceptance_run.py`)",
-    "redesign_equivalence": "The code before and after issue 32's redesign, side by side (`benchmarks/redesign_equivalence.py`)",
+    "redesign_equivalence": "The code before and after a redesign (issue 32's assets, issue 44's layout), side by side (`benchmarks/redesign_equivalence.py`)",
     "test_durations": "The test suite, every test's seconds, the slowest 40 shown (`make test-durations`)",
     "communities_scan": "The gamma scan, coarse to fine against every seed at every gamma (`benchmarks/communities_scan.py`)",
 }
@@ -112,7 +112,10 @@ def _redesign(results: dict) -> list[str]:
                for run in runs for table, names in run.get("columns_differing", {}).items()]
     explained = [f"- `{run['target']}` ({run['commits']['after']}): {run['differences_explained']}"
                  for run in runs if run.get("differences_explained")]
-    return [*lines, "", *sorted(notes), *([""] + columns if columns else []), *([""] + explained if explained else [])]
+    conditions = [f"- `{run['target']}` ({run['commits']['after']}): {run['conditions']}"
+                  for run in runs if run.get("conditions")]
+    return [*lines, "", *sorted(notes), *([""] + columns if columns else []), *([""] + explained if explained else []),
+            *([""] + conditions if conditions else [])]
 
 
 def _paper_scale(results: dict) -> list[str]:

@@ -29,9 +29,8 @@ import dagster as dg
 import pyarrow as pa
 
 from resdyn.dagster_project.asset_layer.metadata import written_metadata
-from resdyn.dagster_project.asset_layer.partition_run import attempt_number, bind, not_retried, step_name
+from resdyn.dagster_project.asset_layer.partition_run import bind, fail_step
 from resdyn.dagster_project.asset_layer.resources import AnalysisSettings, WarehouseResource
-from resdyn.dagster_project.store.errors import SchemaMismatchError
 from resdyn.dagster_project.store.handles import TableHandle, table_handle
 from resdyn.dagster_project.store.warehouse import WrittenTable, hash_batch
 from resdyn.models.registry import split_partition_key
@@ -84,12 +83,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 raise TypeError(f"asset {table} returned {type(obj).__name__}: return a pyarrow.Table, record "
                                 "batches or the WrittenTable of a writer")
             context.add_output_metadata(written_metadata(written, head))
-        except SchemaMismatchError as error:  # the same output would not fit on a retry either
-            run.fail(step_name(step), error)
-            raise not_retried(error) from error
         except BaseException as error:
-            run.fail(step_name(step), error, attempt_number(step))
-            raise
+            fail_step(run, step, error)
 
     @staticmethod
     def _stream(run, table: str, batches: Iterable[pa.RecordBatch]) -> tuple[WrittenTable, pa.Table | None]:

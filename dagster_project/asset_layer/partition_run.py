@@ -23,6 +23,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NoReturn
 
 from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.dagster_project.asset_layer.steps import STEP_RETRIES
@@ -134,16 +135,19 @@ def partition_run(context, warehouse, settings) -> Iterator[PartitionOutputs]:
         # the step's generator closed where it yielded an output: the IO manager failed on it and recorded why
         release_lease(store, model, checkpoint)
         raise
-    except SchemaMismatchError as error:  # the same data would not fit on a retry either
-        run.fail(step_name(context), error)
-        raise not_retried(error) from error
     except BaseException as error:
-        run.fail(step_name(context), error, attempt_number(context))
-        raise
+        fail_step(run, context, error)
 
 
-def not_retried(error: BaseException):
-    """A Dagster failure its step's retry policy does not rerun, with ``error``'s message."""
-    import dagster as dg
+def fail_step(run: PartitionRun, context, error: BaseException) -> NoReturn:
+    """Record ``error``, the exception being handled, as the failure of ``context``'s step on ``run``, and raise. A
+    schema mismatch becomes a Dagster failure its retry policy does not rerun (the same data would not fit a second
+    time), recorded as the last attempt; any other error is raised again as it is, recorded with its attempt (a
+    retry may still publish)."""
+    if isinstance(error, SchemaMismatchError):
+        import dagster as dg
 
-    return dg.Failure(description=f"{type(error).__name__}: {error}", allow_retries=False)
+        run.fail(step_name(context), error)
+        raise dg.Failure(description=f"{type(error).__name__}: {error}", allow_retries=False) from error
+    run.fail(step_name(context), error, attempt_number(context))
+    raise  # noqa: PLE0704 - called inside the caller's except block: re-raises ``error`` with its traceback

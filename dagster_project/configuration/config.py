@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from resdyn.dagster_project.configuration.locations import ObjectLocation, parse_location
 from resdyn.dagster_project.configuration.settings import SETTINGS, SettingError, resolve, validate
 
 EXECUTORS = ("in_process", "multiprocess", "ray")
@@ -206,7 +207,13 @@ def warehouse_root(given: str | os.PathLike | None = None, environment: Mapping 
     process's), else the default."""
     environment = os.environ if environment is None else environment
     chosen = given or str(environment.get(VARIABLES["warehouse"], "")).strip() or DEFAULT_WAREHOUSE
-    return Path(chosen).expanduser().resolve()
+    location = parse_location(chosen)
+    if isinstance(location, ObjectLocation):
+        # the object store is reachable (store/object_store.py: atomic puts, conditional leases), but the
+        # warehouse's own reads and writes are still files: refuse here rather than write a folder named `s3:`
+        raise ConfigError(f"warehouse {location}: runs, SQL and the notebook cannot use an object-store warehouse "
+                          "yet (docs/configuration.md); give --warehouse (or RESDYN_WAREHOUSE) a local directory")
+    return location.path
 
 
 def _warehouse_directory(flag, environment: Mapping, found: tuple[str, str] | None) -> Path:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from pathlib import Path
 
 from resdyn.dagster_project.configuration.config import cache_directory
@@ -44,15 +45,63 @@ def read_manifest(root: Path, path: Path, model: str, checkpoint: str, *, strict
     is empty with its problem; a bad entry is dropped with its problem, the good ones kept. ``strict``
     (the write path): a manifest that cannot be *read* (permissions, I/O) raises instead, so that a
     publication never replaces a sound manifest it could not see with one holding only its own tables."""
-    empty = {"model": model, "checkpoint": checkpoint, "generation": 0, "tables": {}}
     if not path.is_file():
-        return empty, []
+        return empty_manifest(model, checkpoint), []
     try:
         text = path.read_text()
     except OSError as error:
         if strict:
             raise
-        return empty, [f"unreadable manifest: {path} ({type(error).__name__}: {error}); check its permissions"]
+        return empty_manifest(model, checkpoint), [
+            f"unreadable manifest: {path} ({type(error).__name__}: {error}); check its permissions"]
+    return parse_manifest(text, path, model, checkpoint, FolderPlaces(root))
+
+
+def empty_manifest(model: str, checkpoint: str) -> dict:
+    return {"model": model, "checkpoint": checkpoint, "generation": 0, "tables": {}}
+
+
+class FolderPlaces:
+    """Where a manifest of a warehouse folder may point: files that resolve (links and ``..`` followed) into the
+    partition's own folders under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def table_file(self, table: str, file, model: str, checkpoint: str) -> bool:
+        return _resolves_into(self.root, file, self.root / table / f"model={model}" / f"checkpoint={checkpoint}",
+                              ".parquet")
+
+    def figure_file(self, file, model: str, checkpoint: str) -> bool:
+        """A figure lies in one run's folder of the partition's figures: ``_artefacts/figures/<m>/<c>/<run_id>/``."""
+        return _resolves_into(self.root, file, self.root / "_artefacts" / "figures" / model / checkpoint, ".png",
+                              depth=2)
+
+
+class KeyPlaces:
+    """Where a manifest of an object-store warehouse may point: keys (relative to its prefix) in the partition's own
+    folders, written in normal form (no ``.``, ``..`` or empty part: a key is not resolved, so none may need it)."""
+
+    @staticmethod
+    def _below(file, folder: str, suffix: str, depth: int) -> bool:
+        if not isinstance(file, str) or not file.startswith(folder + "/") or not file.endswith(suffix):
+            return False
+        parts = file[len(folder) + 1:].split("/")
+        return len(parts) == depth and all(part not in ("", ".", "..") and "\\" not in part and "\0" not in part
+                                           for part in parts)
+
+    def table_file(self, table: str, file, model: str, checkpoint: str) -> bool:
+        return self._below(file, f"{table}/model={model}/checkpoint={checkpoint}", ".parquet", 1)
+
+    def figure_file(self, file, model: str, checkpoint: str) -> bool:
+        return self._below(file, f"_artefacts/figures/{model}/{checkpoint}", ".png", 2)
+
+
+def parse_manifest(text: str, where, model: str, checkpoint: str, places) -> tuple[dict, list[str]]:
+    """(the usable manifest, problems) of a manifest's text; ``where`` names it in the problems and ``places``
+    (:class:`FolderPlaces` or :class:`KeyPlaces`) says which files its entries may name."""
+    empty = empty_manifest(model, checkpoint)
+    path = where
     try:
         data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -74,23 +123,50 @@ def read_manifest(root: Path, path: Path, model: str, checkpoint: str, *, strict
         problems.append(f"damaged manifest: {path} has no table map; {_fix(model, checkpoint)}")
     usable = {}
     for table, entry in tables.items():
-        reason = entry_problem(root, table, entry, model, checkpoint)
+        reason = entry_problem(places, table, entry, model, checkpoint)
         if reason:
             problems.append(f"damaged manifest entry: {path}, table {table}: {reason}; {_fix(model, checkpoint)}")
         else:
             usable[table] = entry
     previous = data.get("previous") if isinstance(data.get("previous"), dict) else {}
     previous = {table: file for table, file in previous.items()
-                if isinstance(file, str) and _inside_partition(root, table, file, model, checkpoint)}
+                if isinstance(file, str) and places.table_file(table, file, model, checkpoint)}
     figures = {}
     for key in ("figures", "previous_figures"):
         named = data.get(key) if isinstance(data.get(key), dict) else {}
-        figures[key] = {name: file for name, file in named.items() if _figure_inside(root, file, model, checkpoint)}
+        figures[key] = {name: file for name, file in named.items() if places.figure_file(file, model, checkpoint)}
         for name in set(named) - set(figures[key]):
             problems.append(f"damaged manifest entry: {path}, figure {name}: {named[name]!r} is not a figure of "
                             f"_artefacts/figures/{model}/{checkpoint}/; {_fix(model, checkpoint)}")
     return {**data, "model": model, "checkpoint": checkpoint, "generation": generation, "tables": usable,
             "previous": previous, **figures}, problems
+
+
+def next_generation(manifest: dict, entries: dict[str, dict], figures: dict[str, str] | None = None,
+                    figure_files: dict[str, dict] | None = None) -> dict:
+    """The manifest that publishes ``entries`` (table -> entry) and ``figures`` (name -> file, each with its
+    ``figure_files`` size and hash) over ``manifest``: one generation more; a replaced table's or figure's file is
+    kept as ``previous`` (queries already reading it finish), the one before that is no longer named."""
+    manifest = {**manifest, "tables": dict(manifest["tables"])}
+    generation = manifest["generation"] + 1
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    previous = {}
+    for table, entry in entries.items():
+        if table in manifest["tables"] and manifest["tables"][table]["file"] != entry["file"]:
+            previous[table] = manifest["tables"][table]["file"]
+        manifest["tables"][table] = {**entry, "generation": generation, "published_at": stamp}
+    manifest.update(generation=generation, published_at=stamp,
+                    previous={**{t: f for t, f in manifest.get("previous", {}).items() if t not in previous},
+                              **previous})
+    if figures:
+        published = dict(manifest.get("figures", {}))
+        replaced = {name: published[name] for name in figures if published.get(name, figures[name]) != figures[name]}
+        manifest["figures"] = {**published, **figures}
+        manifest["figure_files"] = {**{name: entry for name, entry in manifest.get("figure_files", {}).items()
+                                       if name not in figures}, **(figure_files or {})}
+        manifest["previous_figures"] = {**{name: file for name, file in manifest.get("previous_figures", {}).items()
+                                           if name not in replaced}, **replaced}
+    return manifest
 
 
 def _resolves_into(root: Path, file, folder: Path, suffix: str, *, depth: int = 1) -> bool:
@@ -105,22 +181,13 @@ def _resolves_into(root: Path, file, folder: Path, suffix: str, *, depth: int = 
         return False
 
 
-def _figure_inside(root: Path, file, model: str, checkpoint: str) -> bool:
-    """A figure lies in one run's folder of the partition's figures: ``_artefacts/figures/<m>/<c>/<run_id>/``."""
-    return _resolves_into(root, file, root / "_artefacts" / "figures" / model / checkpoint, ".png", depth=2)
-
-
-def _inside_partition(root: Path, table: str, file: str, model: str, checkpoint: str) -> bool:
-    return _resolves_into(root, file, root / table / f"model={model}" / f"checkpoint={checkpoint}", ".parquet")
-
-
-def entry_problem(root: Path, table: str, entry, model: str, checkpoint: str) -> str | None:
-    """Why a manifest entry cannot be used, or None."""
+def entry_problem(places, table: str, entry, model: str, checkpoint: str) -> str | None:
+    """Why a manifest entry cannot be used, or None (``places``: :class:`FolderPlaces` or :class:`KeyPlaces`)."""
     if table not in TABLES:
         return "not a table of the study"
     if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
         return "no file named"
-    if not _inside_partition(root, table, entry["file"], model, checkpoint):
+    if not places.table_file(table, entry["file"], model, checkpoint):
         return (f"its file {entry['file']!r} is not in {table}/model={model}/checkpoint={checkpoint}/ (another "
                 "partition's file, or a path outside the warehouse)")
     if not _whole(entry.get("rows")) or not _whole(entry.get("bytes")):

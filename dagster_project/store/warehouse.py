@@ -46,7 +46,13 @@ from resdyn.dagster_project.configuration.config import warehouse_root
 from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import lease_is_live
-from resdyn.dagster_project.store.manifests import VerifiedFiles, file_sha256, hashing_stream, read_manifest
+from resdyn.dagster_project.store.manifests import (
+    VerifiedFiles,
+    file_sha256,
+    hashing_stream,
+    next_generation,
+    read_manifest,
+)
 from resdyn.dagster_project.store.schema import (
     PROVENANCE_COLUMNS,
     TABLES,
@@ -335,30 +341,12 @@ class Warehouse:
                          figures: dict[str, str] | None = None) -> dict:
         path = self.manifest_path(model, checkpoint)
         with file_lock(path.with_name(path.name + ".lock")):
-            manifest = self.manifest(model, checkpoint)
-            generation = manifest["generation"] + 1
-            superseded = dict(manifest.get("previous", {}))
-            previous = {}
-            for table, entry in entries.items():
-                if table in manifest["tables"] and manifest["tables"][table]["file"] != entry["file"]:
-                    previous[table] = manifest["tables"][table]["file"]
-                manifest["tables"][table] = {**entry, "generation": generation,
-                                             "published_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-            manifest.update(generation=generation, published_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                            previous={**{t: f for t, f in manifest.get("previous", {}).items() if t not in previous},
-                                      **previous})
-            if figures:
-                published = dict(manifest.get("figures", {}))
-                replaced = {name: published[name] for name in figures if published.get(name, figures[name]) != figures[name]}
-                manifest["figures"] = {**published, **figures}
-                # each figure's size and hash, as for a table's file: `resdyn check` and --resume see a damaged one
-                manifest["figure_files"] = {**{name: entry for name, entry in manifest.get("figure_files", {}).items()
-                                               if name not in figures},
-                                            **{name: {"bytes": (self.root / file).stat().st_size,
-                                                      "sha256": file_sha256(self.root / file)}
-                                               for name, file in figures.items()}}
-                manifest["previous_figures"] = {**{name: file for name, file in manifest.get("previous_figures", {}).items()
-                                                   if name not in replaced}, **replaced}
+            before = self.manifest(model, checkpoint)
+            superseded = dict(before.get("previous", {}))
+            # each figure's size and hash, as for a table's file: `resdyn check` and --resume see a damaged one
+            figure_files = {name: {"bytes": (self.root / file).stat().st_size, "sha256": file_sha256(self.root / file)}
+                            for name, file in (figures or {}).items()}
+            manifest = next_generation(before, entries, figures, figure_files)
             atomic_write_text(path, json.dumps(manifest, indent=1))
             verified = VerifiedFiles(self.root)  # the writer hashed each file as it wrote it: no second read
             for entry in entries.values():

@@ -1,0 +1,279 @@
+"""A partition's tables on an object store, published as generations: warehouse.py's guarantees, built on S3.
+
+The keys below the warehouse's prefix are the paths of a warehouse folder::
+
+    <table>/model=<m>/checkpoint=<c>/<run_id>.parquet    a table as one run wrote it, under its final key
+    _staging/<run_id>/model=<m>/checkpoint=<c>/<t>.json  what a run has written and not yet published
+    _published/model=<m>/checkpoint=<c>.json             the manifest: the one object readers trust
+    runs/model=<m>/checkpoint=<c>/<run_id>.parquet       the runs table (provenance, status): always visible
+    _locks/<m>@<c>.json                                  the partition's lease (object_leases.py)
+
+What an object store lacks, and what stands in for it:
+
+- **No rename.** A table is written to a local spool file by the same :class:`~.warehouse.TableWriter` as on disk
+  (its footer read back, its sha256 and content hash taken while writing), then uploaded under its final key,
+  multipart when large. An upload is invisible until its last part completes, and no manifest names the key until
+  publication, so a killed writer leaves nothing a reader sees. The spool holds the one table being written.
+- **No lock around the manifest.** Publication is compare-and-swap: the manifest is read with its ETag and the next
+  generation is put with ``If-Match`` on it (``If-None-Match: *`` for the first); where another publisher won, the
+  manifest is read again and the entries applied again, so no publisher loses another's tables.
+- **Listing may lag a write.** Visibility is never decided by listing, only by the manifest. Leftovers are found by
+  listing and removed only when no manifest names them, no live lease's run wrote them and they are older than a
+  grace period, so a writer whose upload a listing has not caught up with is never swept.
+- **Hashes checked on read.** Each entry records the file's sha256 (taken while writing) and the ETag the store gave
+  the upload: a whole-table read hashes the bytes it fetched; a row-group read compares the ETag (one HEAD) before
+  reading ranges, so a replaced object is refused either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError
+from resdyn.dagster_project.store.leases import lease_is_live
+from resdyn.dagster_project.store.manifests import KeyPlaces, empty_manifest, next_generation, parse_manifest
+from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
+from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES, rows_table, table_spec
+from resdyn.dagster_project.store.warehouse import LOG_TABLES, PAGE_BYTES, TableWriter, hash_batch, new_run_id
+
+log = logging.getLogger(__name__)
+
+PUBLISH_ATTEMPTS = 20  # compare-and-swap rounds before a publication gives up (each lost round: another won)
+SWEEP_GRACE = timedelta(minutes=30)  # an unnamed object younger than this may be a live writer's: left alone
+
+
+def table_key(table: str, model: str, checkpoint: str, run_id: str) -> str:
+    return f"{table}/model={model}/checkpoint={checkpoint}/{run_id}.parquet"
+
+
+def manifest_key(model: str, checkpoint: str) -> str:
+    return f"_published/model={model}/checkpoint={checkpoint}.json"
+
+
+def staging_prefix(run_id: str, model: str, checkpoint: str) -> str:
+    return f"_staging/{run_id}/model={model}/checkpoint={checkpoint}/"
+
+
+class ObjectTables:
+    """The tables of a warehouse on ``store``. ``run_id`` binds writes to one run: its tables are staged and published
+    together by :meth:`publish`; without it every write publishes its table at once (as :class:`~.Warehouse`)."""
+
+    def __init__(self, store: ObjectStore, *, run_id: str | None = None, settings_hash: str = "") -> None:
+        self.store, self.run_id, self.settings_hash = store, run_id, settings_hash
+
+    def _where(self, relative: str) -> str:
+        return f"s3://{self.store.location.bucket}/{self.store.key(relative)}"
+
+    # -- writes ---------------------------------------------------------------------------------------------
+
+    def write(self, table: str, model: str, checkpoint: str, data: pa.Table | pa.RecordBatch, *,
+              width: int | None = None) -> dict:
+        """Write a whole table partition (one row group per record batch), then stage it for this run (or, without a
+        run, publish it); its manifest entry."""
+        run_id = self.run_id or new_run_id()
+        relative = table_key(table, model, checkpoint, run_id)
+        provenance = {"run_id": run_id, "settings_hash": self.settings_hash}
+        with tempfile.TemporaryDirectory(prefix="resdyn-spool-") as spool:
+            with TableWriter(Path(spool) / f"{run_id}.parquet", table_spec(table), width, provenance) as writer:
+                writer.write(data)
+            written = writer.result
+            self.store.upload(written.path, relative)
+        uploaded = self.store.info(relative)
+        if uploaded is None or uploaded.size != written.bytes:
+            raise ObjectStoreError(f"{self._where(relative)}: the upload of {written.bytes} bytes is not there as "
+                                   f"written ({uploaded}); the store lost a completed upload")
+        entry = {"file": relative, "rows": written.rows, "bytes": written.bytes, "sha256": written.sha256,
+                 "content_hash": written.content_hash, "etag": uploaded.etag, "run_id": run_id,
+                 "settings_hash": self.settings_hash}
+        if table in LOG_TABLES:
+            return entry
+        if self.run_id is None:
+            self._publish_entries(model, checkpoint, {table: entry})
+        else:
+            self.store.put(staging_prefix(run_id, model, checkpoint) + f"{table}.json", json.dumps(entry).encode())
+        return entry
+
+    def staged(self, model: str, checkpoint: str, run_id: str | None = None) -> dict[str, dict]:
+        """Tables a run has written for a partition and not yet published (a listing: the stores this runs on
+        list a completed PUT at once, AWS S3 since December 2020)."""
+        prefix = staging_prefix(run_id or self.run_id, model, checkpoint)
+        staged = {}
+        for found in self.store.list(prefix):
+            stored = self.store.get(found.relative)
+            if stored is not None:
+                staged[found.relative.removeprefix(prefix).removesuffix(".json")] = json.loads(stored.data)
+        return staged
+
+    def publish(self, model: str, checkpoint: str) -> dict:
+        """Publish every table this run staged for the partition, in one manifest put."""
+        entries = self.staged(model, checkpoint)
+        manifest = self._publish_entries(model, checkpoint, entries)
+        for table in entries:
+            self.store.delete(staging_prefix(self.run_id, model, checkpoint) + f"{table}.json")
+        return manifest
+
+    def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict]) -> dict:
+        key = manifest_key(model, checkpoint)
+        for _ in range(PUBLISH_ATTEMPTS):
+            current = self.store.get(key)
+            before = self._parse(key, current.data, model, checkpoint)[0] if current is not None else \
+                empty_manifest(model, checkpoint)
+            manifest = next_generation(before, entries)
+            body = json.dumps(manifest, indent=1).encode()
+            put = self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)
+            if put is not None:
+                self._collect_garbage(model, checkpoint, manifest, dict(before.get("previous", {})), set(entries))
+                return manifest
+        raise ObjectStoreError(f"{self._where(key)}: {PUBLISH_ATTEMPTS} publications of other writers won the "
+                               "manifest while this one tried; nothing of this run was published, rerun it")
+
+    def _collect_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict, tables: set) -> None:
+        """Remove the generation before the previous one (named by no manifest any more), and unnamed files of runs
+        that hold no lease, once older than the grace period (a listing may not show a live writer's upload yet)."""
+        keep = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values())
+        live = self._live_runs()
+        cutoff = datetime.now(timezone.utc) - SWEEP_GRACE
+        for table in tables:
+            for found in self.store.list(f"{table}/model={model}/checkpoint={checkpoint}/"):
+                if found.relative in keep:
+                    continue
+                if found.relative in superseded.values() or (
+                        Path(found.relative).stem not in live and found.modified < cutoff):
+                    self.store.delete(found.relative, etag=found.etag)
+
+    def _live_runs(self) -> set[str]:
+        """Runs holding a lease judged live (a lease nothing can judge is respected, as on disk)."""
+        live = set()
+        for found in self.store.list("_locks/"):
+            stored = self.store.get(found.relative)
+            try:
+                holder = json.loads(stored.data) if stored is not None else {}
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if holder.get("run_id") and lease_is_live(holder):
+                live.add(holder["run_id"])
+        return live
+
+    def sweep(self, model: str, checkpoint: str, *, grace: timedelta = SWEEP_GRACE) -> list[str]:
+        """Remove what failed or killed runs left for the partition (their table files and staged entries, named by
+        no manifest, their runs holding no live lease, older than ``grace``) and abort their unfinished uploads;
+        the keys removed. What a reader sees is never touched."""
+        manifest = self.manifest(model, checkpoint)
+        keep = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values())
+        live, cutoff, removed = self._live_runs(), datetime.now(timezone.utc) - grace, []
+        candidates = [found for table in TABLES if table not in LOG_TABLES
+                      for found in self.store.list(f"{table}/model={model}/checkpoint={checkpoint}/")
+                      if found.relative not in keep and Path(found.relative).stem not in live]
+        for found in self.store.list("_staging/"):
+            run_id, _, rest = found.relative.removeprefix("_staging/").partition("/")
+            if rest.startswith(f"model={model}/checkpoint={checkpoint}/") and run_id not in live:
+                candidates.append(found)
+        for found in candidates:
+            if found.modified < cutoff and self.store.delete(found.relative, etag=found.etag):
+                removed.append(found.relative)
+        self.store.abort_stale_uploads(older_than=grace)
+        return removed
+
+    # -- reads ----------------------------------------------------------------------------------------------
+
+    def _parse(self, key: str, data: bytes, model: str, checkpoint: str) -> tuple[dict, list[str]]:
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as error:
+            return empty_manifest(model, checkpoint), [f"unreadable manifest: {self._where(key)} ({error})"]
+        return parse_manifest(text, self._where(key), model, checkpoint, KeyPlaces())
+
+    def manifest(self, model: str, checkpoint: str) -> dict:
+        """The usable part of the partition's manifest (a damaged entry left out with a warning, as on disk)."""
+        key = manifest_key(model, checkpoint)
+        stored = self.store.get(key)
+        if stored is None:
+            return empty_manifest(model, checkpoint)
+        manifest, problems = self._parse(key, stored.data, model, checkpoint)
+        for problem in problems:
+            log.warning(problem)
+        return manifest
+
+    def entry(self, table: str, model: str, checkpoint: str) -> dict:
+        """The entry a reader of this partition uses: this run's staged one, else the published one."""
+        if table in LOG_TABLES:
+            raise ValueError(f"{table} has one file per run; read it with run_records")
+        if self.run_id is not None:
+            staged = self.store.get(staging_prefix(self.run_id, model, checkpoint) + f"{table}.json")
+            if staged is not None:
+                return json.loads(staged.data)
+        entry = self.manifest(model, checkpoint)["tables"].get(table)
+        if entry is None:
+            raise MissingPartitionError(
+                f"table {table!r} has no published partition model={model}/checkpoint={checkpoint} under "
+                f"{self._where('')}; materialize it first (`resdyn run --model {model} --checkpoint {checkpoint}`)")
+        return entry
+
+    def _damaged(self, entry: dict, model: str, checkpoint: str, why: str) -> CorruptPartitionError:
+        return CorruptPartitionError(f"{self._where(entry['file'])} is {why}; rematerialize the partition "
+                                     f"(`resdyn run --model {model} --checkpoint {checkpoint}`)")
+
+    def read(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None) -> pa.Table:
+        """The whole partition, its bytes checked against the sha256 published for them."""
+        entry = self.entry(table, model, checkpoint)
+        stored = self.store.get(entry["file"])
+        if stored is None:
+            raise self._damaged(entry, model, checkpoint, "missing")
+        if len(stored.data) != entry["bytes"] or hashlib.sha256(stored.data).hexdigest() != entry["sha256"]:
+            raise self._damaged(entry, model, checkpoint,
+                                "damaged (content differs from what was published: size or sha256)")
+        return pq.read_table(pa.BufferReader(stored.data), columns=columns)
+
+    def row_groups(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None
+                   ) -> Iterator[pa.Table]:
+        """The partition one row group at a time, read in ranges; the object checked first to be the one published
+        (its size and ETag)."""
+        entry = self.entry(table, model, checkpoint)
+        found = self.store.info(entry["file"])
+        if found is None:
+            raise self._damaged(entry, model, checkpoint, "missing")
+        if found.size != entry["bytes"] or found.etag != entry["etag"]:
+            raise self._damaged(entry, model, checkpoint, "not the object published (size or ETag differs)")
+        with self.store.filesystem().open_input_file(self.store.arrow_path(entry["file"])) as source:
+            parquet = pq.ParquetFile(source, buffer_size=PAGE_BYTES, pre_buffer=False)
+            for index in range(parquet.num_row_groups):
+                yield parquet.read_row_group(index, columns=columns, use_threads=False)
+
+    def content_hash(self, table: str, model: str, checkpoint: str) -> str:
+        """Hash of the partition's data columns (equal to :meth:`~.Warehouse.content_hash` for equal data)."""
+        digest = hashlib.sha256()
+        for group in self.row_groups(table, model, checkpoint, columns=table_spec(table).column_names):
+            for batch in group.to_batches():
+                hash_batch(digest, batch)
+        return digest.hexdigest()[:16]
+
+    # -- runs -----------------------------------------------------------------------------------------------
+
+    def record_run(self, model: str, checkpoint: str, row: dict) -> None:
+        """Write (or rewrite: same key, one PUT) this run's row of the ``runs`` table for the partition."""
+        table = rows_table("runs", [{key: value for key, value in row.items() if key not in PROVENANCE_COLUMNS}])
+        ObjectTables(self.store, run_id=row["run_id"], settings_hash=row["settings_hash"]).write(
+            "runs", model, checkpoint, table)
+
+    def run_records(self, model: str, checkpoint: str) -> list[dict]:
+        """Every run's row for the partition, with the runs table's current columns (as on disk)."""
+        names = [*table_spec("runs").column_names, *PROVENANCE_COLUMNS]
+        records = []
+        for found in self.store.list(f"runs/model={model}/checkpoint={checkpoint}/"):
+            stored = self.store.get(found.relative)
+            try:
+                rows = pq.read_table(pa.BufferReader(stored.data)).to_pylist() if stored is not None else []
+            except (pa.ArrowInvalid, OSError):
+                log.warning("unreadable runs object %s", self._where(found.relative))
+                continue
+            records += [{**dict.fromkeys(names), **row} for row in rows]
+        return sorted(records, key=lambda row: row["started_at"] or "")

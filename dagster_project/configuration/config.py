@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from resdyn.dagster_project.configuration.locations import ObjectLocation, parse_location
+from resdyn.dagster_project.configuration.locations import LocalLocation, ObjectLocation, parse_location
 from resdyn.dagster_project.configuration.settings import SETTINGS, SettingError, resolve, validate
 
 EXECUTORS = ("in_process", "multiprocess", "ray")
@@ -202,17 +202,24 @@ def _whole_number(raw: str, source: str, minimum: int, meaning: str) -> int:
     return number
 
 
+def warehouse_location(given: str | os.PathLike | None = None, environment: Mapping | None = None
+                       ) -> LocalLocation | ObjectLocation:
+    """Where the warehouse lives: ``given`` (a --warehouse flag), else RESDYN_WAREHOUSE (of ``environment``, default
+    this process's), else the default; a local directory or ``s3://BUCKET/PREFIX``."""
+    environment = os.environ if environment is None else environment
+    return parse_location(given or str(environment.get(VARIABLES["warehouse"], "")).strip() or DEFAULT_WAREHOUSE)
+
+
 def warehouse_root(given: str | os.PathLike | None = None, environment: Mapping | None = None) -> Path:
     """The warehouse root: ``given`` (a --warehouse flag), else RESDYN_WAREHOUSE (of ``environment``, default this
     process's), else the default."""
-    environment = os.environ if environment is None else environment
-    chosen = given or str(environment.get(VARIABLES["warehouse"], "")).strip() or DEFAULT_WAREHOUSE
-    location = parse_location(chosen)
+    location = warehouse_location(given, environment)
     if isinstance(location, ObjectLocation):
-        # the object store is reachable (store/object_store.py: atomic puts, conditional leases), but the
-        # warehouse's own reads and writes are still files: refuse here rather than write a folder named `s3:`
-        raise ConfigError(f"warehouse {location}: runs, SQL and the notebook cannot use an object-store warehouse "
-                          "yet (docs/configuration.md); give --warehouse (or RESDYN_WAREHOUSE) a local directory")
+        # SQL reads an object-store warehouse (store/object_warehouse.py), but runs, checks and the notebook still
+        # read and write files: refuse here rather than write a folder named `s3:`
+        raise ConfigError(f"warehouse {location}: `resdyn sql` and `resdyn questions` read an object-store "
+                          "warehouse, but runs, checks and the notebook cannot use one yet (docs/configuration.md); "
+                          "give --warehouse (or RESDYN_WAREHOUSE) a local directory")
     return location.path
 
 

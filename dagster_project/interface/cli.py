@@ -28,6 +28,7 @@ from pathlib import Path
 
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY, dagster_home
 from resdyn.dagster_project.launch.console import configure_logging
+from resdyn.dagster_project.store import open_for_reading
 from resdyn.dagster_project.store.errors import PartitionBusyError, QueryError, ReadOnlySqlError
 from resdyn.dagster_project.store.views import sql_text
 from resdyn.dagster_project.store.warehouse import Warehouse
@@ -69,7 +70,7 @@ def _warn_problems(store: Warehouse) -> None:
 
 
 def command_sql(arguments) -> int:
-    store = Warehouse(arguments.warehouse).require_existing()
+    store = open_for_reading(arguments.warehouse)
     table = store.query(sql_text(arguments.query))
     _warn_problems(store)
     print(_format(table, arguments.csv))
@@ -78,7 +79,7 @@ def command_sql(arguments) -> int:
 
 def command_questions(arguments) -> int:
     """Every named question over the complete partitions; the others are named, not mixed in."""
-    store = Warehouse(arguments.warehouse).require_existing()
+    store = open_for_reading(arguments.warehouse)
     skipped = store.query("SELECT model, checkpoint, status FROM partitions WHERE status <> 'complete'").to_pylist()
     _warn_problems(store)
     if skipped:

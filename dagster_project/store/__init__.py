@@ -16,4 +16,23 @@ function): the asset layer above stages, loads and publishes through it.
     views         the DuckDB views over exactly the published files, and read-only SQL
     integrity     ``resdyn check``: every published file's footer and schema against its manifest
     artefacts     where figures live, and their URL in the UI
+    object_store, object_leases, object_generations, object_warehouse
+                  the same on S3: atomic and conditional puts, leases, generations, read-only SQL
 """
+
+
+def open_for_reading(given=None):
+    """The warehouse ``given`` names (a --warehouse value; else RESDYN_WAREHOUSE, else the default), for reading:
+    a :class:`~.warehouse.Warehouse` for a folder, an :class:`~.object_warehouse.ObjectWarehouse` for
+    ``s3://BUCKET/PREFIX``; refused when it is not there."""
+    from resdyn.dagster_project.configuration.config import warehouse_location
+    from resdyn.dagster_project.configuration.locations import ObjectLocation
+
+    location = warehouse_location(given)
+    if isinstance(location, ObjectLocation):
+        from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
+
+        return ObjectWarehouse(location).require_existing()
+    from resdyn.dagster_project.store.warehouse import Warehouse
+
+    return Warehouse(location.path).require_existing()

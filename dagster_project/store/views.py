@@ -21,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
@@ -32,6 +33,7 @@ READ_STATEMENTS = ("SELECT", "EXPLAIN")
 log = logging.getLogger(__name__)
 _WARNED: set[tuple[str, str]] = set()
 
+HIVE_COLUMNS = ds.partitioning(pa.schema([("model", pa.string()), ("checkpoint", pa.string())]), flavor="hive")
 HIVE = "hive_partitioning = true, hive_types = {'model': VARCHAR, 'checkpoint': VARCHAR}, union_by_name = true"
 
 
@@ -47,8 +49,16 @@ def _empty(table: str) -> pa.Table:
     return schema.empty_table()
 
 
-def _view(connection, table: str, files: list[str]) -> None:
-    if files:
+def _view(connection, store, table: str, files: list[str]) -> None:
+    if files and store.arrow_filesystem is not None:  # an object store: pyarrow reads, DuckDB opens no file
+        dataset = ds.dataset(sorted(files), filesystem=store.arrow_filesystem, format="parquet",
+                             partitioning=HIVE_COLUMNS, partition_base_dir=store.table_directory(table),
+                             schema=_empty(table).schema)  # a column an older file lacks reads as null (runs)
+        connection.register(f"_files_{table}", dataset)
+        # the hive columns in the order read_parquet gives them on disk, so a query answers alike on both
+        connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE (model, checkpoint), checkpoint, model "
+                           f"FROM _files_{table}")
+    elif files:
         file_list = "[" + ", ".join(_literal(path) for path in sorted(files)) + "]"
         read = f"SELECT * FROM read_parquet({file_list}, {HIVE})"
         if table == "runs":  # runs recorded before a provenance column existed: the column is there, null
@@ -61,6 +71,7 @@ def _view(connection, table: str, files: list[str]) -> None:
 
 
 def readable_run_files(store) -> list[str]:
+    """The runs table's files of a warehouse folder whose footer reads (a damaged one left out, warned once)."""
     files = []
     for path in sorted((store.root / "runs").glob("model=*/checkpoint=*/*.parquet")):
         try:
@@ -77,12 +88,13 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
     store.require_existing()
     connection = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                                     "autoload_known_extensions": False})
-    connection.execute(f"SET allowed_directories = [{_literal(store.root.as_posix() + '/')}]")
+    allowed = ", ".join(_literal(directory) for directory in store.sql_directories())
+    connection.execute(f"SET allowed_directories = [{allowed}]")
     connection.execute("SET enable_external_access = false")
     files, published, problems = store.published_files()
     for problem in problems:
-        if (str(store.root), problem) not in _WARNED:  # once per process: one command opens many connections
-            _WARNED.add((str(store.root), problem))
+        if (str(store), problem) not in _WARNED:  # once per process: one command opens many connections
+            _WARNED.add((str(store), problem))
             log.warning(problem)
     store.problems = problems
     published_schema = pa.schema([("model", pa.string()), ("checkpoint", pa.string()), ("table_name", pa.string()),
@@ -93,7 +105,7 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
     connection.register("study_tables", pa.table({"table_name": list(TABLES),
                                                   "required": [TABLES[t].required for t in TABLES]}))
     for table in TABLES:
-        _view(connection, table, readable_run_files(store) if table == "runs" else files.get(table, []))
+        _view(connection, store, table, store.readable_run_files() if table == "runs" else files.get(table, []))
     for statement in derived_view_statements():
         connection.execute(statement)
     if complete_only:
@@ -103,7 +115,7 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
             if table == "runs":
                 continue
             kept = [path for path in files.get(table, []) if _partition_of(path) in complete]
-            _view(connection, table, kept)
+            _view(connection, store, table, kept)
     connection.execute("SET lock_configuration = true")
     return connection
 
@@ -112,17 +124,15 @@ def partition_sources(store, model_checkpoint_files: list[str]) -> pa.Table:
     """One row per partition with a published ``model_checkpoints`` row: the sha256 of the file it was made from
     (GGUF models and the checkpoints derived from them: the null model and its quantized control), the sha256
     its model is registered with now, and its width. A file read whole: it is one row."""
-    from resdyn.models.registry import ModelRegistry
-
     try:
-        specs = ModelRegistry(store.registry_file).specs
+        specs = store.registry_specs()
     except (OSError, ValueError, KeyError, TypeError):  # a damaged registry: `resdyn check` names it
         specs = {}
     rows = []
     for path in model_checkpoint_files:
         found = _partition_of(path)
         try:
-            row = pq.read_table(path).slice(0, 1).to_pylist()
+            row = pq.read_table(path, filesystem=store.arrow_filesystem).slice(0, 1).to_pylist()
         except (pa.ArrowInvalid, OSError):
             continue  # left out and named by published_files
         if found is None or not row:

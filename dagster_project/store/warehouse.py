@@ -188,6 +188,9 @@ class Warehouse:
         self.run_id = run_id
         self.settings_hash = settings_hash
 
+    def __str__(self) -> str:
+        return str(self.root)
+
     def require_existing(self) -> "Warehouse":
         """Reading a warehouse that is not there is an error, not an empty answer."""
         if self.root.exists() and not self.root.is_dir():
@@ -538,6 +541,25 @@ class Warehouse:
         return sorted(records, key=lambda row: row["started_at"] or "")
 
     # -- DuckDB ---------------------------------------------------------------------------------
+
+    arrow_filesystem = None  # local files: DuckDB reads them itself, only under the root
+
+    def sql_directories(self) -> list[str]:
+        """Where DuckDB may open files: under the root only."""
+        return [self.root.as_posix() + "/"]
+
+    def table_directory(self, table: str) -> str:
+        return (self.root / table).as_posix()
+
+    def readable_run_files(self) -> list[str]:
+        from resdyn.dagster_project.store.views import readable_run_files
+
+        return readable_run_files(self)
+
+    def registry_specs(self) -> dict:
+        from resdyn.models.registry import ModelRegistry
+
+        return ModelRegistry(self.registry_file).specs
 
     def published_files(self) -> tuple[dict[str, list[str]], list[dict], list[str]]:
         """(table -> published files that look intact, manifest rows, problems): a file missing or of

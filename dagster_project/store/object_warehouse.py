@@ -1,0 +1,165 @@
+"""A warehouse on an object store, read: its published partitions, read-only SQL over them, whole tables.
+
+The reading side of :class:`~.warehouse.Warehouse` for ``s3://bucket/prefix`` (the writing side is
+:class:`~.object_generations.ObjectTables`; runs do not write here yet). The views are those of a folder
+(:func:`~.views.build_connection`, the same ``sql/views.sql`` on top), each over exactly the files the manifests
+publish, read through pyarrow's ``S3FileSystem`` as datasets registered in DuckDB: DuckDB's own S3 extension cannot
+be installed offline, and a registered dataset needs no file access from DuckDB at all, so its file access stays
+off (no directory allowed): SQL reads the warehouse's tables by name and nothing else, anywhere.
+
+A published file is checked against its entry by one HEAD (size and the ETag its upload got) before a view may read
+it; a whole-table read also checks its sha256 (:meth:`ObjectTables.read`).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cached_property
+
+import duckdb
+import pyarrow as pa
+
+from resdyn.dagster_project.configuration.locations import ObjectLocation
+from resdyn.dagster_project.store.manifests import KeyPlaces, parse_manifest
+from resdyn.dagster_project.store.object_generations import ObjectTables
+from resdyn.dagster_project.store.object_store import ObjectStore
+from resdyn.dagster_project.store.warehouse import checkpoint_labels
+
+log = logging.getLogger(__name__)
+
+
+class ObjectWarehouse:
+    """The published partitions of the warehouse at ``location`` (``s3://bucket/prefix``), read-only."""
+
+    registry_file = None  # models added by a user are registered in a local file; over S3 only the built-in ones
+
+    def __init__(self, location: ObjectLocation) -> None:
+        self.location = location
+        self.store = ObjectStore(location)
+        self.tables = ObjectTables(self.store)
+        self.problems: list[str] = []
+
+    def __str__(self) -> str:
+        return str(self.location)
+
+    def require_existing(self) -> "ObjectWarehouse":
+        """Reading a warehouse that is not there is an error, not an empty answer."""
+        if not self.store.list("_published/") and not self.store.list("runs/"):
+            raise FileNotFoundError(f"no warehouse at {self.location}: nothing is published under that prefix; "
+                                    "check the bucket and prefix (`resdyn run` writes a warehouse there)")
+        return self
+
+    # -- what the views read ----------------------------------------------------------------------------
+
+    @cached_property
+    def arrow_filesystem(self):
+        return self.store.filesystem()
+
+    def sql_directories(self) -> list[str]:
+        """Where DuckDB may open files itself: nowhere (the tables reach it as registered datasets)."""
+        return []
+
+    def table_directory(self, table: str) -> str:
+        """The hive base of ``table``'s files on :attr:`arrow_filesystem` (model=/checkpoint= below it)."""
+        return self.store.arrow_path(table)
+
+    def read_manifests(self) -> tuple[list[dict], list[str]]:
+        """Every partition's usable manifest, and one line per problem found in them."""
+        manifests, problems = [], []
+        for found in self.store.list("_published/"):
+            parts = found.relative.removeprefix("_published/").split("/")
+            if len(parts) != 2 or not parts[0].startswith("model=") or not parts[1].startswith("checkpoint=") or \
+                    not parts[1].endswith(".json"):
+                continue
+            model, checkpoint = parts[0].removeprefix("model="), parts[1].removeprefix("checkpoint=")[:-5]
+            stored = self.store.get(found.relative)
+            if stored is None:  # removed since the listing
+                continue
+            try:
+                text = stored.data.decode()
+            except UnicodeDecodeError as error:
+                problems.append(f"unreadable manifest: {self.tables._where(found.relative)} ({error})")
+                continue
+            manifest, found_problems = parse_manifest(text, self.tables._where(found.relative), model, checkpoint,
+                                                      KeyPlaces())
+            problems += found_problems
+            if manifest["tables"] or not found_problems:
+                manifests.append(manifest)
+        return manifests, problems
+
+    def manifests(self):
+        manifests, problems = self.read_manifests()
+        for problem in problems:
+            log.warning("%s (see `resdyn check`)", problem)
+        yield from manifests
+
+    def partitions(self) -> list[tuple[str, str]]:
+        return [(manifest["model"], manifest["checkpoint"]) for manifest in self.manifests()]
+
+    def published_files(self) -> tuple[dict[str, list[str]], list[dict], list[str]]:
+        """(table -> published files that are the objects published, manifest rows, problems): an object missing,
+        of another size or another ETag than published is left out of the views and reported."""
+        files: dict[str, list[str]] = {}
+        rows = []
+        manifests, problems = self.read_manifests()
+        for manifest in manifests:
+            for table, entry in manifest["tables"].items():
+                found = self.store.info(entry["file"])
+                if found is None:
+                    problem = "missing"
+                elif found.size != entry["bytes"] or ("etag" in entry and found.etag != entry["etag"]):
+                    problem = "not the object published (size or ETag differs)"
+                else:
+                    problem = None
+                if problem is not None:
+                    problems.append(f"{self.tables._where(entry['file'])} is {problem}; rematerialize with "
+                                    f"`resdyn run --model {manifest['model']} --checkpoint {manifest['checkpoint']}`")
+                else:
+                    files.setdefault(table, []).append(self.store.arrow_path(entry["file"]))
+                generation = entry.get("generation")
+                rows.append({"model": manifest["model"], "checkpoint": manifest["checkpoint"], "table_name": table,
+                             "run_id": entry.get("run_id"), "settings_hash": entry.get("settings_hash"),
+                             "generation": generation if isinstance(generation, int) else None,
+                             "rows": entry["rows"], "intact": problem is None})
+        return files, rows, problems
+
+    def readable_run_files(self) -> list[str]:
+        """The runs table's objects (always visible: each one PUT, its footer read back before upload)."""
+        return [self.store.arrow_path(found.relative) for found in self.store.list("runs/")
+                if found.relative.endswith(".parquet")]
+
+    # -- reads ------------------------------------------------------------------------------------------
+
+    def read(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None) -> pa.Table:
+        return self.tables.read(table, model, checkpoint, columns)
+
+    def row_groups(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None):
+        return self.tables.row_groups(table, model, checkpoint, columns)
+
+    def manifest(self, model: str, checkpoint: str) -> dict:
+        return self.tables.manifest(model, checkpoint)
+
+    def has(self, table: str, model: str, checkpoint: str) -> bool:
+        return table in self.tables.manifest(model, checkpoint)["tables"]
+
+    def checkpoint_labels(self, model: str) -> dict[str, str]:
+        return checkpoint_labels(self.query("SELECT checkpoint, status, d_model, settings_hash FROM partitions "
+                                            "WHERE model = $model", parameters={"model": model}).to_pylist())
+
+    def registry_specs(self) -> dict:
+        from resdyn.models.registry import ModelRegistry
+
+        return ModelRegistry(None).specs
+
+    # -- DuckDB -----------------------------------------------------------------------------------------
+
+    def connect(self, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
+        from resdyn.dagster_project.store.views import build_connection
+
+        return build_connection(self, complete_only=complete_only)
+
+    def query(self, sql: str, *, complete_only: bool = False, parameters: dict | None = None) -> pa.Table:
+        from resdyn.dagster_project.store.views import run_read_only
+
+        with self.connect(complete_only=complete_only) as connection:
+            return run_read_only(connection, sql, parameters)

@@ -1,0 +1,113 @@
+"""Read-only SQL over a warehouse on a real S3 server (SeaweedFS, the ``s3_server`` fixture): every table and view
+answers as it does over the same files on disk, the named questions print the same, and the SQL guard's refusals
+hold (no writes, no file outside the warehouse's tables, locked configuration)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import pytest
+
+from resdyn.dagster_project.interface.cli import main
+from resdyn.dagster_project.store.object_store import ObjectStore
+from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
+from resdyn.dagster_project.store.schema import TABLES
+from resdyn.dagster_project.store.warehouse import Warehouse
+
+from ..cli_helpers import RESDYN, environment
+
+
+def _put_published_generation(root, store: ObjectStore) -> None:
+    """The published generation of a warehouse folder (and its runs table) under the same keys on ``store``; each
+    manifest entry gains the ETag its upload got, as a publication on the store records it."""
+    for manifest_path in sorted(root.glob("_published/model=*/checkpoint=*.json")):
+        manifest = json.loads(manifest_path.read_text())
+        for entry in manifest["tables"].values():
+            store.upload(root / entry["file"], entry["file"])
+            entry["etag"] = store.info(entry["file"]).etag
+        store.put(manifest_path.relative_to(root).as_posix(), json.dumps(manifest).encode())
+    for path in sorted(root.glob("runs/model=*/checkpoint=*/*.parquet")):
+        store.upload(path, path.relative_to(root).as_posix())
+
+
+def _without_nan(value):
+    """``value`` with every float NaN replaced by a marker (NaN != NaN would make equal tables differ)."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, list):
+        return [_without_nan(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _without_nan(item) for key, item in value.items()}
+    return value
+
+
+@pytest.fixture
+def mirrored(built, s3_warehouse):
+    _, root = built
+    _put_published_generation(root, ObjectStore(s3_warehouse))
+    return root, s3_warehouse
+
+
+def test_every_table_and_view_answers_over_s3_as_over_the_same_files_on_disk(mirrored):
+    root, location = mirrored
+    disk, s3 = Warehouse(root), ObjectWarehouse(location).require_existing()
+    compared = 0
+    for name in [*TABLES, "partitions", "published_tables", "study_tables", "partition_sources"]:
+        sql = f"SELECT * EXCLUDE (run_id) FROM {name} ORDER BY ALL" if name == "runs" else \
+            f"SELECT * FROM {name} ORDER BY ALL"
+        on_disk, on_s3 = disk.query(sql), s3.query(sql)
+        assert on_s3.schema == on_disk.schema, name
+        assert _without_nan(on_s3.to_pylist()) == _without_nan(on_disk.to_pylist()), name
+        compared += on_disk.num_rows > 0
+    assert compared >= 15  # the built partition fills most tables: the comparison is not of empty views
+    assert s3.query("SELECT status FROM partitions").to_pylist() == [{"status": "complete"}]
+
+
+def test_named_questions_and_sql_through_the_cli_print_the_same_over_s3(mirrored, s3_environment):
+    root, location = mirrored
+
+    def cli(*arguments) -> str:
+        completed = subprocess.run([*RESDYN, *arguments], env=environment(**s3_environment), capture_output=True,
+                                   text=True, timeout=300)
+        assert completed.returncode == 0, completed.stderr[-2000:]
+        return completed.stdout
+
+    assert cli("questions", "--warehouse", str(location)) == cli("questions", "--warehouse", str(root))
+    query = "SELECT layer, sublayer, round(spectral_radius, 9) AS r FROM layer_metrics ORDER BY ALL"
+    assert cli("sql", query, "--warehouse", str(location), "--csv") == cli("sql", query, "--warehouse", str(root),
+                                                                         "--csv")
+
+
+def test_sql_over_s3_cannot_write_or_read_anything_but_the_warehouses_tables(mirrored, capsys, s3_environment):
+    root, location = mirrored
+    store = ObjectStore(location)
+    before = {found.relative: found.etag for found in store.list()}
+    published = next(key for key in before if key.startswith("jacobians/"))
+    for sql in [f"COPY (SELECT 1 AS x) TO '{root}/x.parquet' (FORMAT parquet)", f"ATTACH '{root}/evil.duckdb'",
+                "CREATE TABLE t AS SELECT 1", "SET enable_external_access = true", "INSTALL httpfs",
+                f"COPY (SELECT 1) TO 's3://{location.bucket}/{location.prefix}/x.csv'"]:
+        assert main(["sql", sql, "--warehouse", str(location)]) == 2, sql
+        assert "read-only" in capsys.readouterr().err, sql
+    for sql in ["SELECT * FROM read_csv('/etc/passwd')", f"SELECT * FROM read_parquet('{root}/{published}')",
+                f"SELECT * FROM read_parquet('s3://{location.bucket}/{location.prefix}/{published}')"]:
+        assert main(["sql", sql, "--warehouse", str(location)]) == 2, sql
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and ("Permission" in error or "disabled" in error), (sql, error)
+    assert {found.relative: found.etag for found in store.list()} == before
+    assert not (root / "x.parquet").exists() and not (root / "evil.duckdb").exists()
+
+
+def test_an_object_that_is_not_the_one_published_is_left_out_of_the_views_and_named(mirrored, capsys):
+    root, location = mirrored
+    store = ObjectStore(location)
+    manifest = json.loads(store.get("_published/model=m/checkpoint=local.json").data)
+    entry = manifest["tables"]["layer_metrics"]
+    data = bytearray(store.get(entry["file"]).data)
+    data[len(data) // 2] ^= 0xFF
+    store.put(entry["file"], bytes(data))  # same size, another ETag
+    s3 = ObjectWarehouse(location)
+    assert s3.query("SELECT count(*) AS n FROM layer_metrics").to_pylist() == [{"n": 0}]
+    assert any("layer_metrics" in problem and "ETag" in problem for problem in s3.problems)
+    assert s3.query("SELECT status FROM partitions").to_pylist() != [{"status": "complete"}]

@@ -2,6 +2,7 @@
 
     import resdyn
     study = resdyn.open()                                    # the configured warehouse, read-only
+    study = resdyn.open("s3://bucket/prefix")                # one on an object store (docs/configuration.md)
     study.partitions()                                       # polars DataFrame: one row per model@checkpoint
     study.sql("fdr_significant_layers")                      # a named question (sql/questions/), or any SELECT
     study.sql("SELECT * FROM layer_metrics WHERE model = $model", model="tiny-llama")
@@ -26,11 +27,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
+from resdyn.dagster_project.store import open_for_reading
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES
-from resdyn.dagster_project.store.views import readable_run_files, sql_text
-from resdyn.dagster_project.store.warehouse import LOG_TABLES, Warehouse, partition_key_of
+from resdyn.dagster_project.store.views import sql_text
+from resdyn.dagster_project.store.warehouse import LOG_TABLES, partition_key_of
 from resdyn.dagster_project.study import figure_frames
 from resdyn.models.registry import ModelRegistry, split_partition_key
 
@@ -42,11 +45,11 @@ class Study:
     """A read-only view of one warehouse (``resdyn.open``)."""
 
     def __init__(self, warehouse: str | Path | None = None) -> None:
-        self.store = Warehouse(warehouse).require_existing()
+        self.store = open_for_reading(warehouse)  # a folder, or s3://BUCKET/PREFIX
         self.plot = Plots(self)
 
     def __repr__(self) -> str:
-        return f"Study({str(self.store.root)!r})"
+        return f"Study({str(self.store)!r})"
 
     # -- SQL ------------------------------------------------------------------------------------
 
@@ -83,7 +86,7 @@ class Study:
                         "AND r.checkpoint = p.checkpoint WHERE p.model = $model AND p.checkpoint = $checkpoint",
                         model=model, checkpoint=checkpoint)
         if rows.is_empty():
-            raise KeyError(f"partition {partition} has no published run in {self.store.root}: `study.partitions()` "
+            raise KeyError(f"partition {partition} has no published run in {self.store}: `study.partitions()` "
                            "lists the partitions there")
         return json.loads(rows["settings"][0])
 
@@ -97,18 +100,25 @@ class Study:
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
         if name in LOG_TABLES:
-            paths = readable_run_files(self.store)
+            paths = self.store.readable_run_files()
         else:
             paths = self.store.published_files()[0].get(name, [])
         frames = []
         for path in sorted(paths):
             found = partition_key_of(Path(path))
             if found and (model is None or found[0] == model) and (checkpoint is None or found[1] == checkpoint):
-                frames.append(pl.scan_parquet(path).with_columns(model=pl.lit(found[0]), checkpoint=pl.lit(found[1])))
+                frames.append(self._scan(path).with_columns(model=pl.lit(found[0]), checkpoint=pl.lit(found[1])))
         if not frames:
             return pl.from_arrow(_empty(name)).lazy()
         frame = frames[0] if len(frames) == 1 else pl.concat(_comparable(frames), how="diagonal_relaxed")
         return PublishedFrame._from_pyldf(frame._ldf)
+
+    def _scan(self, path: str) -> pl.LazyFrame:
+        """One published file as a LazyFrame: polars reads a local file itself, an object through the store's
+        pyarrow filesystem (the credentials and endpoint the warehouse was opened with)."""
+        if self.store.arrow_filesystem is None:
+            return pl.scan_parquet(path)
+        return pl.scan_pyarrow_dataset(ds.dataset(path, filesystem=self.store.arrow_filesystem, format="parquet"))
 
     def jacobian(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
         """The mean Jacobian of the sublayer at ``depth`` (float64, d x d, a writable copy), from its row group."""
@@ -213,7 +223,7 @@ class Plots:
             partitions = self._study.partitions()
             published = [f"{row['model']}@{row['checkpoint']} ({row['status']})"
                          for row in partitions.iter_rows(named=True)]
-            raise KeyError(f"{wanted} has no published rows of {table} in {self._study.store.root}; published: "
+            raise KeyError(f"{wanted} has no published rows of {table} in {self._study.store}; published: "
                            f"{', '.join(published) or 'nothing'} (`resdyn check` names damaged files)")
         return frame
 

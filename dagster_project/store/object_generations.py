@@ -233,20 +233,30 @@ class ObjectTables:
                                 "damaged (content differs from what was published: size or sha256)")
         return pq.read_table(pa.BufferReader(stored.data), columns=columns)
 
-    def row_groups(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None
-                   ) -> Iterator[pa.Table]:
-        """The partition one row group at a time, read in ranges; the object checked first to be the one published
-        (its size and ETag)."""
+    def _published_object(self, table: str, model: str, checkpoint: str) -> str:
+        """The key of the partition's file, checked to be the object published (its size and ETag: one HEAD)."""
         entry = self.entry(table, model, checkpoint)
         found = self.store.info(entry["file"])
         if found is None:
             raise self._damaged(entry, model, checkpoint, "missing")
         if found.size != entry["bytes"] or found.etag != entry["etag"]:
             raise self._damaged(entry, model, checkpoint, "not the object published (size or ETag differs)")
-        with self.store.filesystem().open_input_file(self.store.arrow_path(entry["file"])) as source:
+        return entry["file"]
+
+    def row_groups(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None
+                   ) -> Iterator[pa.Table]:
+        """The partition one row group at a time, read in ranges, from the object published."""
+        relative = self._published_object(table, model, checkpoint)
+        with self.store.filesystem().open_input_file(self.store.arrow_path(relative)) as source:
             parquet = pq.ParquetFile(source, buffer_size=PAGE_BYTES, pre_buffer=False)
             for index in range(parquet.num_row_groups):
                 yield parquet.read_row_group(index, columns=columns, use_threads=False)
+
+    def read_row_group(self, table: str, model: str, checkpoint: str, index: int,
+                       columns: list[str] | None = None) -> pa.Table:
+        relative = self._published_object(table, model, checkpoint)
+        with self.store.filesystem().open_input_file(self.store.arrow_path(relative)) as source:
+            return pq.ParquetFile(source).read_row_group(index, columns=columns)
 
     def content_hash(self, table: str, model: str, checkpoint: str) -> str:
         """Hash of the partition's data columns (equal to :meth:`~.Warehouse.content_hash` for equal data)."""

@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from resdyn.dagster_project.configuration.locations import ObjectLocation
+from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.manifests import KeyPlaces, parse_manifest
 from resdyn.dagster_project.store.object_generations import ObjectTables
 from resdyn.dagster_project.store.object_store import ObjectStore
@@ -135,6 +136,14 @@ class ObjectWarehouse:
 
     def row_groups(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None):
         return self.tables.row_groups(table, model, checkpoint, columns)
+
+    def read_row_group(self, table: str, model: str, checkpoint: str, index: int,
+                       columns: list[str] | None = None) -> pa.Table:
+        return self.tables.read_row_group(table, model, checkpoint, index, columns)
+
+    def matrix_table(self, table: str, model: str, checkpoint: str) -> MatrixTable:
+        """The partition's matrix table as a lazy handle (one matrix at a time)."""
+        return MatrixTable(self, table, model, checkpoint)
 
     def manifest(self, model: str, checkpoint: str) -> dict:
         return self.tables.manifest(model, checkpoint)

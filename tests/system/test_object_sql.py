@@ -111,3 +111,24 @@ def test_an_object_that_is_not_the_one_published_is_left_out_of_the_views_and_na
     assert s3.query("SELECT count(*) AS n FROM layer_metrics").to_pylist() == [{"n": 0}]
     assert any("layer_metrics" in problem and "ETag" in problem for problem in s3.problems)
     assert s3.query("SELECT status FROM partitions").to_pylist() != [{"status": "complete"}]
+
+
+def test_the_notebook_over_s3_gives_the_frames_and_matrices_it_gives_on_disk(mirrored):
+    import polars as pl
+
+    import resdyn
+
+    root, location = mirrored
+    disk, s3 = resdyn.open(str(root)), resdyn.open(str(location))
+    assert str(location) in repr(s3)
+    for name in ("layer_metrics", "eigenvalues", "communities", "runs"):
+        on_disk, on_s3 = disk.table(name).collect(), s3.table(name).collect()
+        assert on_s3.columns == on_disk.columns, name
+        assert on_s3.height == on_disk.height > 0, name
+        assert on_s3.sort(on_s3.columns[:6]).equals(on_disk.sort(on_disk.columns[:6]), null_equal=True), name
+    assert s3.partitions().equals(disk.partitions())
+    depths = disk.sql("SELECT DISTINCT depth FROM jacobians ORDER BY depth")["depth"].to_list()
+    for depth in depths:
+        matrix = s3.jacobian("m", "local", depth)
+        assert matrix.dtype == "float64" and (matrix == disk.jacobian("m", "local", depth)).all()
+    assert isinstance(s3.sql("fdr_significant_layers"), pl.DataFrame)

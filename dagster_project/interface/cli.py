@@ -185,7 +185,7 @@ def command_claims(arguments) -> int:
         null, trained = _kept_pair(frames, arguments)
         report, figure = build_claims(None, arguments.model, null, trained, output, frames=frames)
     else:
-        store = Warehouse(arguments.warehouse).require_existing()
+        store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output DIR)
         pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
         _warn_problems(store)
         null = arguments.null or pair.get("null_checkpoint") or "init"

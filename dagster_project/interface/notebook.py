@@ -35,7 +35,7 @@ from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES
 from resdyn.dagster_project.store.views import sql_text
 from resdyn.dagster_project.store.warehouse import LOG_TABLES, partition_key_of
 from resdyn.dagster_project.study import figure_frames
-from resdyn.models.registry import ModelRegistry, split_partition_key
+from resdyn.models.registry import split_partition_key
 
 FIGURES = ("metrics_by_depth", "cumulative_rank", "schur_surgery", "eigenvalue_clouds", "coupling_by_depth")
 PARTITION_FIGURES = ("schur_surgery", "eigenvalue_clouds")  # one partition's; the others: every checkpoint
@@ -66,10 +66,9 @@ class Study:
     def models(self) -> pl.DataFrame:
         """Every registered checkpoint: model, family, source, checkpoint, revision, status."""
         status = {(row["model"], row["checkpoint"]): row["status"] for row in self.partitions().iter_rows(named=True)}
-        registry = ModelRegistry(self.store.registry_file)
         rows = [{"model": name, "family": spec.family, "source": spec.source, "checkpoint": checkpoint,
                  "revision": revision, "status": status.get((name, checkpoint), "-")}
-                for name, spec in sorted(registry.specs.items()) for checkpoint, revision in spec.checkpoints.items()]
+                for name, spec in sorted(self.store.registry_specs().items()) for checkpoint, revision in spec.checkpoints.items()]
         return pl.DataFrame(rows, schema={"model": pl.String, "family": pl.String, "source": pl.String,
                                           "checkpoint": pl.String, "revision": pl.String, "status": pl.String})
 

@@ -14,7 +14,9 @@ it; a whole-table read also checks its sha256 (:meth:`ObjectTables.read`).
 from __future__ import annotations
 
 import logging
+import tempfile
 from functools import cached_property
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -31,8 +33,6 @@ log = logging.getLogger(__name__)
 
 class ObjectWarehouse:
     """The published partitions of the warehouse at ``location`` (``s3://bucket/prefix``), read-only."""
-
-    registry_file = None  # models added by a user are registered in a local file; over S3 only the built-in ones
 
     def __init__(self, location: ObjectLocation) -> None:
         self.location = location
@@ -156,9 +156,16 @@ class ObjectWarehouse:
                                             "WHERE model = $model", parameters={"model": model}).to_pylist())
 
     def registry_specs(self) -> dict:
+        """The registered models: the built-in ones and those a run added (``registry.json`` on the store)."""
         from resdyn.models.registry import ModelRegistry
 
-        return ModelRegistry(None).specs
+        stored = self.store.get("registry.json")
+        if stored is None:
+            return ModelRegistry(None).specs
+        with tempfile.TemporaryDirectory(prefix="resdyn-registry-") as directory:  # the registry reads a file
+            path = Path(directory) / "registry.json"
+            path.write_bytes(stored.data)
+            return ModelRegistry(path).specs
 
     # -- DuckDB -----------------------------------------------------------------------------------------
 

@@ -169,6 +169,9 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
         frames = claims_inputs(store, model)
     elif output is None and store is None:
         raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
+    if output is None and store is not None and store.arrow_filesystem is not None:
+        raise ValueError(f"claims of the object-store warehouse {store} are written to a local folder: give "
+                         "--output DIR")
     partitions = {row["checkpoint"]: row for row in frames["partitions"].iter_rows(named=True)}
     data, products = checkpoint_data(frames)
     control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
@@ -309,10 +312,8 @@ def _require_partitions(store: Warehouse, model: str) -> None:
     if store.query("SELECT count(*) AS n FROM partitions WHERE model = $model",
                    parameters={"model": model}).to_pylist()[0]["n"]:
         return
-    from resdyn.models.registry import ModelRegistry
-
-    registered = model in ModelRegistry(store.registry_file).specs
+    registered = model in store.registry_specs()
     models = sorted({row["model"] for row in store.query("SELECT DISTINCT model FROM partitions").to_pylist()})
-    raise ValueError(f"{model} has no partition in {store.root}" + (
+    raise ValueError(f"{model} has no partition in {store}" + (
         f": run it first (`resdyn run --model {model}`)" if registered else
         f" and is not a registered model; the models there: {', '.join(models) or 'none'} (`resdyn models`)"))

@@ -17,9 +17,11 @@ import polars as pl
 import pytest
 import torch
 
+from resdyn.dagster_project.store.object_store import ObjectStore
 from resdyn.models.gguf_import import IMPORT_RECORD, GGUFError, describe_gguf, find_gguf, import_gguf
 
 from ..gguf_files import dequantized_reference, random_model, vocabulary, write_gguf
+from ..s3_helpers import put_published_generation
 
 QUANTIZED = ("attn_q", "ffn_up", "token_embd")  # stored as Q8_0, the rest F32
 FAMILIES = ["llama", "qwen2", "qwen3", "gemma3"]
@@ -200,7 +202,8 @@ def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp
 
 
 def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_unchanged_file(tmp_path, fresh_seed,
-                                                                                             built):
+                                                                                             built, s3_warehouse,
+                                                                                             s3_environment):
     from resdyn.dagster_project.store.warehouse import Warehouse
     from resdyn.models.registry import ModelRegistry
 
@@ -255,6 +258,13 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         assert json.loads((output / "claims.json").read_text()) == claims_record, source
         assert (output / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
+    # the same claims from the same files on an object store (the session's S3 server)
+    put_published_generation(warehouse, ObjectStore(s3_warehouse))
+    over_s3 = subprocess.run([sys.executable, "-m", "resdyn", "claims", "tiny-gguf", "--trained", "local",
+                              "--warehouse", str(s3_warehouse), "--output", str(inputs.parent / "claims-over-s3")],
+                             capture_output=True, text=True, env={**os.environ, **s3_environment}, timeout=600)
+    assert over_s3.returncode == 0, over_s3.stderr[-2000:]
+    assert json.loads((inputs.parent / "claims-over-s3" / "claims.json").read_text()) == claims_record
     assert sorted(path.name for path in inputs.iterdir()) == [".lock", "init", "init-quantized", "local",
                                                               "rounding-x1", "rounding-x2"]  # and no generation left
     # the kept frames have exactly the columns a kept folder is checked against (claims_inputs.COLUMNS)

@@ -17,19 +17,7 @@ from resdyn.dagster_project.store.schema import TABLES
 from resdyn.dagster_project.store.warehouse import Warehouse
 
 from ..cli_helpers import RESDYN, environment
-
-
-def _put_published_generation(root, store: ObjectStore) -> None:
-    """The published generation of a warehouse folder (and its runs table) under the same keys on ``store``; each
-    manifest entry gains the ETag its upload got, as a publication on the store records it."""
-    for manifest_path in sorted(root.glob("_published/model=*/checkpoint=*.json")):
-        manifest = json.loads(manifest_path.read_text())
-        for entry in manifest["tables"].values():
-            store.upload(root / entry["file"], entry["file"])
-            entry["etag"] = store.info(entry["file"]).etag
-        store.put(manifest_path.relative_to(root).as_posix(), json.dumps(manifest).encode())
-    for path in sorted(root.glob("runs/model=*/checkpoint=*/*.parquet")):
-        store.upload(path, path.relative_to(root).as_posix())
+from ..s3_helpers import put_published_generation
 
 
 def _without_nan(value):
@@ -46,7 +34,7 @@ def _without_nan(value):
 @pytest.fixture
 def mirrored(built, s3_warehouse):
     _, root = built
-    _put_published_generation(root, ObjectStore(s3_warehouse))
+    put_published_generation(root, ObjectStore(s3_warehouse))
     return root, s3_warehouse
 
 

@@ -215,11 +215,11 @@ def warehouse_root(given: str | os.PathLike | None = None, environment: Mapping 
     process's), else the default."""
     location = warehouse_location(given, environment)
     if isinstance(location, ObjectLocation):
-        # SQL reads an object-store warehouse (store/object_warehouse.py), but runs, checks and the notebook still
-        # read and write files: refuse here rather than write a folder named `s3:`
-        raise ConfigError(f"warehouse {location}: `resdyn sql` and `resdyn questions` read an object-store "
-                          "warehouse, but runs, checks and the notebook cannot use one yet (docs/configuration.md); "
-                          "give --warehouse (or RESDYN_WAREHOUSE) a local directory")
+        # reads go through store.open_for_reading (store/object_warehouse.py), but runs still write files:
+        # refuse here rather than write a folder named `s3:`
+        raise ConfigError(f"warehouse {location}: `resdyn sql`, `questions`, `check`, `claims` and the notebook read "
+                          "an object-store warehouse, but runs, `report` and `models` cannot use one yet "
+                          "(docs/configuration.md); give --warehouse (or RESDYN_WAREHOUSE) a local directory")
     return location.path
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY, dagster_home
@@ -239,12 +240,23 @@ def command_check(arguments) -> int:
     from resdyn.dagster_project.store.integrity import scan
     from resdyn.dagster_project.store.leftovers import describe, reclaim, unpublished_files
 
-    store = Warehouse(arguments.warehouse).require_existing()
-    if arguments.reclaim:
-        leftovers = unpublished_files(store)
-        freed = reclaim(store, leftovers)
-        print(f"resdyn check --reclaim: removed {len(leftovers)} unpublished file(s), {freed} bytes")
-    problems = scan(store) + describe(unpublished_files(store))
+    store = open_for_reading(arguments.warehouse)
+    if store.arrow_filesystem is not None:  # an object store: its leftovers are objects (store/object_generations.py)
+        # as on disk, what no manifest names and no live run wrote is a leftover at once (no grace period: that
+        # guards the sweeps runs make while other writers may be uploading, not a person's explicit check)
+        if arguments.reclaim:
+            removed = store.tables.sweep(grace=timedelta(0))
+            print(f"resdyn check --reclaim: removed {len(removed)} unpublished object(s), "
+                  f"{sum(found.size for found in removed)} bytes")
+        unpublished = [f"unpublished: {store.tables.where(found.relative)} ({found.size} bytes); `resdyn check "
+                       "--reclaim` removes it" for found in store.tables.leftovers(grace=timedelta(0))]
+        problems = scan(store) + unpublished
+    else:
+        if arguments.reclaim:
+            leftovers = unpublished_files(store)
+            freed = reclaim(store, leftovers)
+            print(f"resdyn check --reclaim: removed {len(leftovers)} unpublished file(s), {freed} bytes")
+        problems = scan(store) + describe(unpublished_files(store))
     for problem in problems:
         print(problem)
     print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")
@@ -391,6 +403,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resdyn: error: {message.strip().splitlines()[0] if message.strip() else type(error).__name__}",
               file=sys.stderr)
         return 2
+    except Exception as error:
+        if not _from_the_object_store(error):
+            raise
+        print(f"resdyn: error: the object store: {str(error).strip().splitlines()[0] or type(error).__name__} (check "
+              "the bucket, the credentials and AWS_ENDPOINT_URL_S3: docs/configuration.md)", file=sys.stderr)
+        return 2
+
+
+def _from_the_object_store(error: Exception) -> bool:
+    """An error of the S3 client (no credentials, no such bucket, endpoint unreachable) or of the store layer."""
+    from resdyn.dagster_project.store.object_store import ObjectStoreError
+
+    return isinstance(error, ObjectStoreError) or type(error).__module__.startswith(("botocore", "boto3"))
 
 
 if __name__ == "__main__":

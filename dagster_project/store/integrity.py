@@ -1,24 +1,44 @@
-"""``resdyn check``: every published file read back (footer, schema, rows) against its manifest entry."""
+"""``resdyn check``: every published file read back (footer, schema, rows) against its manifest entry, in a folder or
+on an object store."""
 
 from __future__ import annotations
+
+import hashlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resdyn.dagster_project.store.manifests import VerifiedFiles
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES
-from resdyn.dagster_project.store.warehouse import Warehouse
 
 
 def _fix(manifest: dict) -> str:
     return f"rematerialize it: `resdyn run --model {manifest['model']} --checkpoint {manifest['checkpoint']}`"
 
 
-def scan(store: Warehouse) -> list[str]:
+def _footer_problems(where: str, table: str, entry: dict, manifest: dict, read_footer, size: int) -> list[str]:
+    """A published file's footer against its entry: readable, the table's columns, the rows and bytes published."""
+    try:
+        footer = read_footer()
+        columns = set(footer.schema.to_arrow_schema().names)
+    except (pa.ArrowInvalid, OSError) as error:
+        return [f"unreadable: {where}: {str(error).splitlines()[0]}; {_fix(manifest)}"]
+    expected = set(TABLES[table].column_names) | set(PROVENANCE_COLUMNS) if table in TABLES else columns
+    if expected - columns:
+        return [f"wrong schema: {where} lacks {sorted(expected - columns)}; {_fix(manifest)}"]
+    if footer.num_rows != entry["rows"] or size != entry["bytes"]:
+        return [f"changed since published: {where} ({footer.num_rows} rows, {size} bytes; published {entry['rows']} "
+                f"rows, {entry['bytes']} bytes); {_fix(manifest)}"]
+    return []
+
+
+def scan(store) -> list[str]:
     """One line per problem: what is wrong, where, and the fix. Manifests are checked against their schema
     (dagster_project/store/manifests.py: their own partition, a whole generation, entries inside the partition's
     folders), then every published file against its entry: present, same size and sha256, a readable footer
-    with the table's columns and rows."""
+    with the table's columns and rows. A warehouse on an object store: :func:`scan_objects`."""
+    if store.arrow_filesystem is not None:
+        return scan_objects(store)
     manifests, problems = store.read_manifests()
     verified = VerifiedFiles(store.root)
     for manifest in manifests:
@@ -32,19 +52,8 @@ def scan(store: Warehouse) -> list[str]:
             if problem is not None and problem.startswith("damaged (content"):
                 problems.append(f"changed since published: {where}: {problem}; {_fix(manifest)}")
                 continue
-            try:
-                footer = pq.read_metadata(path)
-                columns = set(footer.schema.to_arrow_schema().names)
-            except (pa.ArrowInvalid, OSError) as error:
-                problems.append(f"unreadable: {where}: {str(error).splitlines()[0]}; {_fix(manifest)}")
-                continue
-            expected = set(TABLES[table].column_names) | set(PROVENANCE_COLUMNS) if table in TABLES else columns
-            if expected - columns:
-                problems.append(f"wrong schema: {where} lacks {sorted(expected - columns)}; {_fix(manifest)}")
-            elif footer.num_rows != entry["rows"] or path.stat().st_size != entry["bytes"]:
-                problems.append(f"changed since published: {where} ({footer.num_rows} rows, "
-                                f"{path.stat().st_size} bytes; published {entry['rows']} rows, {entry['bytes']} "
-                                f"bytes); {_fix(manifest)}")
+            problems += _footer_problems(where, table, entry, manifest, lambda path=path: pq.read_metadata(path),
+                                         path.stat().st_size)
     for manifest in manifests:  # the figures published with the tables, against their recorded size and hash
         problems += [f"changed since published: {line}" for line in store.damaged_figures(manifest, verified)]
     verified.save()
@@ -57,7 +66,37 @@ def scan(store: Warehouse) -> list[str]:
     return problems
 
 
-def stale_partitions(store: Warehouse) -> list[str]:
+def scan_objects(store) -> list[str]:
+    """:func:`scan` for a warehouse on an object store (:class:`~.object_warehouse.ObjectWarehouse`): every published
+    object fetched whole and its sha256 compared with the one published (a full check, unlike a view's HEAD), then
+    its footer; the runs table's objects read; stale partitions."""
+    manifests, problems = store.read_manifests()
+    for manifest in manifests:
+        for table, entry in sorted(manifest["tables"].items()):
+            url = store.tables.where(entry["file"])
+            where = f"{url} ({table} of {manifest['model']}@{manifest['checkpoint']})"
+            stored = store.store.get(entry["file"])
+            if stored is None:
+                problems.append(f"missing: {where}; {_fix(manifest)}")
+            elif "sha256" in entry and hashlib.sha256(stored.data).hexdigest() != entry["sha256"]:
+                problems.append(f"changed since published: {where}: damaged (content differs from what was "
+                                f"published: sha256); {_fix(manifest)}")
+            else:
+                problems += _footer_problems(where, table, entry, manifest,
+                                             lambda data=stored.data: pq.read_metadata(pa.BufferReader(data)),
+                                             len(stored.data))
+    problems += stale_partitions(store)
+    for found in store.store.list("runs/"):
+        stored = store.store.get(found.relative)
+        try:
+            pq.read_metadata(pa.BufferReader(stored.data if stored is not None else b""))
+        except (pa.ArrowInvalid, OSError) as error:
+            problems.append(f"unreadable run record: {store.tables.where(found.relative)}: "
+                            f"{str(error).splitlines()[0]}; delete it")
+    return problems
+
+
+def stale_partitions(store) -> list[str]:
     """One line per partition made from a source file its model is no longer registered with (sql/views.sql)."""
     rows = store.query("SELECT model, checkpoint, source_sha256, registered_sha256 FROM partitions "
                        "WHERE status = 'stale' ORDER BY model, checkpoint").to_pylist()

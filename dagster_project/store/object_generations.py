@@ -33,6 +33,7 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
@@ -41,7 +42,7 @@ import pyarrow.parquet as pq
 from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError
 from resdyn.dagster_project.store.leases import lease_is_live
 from resdyn.dagster_project.store.manifests import KeyPlaces, empty_manifest, next_generation, parse_manifest
-from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
+from resdyn.dagster_project.store.object_store import ObjectInfo, ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES, rows_table, table_spec
 from resdyn.dagster_project.store.warehouse import LOG_TABLES, PAGE_BYTES, TableWriter, hash_batch, new_run_id
 
@@ -70,7 +71,13 @@ class ObjectTables:
     def __init__(self, store: ObjectStore, *, run_id: str | None = None, settings_hash: str = "") -> None:
         self.store, self.run_id, self.settings_hash = store, run_id, settings_hash
 
-    def _where(self, relative: str) -> str:
+    @cached_property
+    def filesystem(self):
+        """pyarrow's S3 filesystem for this store (made once: each one opens its own connections)."""
+        return self.store.filesystem()
+
+    def where(self, relative: str) -> str:
+        """The ``s3://`` URL of a key (messages name objects by it)."""
         return f"s3://{self.store.location.bucket}/{self.store.key(relative)}"
 
     # -- writes ---------------------------------------------------------------------------------------------
@@ -89,7 +96,7 @@ class ObjectTables:
             self.store.upload(written.path, relative)
         uploaded = self.store.info(relative)
         if uploaded is None or uploaded.size != written.bytes:
-            raise ObjectStoreError(f"{self._where(relative)}: the upload of {written.bytes} bytes is not there as "
+            raise ObjectStoreError(f"{self.where(relative)}: the upload of {written.bytes} bytes is not there as "
                                    f"written ({uploaded}); the store lost a completed upload")
         entry = {"file": relative, "rows": written.rows, "bytes": written.bytes, "sha256": written.sha256,
                  "content_hash": written.content_hash, "etag": uploaded.etag, "run_id": run_id,
@@ -123,6 +130,12 @@ class ObjectTables:
 
     def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict]) -> dict:
         key = manifest_key(model, checkpoint)
+        for table, entry in entries.items():  # never a manifest naming an object a sweep removed meanwhile
+            found = self.store.info(entry["file"])
+            if found is None or found.size != entry["bytes"] or found.etag != entry.get("etag", found.etag):
+                raise ObjectStoreError(f"{self.where(entry['file'])} ({table}) is no longer the object this run "
+                                       "wrote (removed or replaced before publication, e.g. by `resdyn check "
+                                       "--reclaim`); nothing was published: rerun the partition")
         for _ in range(PUBLISH_ATTEMPTS):
             current = self.store.get(key)
             before = self._parse(key, current.data, model, checkpoint)[0] if current is not None else \
@@ -133,7 +146,7 @@ class ObjectTables:
             if put is not None:
                 self._collect_garbage(model, checkpoint, manifest, dict(before.get("previous", {})), set(entries))
                 return manifest
-        raise ObjectStoreError(f"{self._where(key)}: {PUBLISH_ATTEMPTS} publications of other writers won the "
+        raise ObjectStoreError(f"{self.where(key)}: {PUBLISH_ATTEMPTS} publications of other writers won the "
                                "manifest while this one tried; nothing of this run was published, rerun it")
 
     def _collect_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict, tables: set) -> None:
@@ -159,28 +172,53 @@ class ObjectTables:
                 holder = json.loads(stored.data) if stored is not None else {}
             except (UnicodeDecodeError, json.JSONDecodeError):
                 continue
-            if holder.get("run_id") and lease_is_live(holder):
+            if isinstance(holder, dict) and holder.get("run_id") and lease_is_live(holder):
                 live.add(holder["run_id"])
         return live
 
-    def sweep(self, model: str, checkpoint: str, *, grace: timedelta = SWEEP_GRACE) -> list[str]:
-        """Remove what failed or killed runs left for the partition (their table files and staged entries, named by
-        no manifest, their runs holding no live lease, older than ``grace``) and abort their unfinished uploads;
-        the keys removed. What a reader sees is never touched."""
-        manifest = self.manifest(model, checkpoint)
-        keep = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values())
-        live, cutoff, removed = self._live_runs(), datetime.now(timezone.utc) - grace, []
-        candidates = [found for table in TABLES if table not in LOG_TABLES
-                      for found in self.store.list(f"{table}/model={model}/checkpoint={checkpoint}/")
-                      if found.relative not in keep and Path(found.relative).stem not in live]
+    def leftovers(self, model: str | None = None, checkpoint: str | None = None, *,
+                  grace: timedelta = SWEEP_GRACE) -> list[ObjectInfo]:
+        """What failed or killed runs left (of one partition, or of all): table objects and staged entries that no
+        manifest names, whose run holds no live lease, older than ``grace``. What a reader sees is never one."""
+        live, cutoff, left = self._live_runs(), datetime.now(timezone.utc) - grace, []
+        named: dict[tuple[str, str], set[str]] = {}
+
+        def is_named(m: str, c: str, relative: str) -> bool:
+            if (m, c) not in named:
+                manifest = self.manifest(m, c)
+                named[m, c] = {entry["file"] for entry in manifest["tables"].values()} | set(
+                    manifest.get("previous", {}).values())
+            return relative in named[m, c]
+
+        for table in TABLES:
+            if table in LOG_TABLES:  # every run's record is kept: the history of the partition
+                continue
+            prefix = f"{table}/model={model}/checkpoint={checkpoint}/" if model and checkpoint else f"{table}/"
+            for found in self.store.list(prefix):
+                parts = found.relative.split("/")
+                if len(parts) != 4 or not parts[1].startswith("model=") or not parts[2].startswith("checkpoint="):
+                    continue
+                m, c = parts[1].removeprefix("model="), parts[2].removeprefix("checkpoint=")
+                if Path(parts[3]).stem not in live and found.modified < cutoff and not is_named(m, c, found.relative):
+                    left.append(found)
         for found in self.store.list("_staging/"):
             run_id, _, rest = found.relative.removeprefix("_staging/").partition("/")
-            if rest.startswith(f"model={model}/checkpoint={checkpoint}/") and run_id not in live:
-                candidates.append(found)
-        for found in candidates:
-            if found.modified < cutoff and self.store.delete(found.relative, etag=found.etag):
-                removed.append(found.relative)
-        self.store.abort_stale_uploads(older_than=grace)
+            inside = rest.startswith(f"model={model}/checkpoint={checkpoint}/") if model and checkpoint else True
+            if inside and run_id not in live and found.modified < cutoff:
+                left.append(found)
+        return left
+
+    def sweep(self, model: str | None = None, checkpoint: str | None = None, *,
+              grace: timedelta = SWEEP_GRACE) -> list[ObjectInfo]:
+        """Remove :meth:`leftovers` (each only while it is the object listed: its ETag) and abort unfinished uploads
+        older than ``grace``; what was removed."""
+        removed = [found for found in self.leftovers(model, checkpoint, grace=grace)
+                   if self.store.delete(found.relative, etag=found.etag)]
+        # an upload in flight cannot be judged by its writer's process (it may be on another machine): a live run's
+        # is never aborted, another's only after the grace period whatever ``grace`` says
+        live = self._live_runs()
+        self.store.abort_stale_uploads(older_than=max(grace, SWEEP_GRACE),
+                                       keep=lambda relative: Path(relative).stem in live)
         return removed
 
     # -- reads ----------------------------------------------------------------------------------------------
@@ -189,8 +227,8 @@ class ObjectTables:
         try:
             text = data.decode()
         except UnicodeDecodeError as error:
-            return empty_manifest(model, checkpoint), [f"unreadable manifest: {self._where(key)} ({error})"]
-        return parse_manifest(text, self._where(key), model, checkpoint, KeyPlaces())
+            return empty_manifest(model, checkpoint), [f"unreadable manifest: {self.where(key)} ({error})"]
+        return parse_manifest(text, self.where(key), model, checkpoint, KeyPlaces())
 
     def manifest(self, model: str, checkpoint: str) -> dict:
         """The usable part of the partition's manifest (a damaged entry left out with a warning, as on disk)."""
@@ -215,11 +253,11 @@ class ObjectTables:
         if entry is None:
             raise MissingPartitionError(
                 f"table {table!r} has no published partition model={model}/checkpoint={checkpoint} under "
-                f"{self._where('')}; materialize it first (`resdyn run --model {model} --checkpoint {checkpoint}`)")
+                f"{self.where('')}; materialize it first (`resdyn run --model {model} --checkpoint {checkpoint}`)")
         return entry
 
     def _damaged(self, entry: dict, model: str, checkpoint: str, why: str) -> CorruptPartitionError:
-        return CorruptPartitionError(f"{self._where(entry['file'])} is {why}; rematerialize the partition "
+        return CorruptPartitionError(f"{self.where(entry['file'])} is {why}; rematerialize the partition "
                                      f"(`resdyn run --model {model} --checkpoint {checkpoint}`)")
 
     def read(self, table: str, model: str, checkpoint: str, columns: list[str] | None = None) -> pa.Table:
@@ -239,7 +277,8 @@ class ObjectTables:
         found = self.store.info(entry["file"])
         if found is None:
             raise self._damaged(entry, model, checkpoint, "missing")
-        if found.size != entry["bytes"] or found.etag != entry["etag"]:
+        # a manifest written by other tools (a folder copied to the store) records no ETag: size only, then
+        if found.size != entry["bytes"] or found.etag != entry.get("etag", found.etag):
             raise self._damaged(entry, model, checkpoint, "not the object published (size or ETag differs)")
         return entry["file"]
 
@@ -247,7 +286,7 @@ class ObjectTables:
                    ) -> Iterator[pa.Table]:
         """The partition one row group at a time, read in ranges, from the object published."""
         relative = self._published_object(table, model, checkpoint)
-        with self.store.filesystem().open_input_file(self.store.arrow_path(relative)) as source:
+        with self.filesystem.open_input_file(self.store.arrow_path(relative)) as source:
             parquet = pq.ParquetFile(source, buffer_size=PAGE_BYTES, pre_buffer=False)
             for index in range(parquet.num_row_groups):
                 yield parquet.read_row_group(index, columns=columns, use_threads=False)
@@ -255,7 +294,7 @@ class ObjectTables:
     def read_row_group(self, table: str, model: str, checkpoint: str, index: int,
                        columns: list[str] | None = None) -> pa.Table:
         relative = self._published_object(table, model, checkpoint)
-        with self.store.filesystem().open_input_file(self.store.arrow_path(relative)) as source:
+        with self.filesystem.open_input_file(self.store.arrow_path(relative)) as source:
             return pq.ParquetFile(source).read_row_group(index, columns=columns)
 
     def content_hash(self, table: str, model: str, checkpoint: str) -> str:
@@ -283,7 +322,7 @@ class ObjectTables:
             try:
                 rows = pq.read_table(pa.BufferReader(stored.data)).to_pylist() if stored is not None else []
             except (pa.ArrowInvalid, OSError):
-                log.warning("unreadable runs object %s", self._where(found.relative))
+                log.warning("unreadable runs object %s", self.where(found.relative))
                 continue
             records += [{**dict.fromkeys(names), **row} for row in rows]
         return sorted(records, key=lambda row: row["started_at"] or "")

@@ -145,18 +145,36 @@ class ObjectStore:
         self.client.upload_file(os.fspath(local_path), self.location.bucket, self.key(relative))
         return digest.hexdigest()
 
-    def abort_stale_uploads(self, older_than: timedelta = timedelta(hours=24)) -> int:
-        """Abort multipart uploads under the prefix begun before ``older_than`` (a killed writer's parts); how
-        many. A bucket lifecycle rule does the same without a caller; this is for stores without one."""
+    def abort_stale_uploads(self, older_than: timedelta = timedelta(hours=24), *, keep=lambda key: False) -> int:
+        """Abort multipart uploads under the warehouse's prefix begun before ``older_than`` (a killed writer's parts),
+        except those whose key ``keep(relative)`` keeps; how many. A bucket lifecycle rule does the same without a
+        caller; this is for stores without one."""
         cutoff = datetime.now(timezone.utc) - older_than
-        answer = self.client.list_multipart_uploads(Bucket=self.location.bucket, Prefix=self.location.prefix)
+        prefix = self.location.prefix + "/" if self.location.prefix else ""  # never a sibling prefix's uploads
         aborted = 0
-        for upload in answer.get("Uploads", []):
-            if upload["Initiated"] < cutoff:
-                self.client.abort_multipart_upload(Bucket=self.location.bucket, Key=upload["Key"],
-                                                   UploadId=upload["UploadId"])
-                aborted += 1
+        for page in self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.location.bucket,
+                                                                                  Prefix=prefix):
+            for upload in page.get("Uploads", []):
+                if upload["Initiated"] < cutoff and not keep(self.relative(upload["Key"])):
+                    self.client.abort_multipart_upload(Bucket=self.location.bucket, Key=upload["Key"],
+                                                       UploadId=upload["UploadId"])
+                    aborted += 1
         return aborted
+
+    def sha256(self, relative: str) -> tuple[str, int] | None:
+        """The sha256 and size of an object's bytes, streamed (never the whole object in memory); None where there
+        is none."""
+        try:
+            answer = self.client.get_object(Bucket=self.location.bucket, Key=self.key(relative))
+        except self._client_error as error:
+            if _error_code(error) in {"NoSuchKey", "404"}:
+                return None
+            raise
+        digest, size = hashlib.sha256(), 0
+        for block in answer["Body"].iter_chunks(1 << 22):
+            digest.update(block)
+            size += len(block)
+        return digest.hexdigest(), size
 
     def filesystem(self):
         """pyarrow's ``S3FileSystem`` with this store's credentials, region and endpoint: Parquet is read from

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from functools import cached_property
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.locations import ObjectLocation
 from resdyn.dagster_project.store.handles import MatrixTable
@@ -47,14 +47,14 @@ class ObjectWarehouse:
         """Reading a warehouse that is not there is an error, not an empty answer."""
         if not self.store.list("_published/") and not self.store.list("runs/"):
             raise FileNotFoundError(f"no warehouse at {self.location}: nothing is published under that prefix; "
-                                    "check the bucket and prefix (`resdyn run` writes a warehouse there)")
+                                    "check the bucket, the prefix and AWS_ENDPOINT_URL_S3")
         return self
 
     # -- what the views read ----------------------------------------------------------------------------
 
-    @cached_property
+    @property
     def arrow_filesystem(self):
-        return self.store.filesystem()
+        return self.tables.filesystem
 
     def sql_directories(self) -> list[str]:
         """Where DuckDB may open files itself: nowhere (the tables reach it as registered datasets)."""
@@ -79,9 +79,9 @@ class ObjectWarehouse:
             try:
                 text = stored.data.decode()
             except UnicodeDecodeError as error:
-                problems.append(f"unreadable manifest: {self.tables._where(found.relative)} ({error})")
+                problems.append(f"unreadable manifest: {self.tables.where(found.relative)} ({error})")
                 continue
-            manifest, found_problems = parse_manifest(text, self.tables._where(found.relative), model, checkpoint,
+            manifest, found_problems = parse_manifest(text, self.tables.where(found.relative), model, checkpoint,
                                                       KeyPlaces())
             problems += found_problems
             if manifest["tables"] or not found_problems:
@@ -108,12 +108,12 @@ class ObjectWarehouse:
                 found = self.store.info(entry["file"])
                 if found is None:
                     problem = "missing"
-                elif found.size != entry["bytes"] or ("etag" in entry and found.etag != entry["etag"]):
+                elif found.size != entry["bytes"] or found.etag != entry.get("etag", found.etag):  # no ETag: size
                     problem = "not the object published (size or ETag differs)"
                 else:
                     problem = None
                 if problem is not None:
-                    problems.append(f"{self.tables._where(entry['file'])} is {problem}; rematerialize with "
+                    problems.append(f"{self.tables.where(entry['file'])} is {problem}; rematerialize with "
                                     f"`resdyn run --model {manifest['model']} --checkpoint {manifest['checkpoint']}`")
                 else:
                     files.setdefault(table, []).append(self.store.arrow_path(entry["file"]))
@@ -125,9 +125,24 @@ class ObjectWarehouse:
         return files, rows, problems
 
     def readable_run_files(self) -> list[str]:
-        """The runs table's objects (always visible: each one PUT, its footer read back before upload)."""
-        return [self.store.arrow_path(found.relative) for found in self.store.list("runs/")
-                if found.relative.endswith(".parquet")]
+        """The runs table's objects (``runs/model=*/checkpoint=*/*.parquet``) whose footer reads; another object there
+        is left out with a warning (once per process), so one bad object does not stop every query, as on disk."""
+        from resdyn.dagster_project.store.views import warn_once
+
+        files = []
+        for found in self.store.list("runs/"):
+            parts = found.relative.split("/")
+            if len(parts) != 4 or not parts[1].startswith("model=") or not parts[2].startswith("checkpoint=") or \
+                    not parts[3].endswith(".parquet"):
+                continue
+            path = self.store.arrow_path(found.relative)
+            try:
+                pq.read_metadata(path, filesystem=self.arrow_filesystem)
+                files.append(path)
+            except (pa.ArrowInvalid, OSError):
+                warn_once(self, f"{self.tables.where(found.relative)} is not readable and is left out of the runs "
+                                "view; see `resdyn check`")
+        return files
 
     # -- reads ------------------------------------------------------------------------------------------
 

@@ -15,8 +15,12 @@ after the EXPLAIN is parsed and judged too): DuckDB's ``allowed_directories`` al
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -70,6 +74,13 @@ def _view(connection, store, table: str, files: list[str]) -> None:
         connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
 
 
+def warn_once(store, message: str) -> None:
+    """Log ``message`` about ``store`` once per process (one command opens many connections)."""
+    if (str(store), message) not in _WARNED:
+        _WARNED.add((str(store), message))
+        log.warning(message)
+
+
 def readable_run_files(store) -> list[str]:
     """The runs table's files of a warehouse folder whose footer reads (a damaged one left out, warned once)."""
     files = []
@@ -78,24 +89,30 @@ def readable_run_files(store) -> list[str]:
             pq.read_metadata(path)
             files.append(path.as_posix())
         except (pa.ArrowInvalid, OSError):
-            if (str(store.root), str(path)) not in _WARNED:
-                _WARNED.add((str(store.root), str(path)))
-                log.warning("%s is not readable and is left out of the runs view; see `resdyn check`", path)
+            warn_once(store, f"{path} is not readable and is left out of the runs view; see `resdyn check`")
     return files
+
+
+@functools.cache
+def _spill_directory() -> str:
+    directory = tempfile.mkdtemp(prefix="resdyn-duckdb-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
 
 
 def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
     store.require_existing()
     connection = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                                     "autoload_known_extensions": False})
+    # DuckDB allows its own spill directory beside the warehouse's (default: ./.tmp, anything a user put there):
+    # a private one instead, made for this process and removed at its exit
+    connection.execute(f"SET temp_directory = {_literal(_spill_directory())}")
     allowed = ", ".join(_literal(directory) for directory in store.sql_directories())
     connection.execute(f"SET allowed_directories = [{allowed}]")
     connection.execute("SET enable_external_access = false")
     files, published, problems = store.published_files()
     for problem in problems:
-        if (str(store), problem) not in _WARNED:  # once per process: one command opens many connections
-            _WARNED.add((str(store), problem))
-            log.warning(problem)
+        warn_once(store, problem)
     store.problems = problems
     published_schema = pa.schema([("model", pa.string()), ("checkpoint", pa.string()), ("table_name", pa.string()),
                                   ("run_id", pa.string()), ("settings_hash", pa.string()),

@@ -165,13 +165,13 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
         raise ValueError(f"--null and --trained both name {model}@{null_checkpoint}: a claim compares two checkpoints "
                          "(the null model's and the trained one's); `resdyn models` lists them")
     if frames is None:
+        if output is None and store.arrow_filesystem is not None:  # said before anything is read from the store
+            raise ValueError(f"claims of the object-store warehouse {store} are written to a local folder: give "
+                             "--output DIR")
         _require_partitions(store, model)
         frames = claims_inputs(store, model)
     elif output is None and store is None:
         raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
-    if output is None and store is not None and store.arrow_filesystem is not None:
-        raise ValueError(f"claims of the object-store warehouse {store} are written to a local folder: give "
-                         "--output DIR")
     partitions = {row["checkpoint"]: row for row in frames["partitions"].iter_rows(named=True)}
     data, products = checkpoint_data(frames)
     control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None

@@ -29,7 +29,7 @@ from ..cli_helpers import (
 )
 
 
-def test_sql_cannot_write_create_or_attach(warehouse_copy, capsys):
+def test_sql_cannot_write_create_or_attach(warehouse_copy, capsys, tmp_path, monkeypatch):
     _, root = warehouse_copy
     before = snapshot(root)
     target = next(root.glob("jacobians/model=m/checkpoint=local/*.parquet"))
@@ -40,6 +40,12 @@ def test_sql_cannot_write_create_or_attach(warehouse_copy, capsys):
         error = capsys.readouterr().err.strip()
         assert error.count("\n") == 0 and "read-only" in error, (sql, error)
     assert main(["sql", "SELECT * FROM read_csv('/etc/passwd')", "--warehouse", str(root)]) == 2
+    assert "Permission" in capsys.readouterr().err
+    # nor under DuckDB's default spill folder (./.tmp), which it would otherwise allow beside the warehouse
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "secret.csv").write_text("a,b\n1,2\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["sql", "SELECT * FROM read_csv('.tmp/secret.csv')", "--warehouse", str(root)]) == 2
     assert "Permission" in capsys.readouterr().err
     assert snapshot(root) == before and not (root / "evil.duckdb").exists()
     assert partition_state(root)["status"] == "complete"

@@ -19,7 +19,7 @@ import pytest
 
 from resdyn.dagster_project.store.errors import CorruptPartitionError
 from resdyn.dagster_project.store.object_generations import ObjectTables, manifest_key, staging_prefix
-from resdyn.dagster_project.store.object_store import ObjectStore
+from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.schema import rows_table
 from resdyn.dagster_project.store.warehouse import Warehouse
 
@@ -95,9 +95,20 @@ def test_racing_publishers_never_lose_each_others_tables(s3_warehouse):
             (_singular_values if name == "singular_values" else _eigenvalues)(rng, 30) for name in names}
     barrier, errors = threading.Barrier(len(names)), []
 
+    class AtOnce(ObjectStore):
+        """Every publisher's first read of the manifest released together: all read the same (absent) manifest,
+        so all but one lose their first compare-and-swap, every run (a lost update would drop a table)."""
+
+        first = True
+
+        def get(self, relative):
+            if relative.startswith("_published/") and self.first:
+                self.first = False
+                barrier.wait(timeout=120)
+            return super().get(relative)
+
     def publisher(name: str) -> None:
-        tables = ObjectTables(ObjectStore(s3_warehouse))
-        barrier.wait()
+        tables = ObjectTables(AtOnce(s3_warehouse))
         try:
             tables.write(name, "m", "c", data[name])
         except Exception as error:  # noqa: BLE001 - reported below
@@ -120,7 +131,7 @@ import sys
 import numpy as np
 from resdyn.dagster_project.configuration.locations import parse_location
 from resdyn.dagster_project.store.object_generations import ObjectTables
-from resdyn.dagster_project.store.object_store import ObjectStore
+from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.schema import rows_table
 
 store = ObjectStore(parse_location(sys.argv[1]))
@@ -141,10 +152,11 @@ def _generation_seen(tables: ObjectTables) -> tuple[float, float]:
             set(tables.read("eigenvalues", "m", "c")["re"].to_pylist()).pop())
 
 
-def test_a_writer_killed_during_publication_leaves_one_generation_and_a_rerun_recovers(s3_warehouse, s3_environment):
-    """Kill drill: a writer staging and publishing generation after generation is killed at a moment the test does
-    not choose (after it has published at least twice); the partition shows one whole generation, its leftovers are
-    swept, a rerun publishes over it."""
+def test_a_writer_killed_while_writing_and_publishing_leaves_one_generation_and_a_rerun_recovers(s3_warehouse, s3_environment):
+    """Kill drill: a writer uploading, staging and publishing generation after generation is killed at a moment the
+    test does not choose (after it has published at least twice: mostly amid uploads, sometimes between a manifest
+    put and the removal of its staged entries); the partition shows one whole generation, the leftovers are swept,
+    a rerun publishes over it."""
     store = ObjectStore(s3_warehouse)
     writer = subprocess.Popen([sys.executable, "-c", _PUBLISHER, str(s3_warehouse)],
                               env={**os.environ, **s3_environment})
@@ -166,9 +178,11 @@ def test_a_writer_killed_during_publication_leaves_one_generation_and_a_rerun_re
     manifest = tables.manifest("m", "c")
     assert {entry["run_id"] for entry in manifest["tables"].values()} == {f"run-{int(sigma):05d}"}
 
-    removed = tables.sweep("m", "c", grace=timedelta(0))
+    found = {item.relative for item in tables.leftovers(grace=timedelta(0))}
+    removed = {item.relative for item in tables.sweep("m", "c", grace=timedelta(0))}
+    assert removed == found
     named = {entry["file"] for entry in manifest["tables"].values()} | set(manifest["previous"].values())
-    assert not set(removed) & named  # what readers see is never swept
+    assert not removed & named  # what readers see is never swept
     left = {found.relative for table in ("singular_values", "eigenvalues")
             for found in store.list(f"{table}/model=m/checkpoint=c/")}
     assert left == named  # everything else is gone: unpublished tables of the killed run, older generations
@@ -199,3 +213,25 @@ def test_an_object_that_is_not_the_one_published_is_refused_on_read(s3_warehouse
     store.delete(entry["file"])
     with pytest.raises(CorruptPartitionError, match="missing"):
         tables.read("singular_values", "m", "c")
+
+
+def test_a_manifest_without_etags_is_read_by_size_and_a_swept_upload_is_never_published(s3_warehouse):
+    """A folder copied to the store by other tools has manifests without ETags: reads check the size; and a staged
+    table removed before its run publishes (a sweep, a person) makes the publication fail, never name a lost
+    object."""
+    rng = np.random.default_rng()
+    store = ObjectStore(s3_warehouse)
+    tables = ObjectTables(store)
+    table = _singular_values(rng, 50)
+    tables.write("singular_values", "m", "c", table)
+    key = manifest_key("m", "c")
+    manifest = json.loads(store.get(key).data)
+    del manifest["tables"]["singular_values"]["etag"]
+    store.put(key, json.dumps(manifest).encode())
+    assert sum(group.num_rows for group in tables.row_groups("singular_values", "m", "c")) == 50
+    run = ObjectTables(store, run_id="run-swept")
+    entry = run.write("singular_values", "m", "c", _singular_values(rng, 20))
+    store.delete(entry["file"])
+    with pytest.raises(ObjectStoreError, match="nothing was published"):
+        run.publish("m", "c")
+    assert tables.manifest("m", "c")["tables"]["singular_values"]["rows"] == 50

@@ -120,3 +120,34 @@ def test_the_notebook_over_s3_gives_the_frames_and_matrices_it_gives_on_disk(mir
         matrix = s3.jacobian("m", "local", depth)
         assert matrix.dtype == "float64" and (matrix == disk.jacobian("m", "local", depth)).all()
     assert isinstance(s3.sql("fdr_significant_layers"), pl.DataFrame)
+
+
+def test_check_over_s3_reads_every_published_object_names_damage_and_reclaims_leftovers(mirrored, s3_environment):
+    root, location = mirrored
+    store = ObjectStore(location)
+
+    def check(*extra) -> subprocess.CompletedProcess:
+        return subprocess.run([*RESDYN, "check", "--warehouse", str(location), *extra],
+                              env=environment(**s3_environment), capture_output=True, text=True, timeout=300)
+
+    clean = check()
+    assert clean.returncode == 0 and "every published file is readable" in clean.stdout, clean.stdout + clean.stderr
+    # a killed run's leftovers: a table object and a staged entry no manifest names, its run holding no lease
+    leftover = "eigenvalues/model=m/checkpoint=local/dead-run.parquet"
+    store.put(leftover, b"PAR1 not finished")
+    store.put("_staging/dead-run/model=m/checkpoint=local/eigenvalues.json", b"{}")
+    manifest = json.loads(store.get("_published/model=m/checkpoint=local.json").data)
+    damaged = manifest["tables"]["singular_values"]["file"]
+    data = bytearray(store.get(damaged).data)
+    data[len(data) // 2] ^= 0xFF
+    store.put(damaged, bytes(data))
+    found = check()
+    assert found.returncode == 1
+    lines = found.stdout.splitlines()
+    assert any(damaged in line and "sha256" in line and "resdyn run --model m" in line for line in lines)
+    assert sum(line.startswith("unpublished:") for line in lines) == 2
+    assert any(leftover in line for line in lines)
+    reclaimed = check("--reclaim")
+    assert "removed 2 unpublished object(s)" in reclaimed.stdout
+    assert store.info(leftover) is None and not store.list("_staging/")
+    assert store.info(manifest["tables"]["eigenvalues"]["file"]) is not None  # the published one is kept

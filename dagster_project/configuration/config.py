@@ -217,8 +217,8 @@ def warehouse_root(given: str | os.PathLike | None = None, environment: Mapping 
     if isinstance(location, ObjectLocation):
         # reads go through store.open_for_reading (store/object_warehouse.py), but runs still write files:
         # refuse here rather than write a folder named `s3:`
-        raise ConfigError(f"warehouse {location}: `resdyn sql`, `questions`, `check`, `claims` and the notebook read "
-                          "an object-store warehouse, but runs, `report` and `models` cannot use one yet "
+        raise ConfigError(f"warehouse {location}: `resdyn sql`, `questions`, `models`, `check`, `claims` and the "
+                          "notebook read an object-store warehouse, but runs and `report` cannot use one yet "
                           "(docs/configuration.md); give --warehouse (or RESDYN_WAREHOUSE) a local directory")
     return location.path
 

@@ -98,8 +98,8 @@ def command_questions(arguments) -> int:
 
 def command_models(arguments) -> int:
     """Registered partitions with their status (from the ``partitions`` view); registers them with Dagster."""
-    store = Warehouse(arguments.warehouse).require_existing()
-    registry = ModelRegistry(store.registry_file)
+    store = open_for_reading(arguments.warehouse)
+    registry = store.registry()
     status = {(r["model"], r["checkpoint"]): r for r in store.query("SELECT * FROM partitions").to_pylist()}
     _warn_problems(store)
     keys = registry.partition_keys()

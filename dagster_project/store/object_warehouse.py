@@ -170,17 +170,22 @@ class ObjectWarehouse:
         return checkpoint_labels(self.query("SELECT checkpoint, status, d_model, settings_hash FROM partitions "
                                             "WHERE model = $model", parameters={"model": model}).to_pylist())
 
-    def registry_specs(self) -> dict:
+    def registry(self):
         """The registered models: the built-in ones and those a run added (``registry.json`` on the store)."""
         from resdyn.models.registry import ModelRegistry
 
         stored = self.store.get("registry.json")
         if stored is None:
-            return ModelRegistry(None).specs
+            return ModelRegistry(None)
         with tempfile.TemporaryDirectory(prefix="resdyn-registry-") as directory:  # the registry reads a file
             path = Path(directory) / "registry.json"
             path.write_bytes(stored.data)
-            return ModelRegistry(path).specs
+            registry = ModelRegistry(path)
+        registry.user_file = None  # read once; nothing writes it back from here
+        return registry
+
+    def registry_specs(self) -> dict:
+        return self.registry().specs
 
     # -- DuckDB -----------------------------------------------------------------------------------------
 

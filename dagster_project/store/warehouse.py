@@ -556,10 +556,14 @@ class Warehouse:
 
         return readable_run_files(self)
 
-    def registry_specs(self) -> dict:
+    def registry(self):
+        """The registered models: the built-in ones and those runs added (``registry.json``)."""
         from resdyn.models.registry import ModelRegistry
 
-        return ModelRegistry(self.registry_file).specs
+        return ModelRegistry(self.registry_file)
+
+    def registry_specs(self) -> dict:
+        return self.registry().specs
 
     def published_files(self) -> tuple[dict[str, list[str]], list[dict], list[str]]:
         """(table -> published files that look intact, manifest rows, problems): a file missing or of

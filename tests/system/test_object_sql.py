@@ -53,7 +53,7 @@ def test_every_table_and_view_answers_over_s3_as_over_the_same_files_on_disk(mir
     assert s3.query("SELECT status FROM partitions").to_pylist() == [{"status": "complete"}]
 
 
-def test_named_questions_and_sql_through_the_cli_print_the_same_over_s3(mirrored, s3_environment):
+def test_named_questions_models_and_sql_through_the_cli_print_the_same_over_s3(mirrored, s3_environment):
     root, location = mirrored
 
     def cli(*arguments) -> str:
@@ -63,6 +63,8 @@ def test_named_questions_and_sql_through_the_cli_print_the_same_over_s3(mirrored
         return completed.stdout
 
     assert cli("questions", "--warehouse", str(location)) == cli("questions", "--warehouse", str(root))
+    models = cli("models", "--warehouse", str(location))
+    assert models == cli("models", "--warehouse", str(root)) and "m@local" in models  # the added model's registry
     query = "SELECT layer, sublayer, round(spectral_radius, 9) AS r FROM layer_metrics ORDER BY ALL"
     assert cli("sql", query, "--warehouse", str(location), "--csv") == cli("sql", query, "--warehouse", str(root),
                                                                          "--csv")

@@ -3,8 +3,6 @@ on an object store."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -75,16 +73,16 @@ def scan_objects(store) -> list[str]:
         for table, entry in sorted(manifest["tables"].items()):
             url = store.tables.where(entry["file"])
             where = f"{url} ({table} of {manifest['model']}@{manifest['checkpoint']})"
-            stored = store.store.get(entry["file"])
-            if stored is None:
+            hashed = store.store.sha256(entry["file"])  # streamed: never a whole object in memory
+            if hashed is None:
                 problems.append(f"missing: {where}; {_fix(manifest)}")
-            elif "sha256" in entry and hashlib.sha256(stored.data).hexdigest() != entry["sha256"]:
+            elif "sha256" in entry and hashed[0] != entry["sha256"]:
                 problems.append(f"changed since published: {where}: damaged (content differs from what was "
                                 f"published: sha256); {_fix(manifest)}")
             else:
-                problems += _footer_problems(where, table, entry, manifest,
-                                             lambda data=stored.data: pq.read_metadata(pa.BufferReader(data)),
-                                             len(stored.data))
+                path = store.store.arrow_path(entry["file"])
+                problems += _footer_problems(where, table, entry, manifest, lambda path=path: pq.read_metadata(
+                    path, filesystem=store.arrow_filesystem), hashed[1])
     problems += stale_partitions(store)
     for found in store.store.list("runs/"):
         stored = store.store.get(found.relative)

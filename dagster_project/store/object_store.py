@@ -103,15 +103,19 @@ class ObjectStore:
                 return False
             raise
 
-    def get(self, relative: str) -> StoredObject | None:
-        """The object's bytes and ETag, or None where there is none."""
+    def _get_object(self, relative: str) -> dict | None:
+        """boto3's answer to GET (its body not read yet), or None where there is no object."""
         try:
-            answer = self.client.get_object(Bucket=self.location.bucket, Key=self.key(relative))
+            return self.client.get_object(Bucket=self.location.bucket, Key=self.key(relative))
         except self._client_error as error:
             if _error_code(error) in {"NoSuchKey", "404"}:
                 return None
             raise
-        return StoredObject(answer["Body"].read(), answer["ETag"])
+
+    def get(self, relative: str) -> StoredObject | None:
+        """The object's bytes and ETag, or None where there is none."""
+        answer = self._get_object(relative)
+        return None if answer is None else StoredObject(answer["Body"].read(), answer["ETag"])
 
     def info(self, relative: str) -> ObjectInfo | None:
         try:
@@ -164,12 +168,9 @@ class ObjectStore:
     def sha256(self, relative: str) -> tuple[str, int] | None:
         """The sha256 and size of an object's bytes, streamed (never the whole object in memory); None where there
         is none."""
-        try:
-            answer = self.client.get_object(Bucket=self.location.bucket, Key=self.key(relative))
-        except self._client_error as error:
-            if _error_code(error) in {"NoSuchKey", "404"}:
-                return None
-            raise
+        answer = self._get_object(relative)
+        if answer is None:
+            return None
         digest, size = hashlib.sha256(), 0
         for block in answer["Body"].iter_chunks(1 << 22):
             digest.update(block)

@@ -13,7 +13,6 @@ it; a whole-table read also checks its sha256 (:meth:`ObjectTables.read`).
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from pathlib import Path
 
@@ -26,12 +25,10 @@ from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.manifests import KeyPlaces, parse_manifest
 from resdyn.dagster_project.store.object_generations import ObjectTables
 from resdyn.dagster_project.store.object_store import ObjectStore
-from resdyn.dagster_project.store.warehouse import checkpoint_labels
-
-log = logging.getLogger(__name__)
+from resdyn.dagster_project.store.warehouse import PublishedPartitions, checkpoint_labels
 
 
-class ObjectWarehouse:
+class ObjectWarehouse(PublishedPartitions):
     """The published partitions of the warehouse at ``location`` (``s3://bucket/prefix``), read-only."""
 
     def __init__(self, location: ObjectLocation) -> None:
@@ -87,15 +84,6 @@ class ObjectWarehouse:
             if manifest["tables"] or not found_problems:
                 manifests.append(manifest)
         return manifests, problems
-
-    def manifests(self):
-        manifests, problems = self.read_manifests()
-        for problem in problems:
-            log.warning("%s (see `resdyn check`)", problem)
-        yield from manifests
-
-    def partitions(self) -> list[tuple[str, str]]:
-        return [(manifest["model"], manifest["checkpoint"]) for manifest in self.manifests()]
 
     def published_files(self) -> tuple[dict[str, list[str]], list[dict], list[str]]:
         """(table -> published files that are the objects published, manifest rows, problems): an object missing,

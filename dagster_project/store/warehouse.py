@@ -178,7 +178,24 @@ def new_run_id() -> str:
     return f"adhoc-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
-class Warehouse:
+class PublishedPartitions:
+    """What a warehouse publishes, from its ``read_manifests()`` (a folder's or an object store's)."""
+
+    def read_manifests(self) -> tuple[list[dict], list[str]]:
+        raise NotImplementedError
+
+    def manifests(self) -> Iterator[dict]:
+        """Every partition's usable manifest; the problems found in them logged (``resdyn check`` lists them)."""
+        manifests, problems = self.read_manifests()
+        for problem in problems:
+            log.warning("%s (see `resdyn check`)", problem)
+        yield from manifests
+
+    def partitions(self) -> list[tuple[str, str]]:
+        return [(manifest["model"], manifest["checkpoint"]) for manifest in self.manifests()]
+
+
+class Warehouse(PublishedPartitions):
     """The warehouse root. ``run_id`` binds writes (and first reads) to one run: its tables are staged
     and published by :meth:`publish`; without it every write publishes its table at once."""
 
@@ -289,15 +306,6 @@ class Warehouse:
             return set(self.manifest(model, checkpoint).get("tables", {}))
         except (OSError, ValueError, AttributeError):
             return set()
-
-    def manifests(self) -> Iterator[dict]:
-        manifests, problems = self.read_manifests()
-        for problem in problems:
-            log.warning("%s (see `resdyn check`)", problem)
-        yield from manifests
-
-    def partitions(self) -> list[tuple[str, str]]:
-        return [(manifest["model"], manifest["checkpoint"]) for manifest in self.manifests()]
 
     # -- writes ---------------------------------------------------------------------------------
 

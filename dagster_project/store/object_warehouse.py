@@ -16,16 +16,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.locations import ObjectLocation
 from resdyn.dagster_project.store.handles import MatrixTable
-from resdyn.dagster_project.store.manifests import KeyPlaces, parse_manifest
 from resdyn.dagster_project.store.object_generations import ObjectTables
 from resdyn.dagster_project.store.object_store import ObjectStore
-from resdyn.dagster_project.store.warehouse import PublishedPartitions, checkpoint_labels
+from resdyn.dagster_project.store.warehouse import PublishedPartitions
 
 
 class ObjectWarehouse(PublishedPartitions):
@@ -73,13 +71,7 @@ class ObjectWarehouse(PublishedPartitions):
             stored = self.store.get(found.relative)
             if stored is None:  # removed since the listing
                 continue
-            try:
-                text = stored.data.decode()
-            except UnicodeDecodeError as error:
-                problems.append(f"unreadable manifest: {self.tables.where(found.relative)} ({error})")
-                continue
-            manifest, found_problems = parse_manifest(text, self.tables.where(found.relative), model, checkpoint,
-                                                      KeyPlaces())
+            manifest, found_problems = self.tables._parse(found.relative, stored.data, model, checkpoint)
             problems += found_problems
             if manifest["tables"] or not found_problems:
                 manifests.append(manifest)
@@ -154,10 +146,6 @@ class ObjectWarehouse(PublishedPartitions):
     def has(self, table: str, model: str, checkpoint: str) -> bool:
         return table in self.tables.manifest(model, checkpoint)["tables"]
 
-    def checkpoint_labels(self, model: str) -> dict[str, str]:
-        return checkpoint_labels(self.query("SELECT checkpoint, status, d_model, settings_hash FROM partitions "
-                                            "WHERE model = $model", parameters={"model": model}).to_pylist())
-
     def registry(self):
         """The registered models: the built-in ones and those a run added (``registry.json`` on the store)."""
         from resdyn.models.registry import ModelRegistry
@@ -174,16 +162,3 @@ class ObjectWarehouse(PublishedPartitions):
 
     def registry_specs(self) -> dict:
         return self.registry().specs
-
-    # -- DuckDB -----------------------------------------------------------------------------------------
-
-    def connect(self, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
-        from resdyn.dagster_project.store.views import build_connection
-
-        return build_connection(self, complete_only=complete_only)
-
-    def query(self, sql: str, *, complete_only: bool = False, parameters: dict | None = None) -> pa.Table:
-        from resdyn.dagster_project.store.views import run_read_only
-
-        with self.connect(complete_only=complete_only) as connection:
-            return run_read_only(connection, sql, parameters)

@@ -194,6 +194,26 @@ class PublishedPartitions:
     def partitions(self) -> list[tuple[str, str]]:
         return [(manifest["model"], manifest["checkpoint"]) for manifest in self.manifests()]
 
+    def checkpoint_labels(self, model: str) -> dict[str, str]:
+        """How figures that put ``model``'s checkpoints side by side name each one (:func:`checkpoint_labels`)."""
+        return checkpoint_labels(self.query("SELECT checkpoint, status, d_model, settings_hash FROM partitions "
+                                            "WHERE model = $model", parameters={"model": model}).to_pylist())
+
+    def connect(self, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB over the published tables (views from the manifests, sql/views.sql on top),
+        that can read only the warehouse's tables and whose configuration is locked."""
+        from resdyn.dagster_project.store.views import build_connection
+
+        return build_connection(self, complete_only=complete_only)
+
+    def query(self, sql: str, *, complete_only: bool = False, parameters: dict | None = None) -> pa.Table:
+        """Run read-only SQL (SELECT / EXPLAIN; the last statement's result), ``$name`` placeholders of the
+        last statement bound to ``parameters`` by DuckDB."""
+        from resdyn.dagster_project.store.views import run_read_only
+
+        with self.connect(complete_only=complete_only) as connection:
+            return run_read_only(connection, sql, parameters)
+
 
 class Warehouse(PublishedPartitions):
     """The warehouse root. ``run_id`` binds writes (and first reads) to one run: its tables are staged
@@ -513,11 +533,6 @@ class Warehouse(PublishedPartitions):
                 hash_batch(digest, batch)
         return digest.hexdigest()[:16]
 
-    def checkpoint_labels(self, model: str) -> dict[str, str]:
-        """How figures that put ``model``'s checkpoints side by side name each one (:func:`checkpoint_labels`)."""
-        return checkpoint_labels(self.query("SELECT checkpoint, status, d_model, settings_hash FROM partitions "
-                                            "WHERE model = $model", parameters={"model": model}).to_pylist())
-
     def checkpoints_of(self, table: str, model: str) -> list[str]:
         """Checkpoints of ``model`` with ``table`` published (figures compare them)."""
         return sorted(manifest["checkpoint"] for manifest in self.manifests()
@@ -603,21 +618,6 @@ class Warehouse(PublishedPartitions):
                              "rows": entry["rows"], "intact": intact})
         verified.save()
         return files, rows, problems
-
-    def connect(self, *, complete_only: bool = False) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB over the published tables (views from the manifests, sql/views.sql on top),
-        that can read only under the warehouse root and whose configuration is locked."""
-        from resdyn.dagster_project.store.views import build_connection
-
-        return build_connection(self, complete_only=complete_only)
-
-    def query(self, sql: str, *, complete_only: bool = False, parameters: dict | None = None) -> pa.Table:
-        """Run read-only SQL (SELECT / EXPLAIN; the last statement's result), ``$name`` placeholders of the
-        last statement bound to ``parameters`` by DuckDB."""
-        from resdyn.dagster_project.store.views import run_read_only
-
-        with self.connect(complete_only=complete_only) as connection:
-            return run_read_only(connection, sql, parameters)
 
 
 def checkpoint_labels(rows: list[dict]) -> dict[str, str]:

@@ -29,12 +29,10 @@ from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.dagster_project.asset_layer.steps import STEP_RETRIES
 from resdyn.dagster_project.configuration.settings import settings_hash
 from resdyn.dagster_project.store.errors import PartitionBusyError, SchemaMismatchError
-from resdyn.dagster_project.store.leases import acquire_lease, now, release_lease
-from resdyn.dagster_project.store.leftovers import discard_run, sweep_partition
+from resdyn.dagster_project.store.leases import now
 from resdyn.dagster_project.store.outputs import PartitionOutputs
 from resdyn.dagster_project.store.run_records import record_run_row
 from resdyn.dagster_project.store.schema import TABLES
-from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.models.registry import split_partition_key
 
 log = logging.getLogger(__name__)
@@ -54,7 +52,7 @@ def selected_tables(context) -> set[str]:
 class PartitionRun:
     """One run's hold on one partition: the bound warehouse and what its provenance record needs."""
 
-    store: Warehouse
+    store: object  # the Warehouse (a folder's) or ObjectWarehouse (an object store's), bound to the run
     model: str
     checkpoint: str
     values: dict
@@ -72,13 +70,13 @@ class PartitionRun:
         message = (str(error).strip().splitlines() or [type(error).__name__])[0]
         try:
             if attempt >= STEP_RETRIES.max_retries:
-                discard_run(self.store, self.model, self.checkpoint)
+                self.store.discard_run(self.model, self.checkpoint)
             self.record(status="failed", ended_at=now(), error=f"{step}: {type(error).__name__}: {message}"[:2000])
         except OSError as failure:  # the step's own error is the one to report; the next run sweeps what is left
             log.warning("%s@%s: could not record the failed run %s (%s)", self.model, self.checkpoint,
                         self.store.run_id, failure)
         finally:
-            release_lease(self.store, self.model, self.checkpoint)
+            self.store.release_lease(self.model, self.checkpoint)
 
     def publish_if_complete(self, context) -> None:
         """Publish the partition when this run has staged every table of its selection (one manifest swap, the
@@ -88,14 +86,14 @@ class PartitionRun:
             interrupts.check(f"the publication of {self.model}@{self.checkpoint}")
             self.store.publish(self.model, self.checkpoint)
             self.record(status="success", ended_at=now())
-            release_lease(self.store, self.model, self.checkpoint)
+            self.store.release_lease(self.model, self.checkpoint)
 
 
 def bind(context, warehouse, settings) -> PartitionRun:
     """This run's hold on the context's partition (no lease taken: :func:`partition_run` takes it)."""
     model, checkpoint = split_partition_key(context.partition_key)
     values = settings.values()
-    store = Warehouse(warehouse.open().root, run_id=context.run_id, settings_hash=settings_hash(values))
+    store = warehouse.open(run_id=context.run_id, settings_hash=settings_hash(values))
     return PartitionRun(store, model, checkpoint, values, context.job_def.executor_def.name,
                         warehouse.wikitext_directory or None)
 
@@ -119,21 +117,22 @@ def partition_run(context, warehouse, settings) -> Iterator[PartitionOutputs]:
     store, model, checkpoint = run.store, run.model, run.checkpoint
     single_process = "in_process" in run.executor or "in-process" in run.executor
     try:
-        acquire_lease(store, model, checkpoint, single_process=single_process, instance=context.instance)
+        store.acquire_lease(model, checkpoint, single_process=single_process, instance=context.instance)
     except PartitionBusyError as error:  # another run holds the partition: a retry a second later would too
         import dagster as dg
 
         raise dg.Failure(description=str(error), allow_retries=False) from None
     try:
-        if not store.partition_directory("runs", model, checkpoint).joinpath(f"{store.run_id}.parquet").is_file():
-            sweep_partition(store, model, checkpoint)  # what failed or killed runs left, before this one writes
+        if not store.has_run_record(model, checkpoint):
+            store.sweep_partition(model, checkpoint)  # what failed or killed runs left, before this one writes
             run.record()
         interrupts.check(f"the start of {step_name(context)}")
         yield PartitionOutputs(store, model, checkpoint)
+        store.stage_figures(model, checkpoint)  # an object store's: drawn in a local spool, uploaded now
         run.publish_if_complete(context)  # every output of the step is staged by now: publication is its own step
     except GeneratorExit:
         # the step's generator closed where it yielded an output: the IO manager failed on it and recorded why
-        release_lease(store, model, checkpoint)
+        store.release_lease(model, checkpoint)
         raise
     except BaseException as error:
         fail_step(run, context, error)

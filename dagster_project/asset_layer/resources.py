@@ -11,7 +11,7 @@ from __future__ import annotations
 import dagster as dg
 
 from resdyn.dagster_project.configuration.settings import SETTINGS, settings_hash, validate
-from resdyn.dagster_project.store.warehouse import Warehouse
+from resdyn.dagster_project.store import open_warehouse
 from resdyn.models.registry import ModelRegistry
 
 DEFAULTS = {setting.name: setting.default for setting in SETTINGS}
@@ -24,12 +24,13 @@ class WarehouseResource(dg.ConfigurableResource):
     wikitext_directory: str = ""  # holds wiki.test.raw (else: datasets, else the fallback corpus)
     wikitext_tokenized_directory: str = ""  # holds valid.txt, the tiny suite's training text
 
-    def open(self, run_id: str | None = None) -> Warehouse:
-        """The warehouse; with ``run_id``, reads see that run's own staged tables before published ones."""
-        return Warehouse(self.root or None, run_id=run_id)
+    def open(self, run_id: str | None = None, settings_hash: str = ""):
+        """The warehouse (a folder's or an object store's); with ``run_id``, writes are that run's and reads see its
+        own staged tables before published ones."""
+        return open_warehouse(self.root or None, run_id=run_id, settings_hash=settings_hash)
 
     def registry(self) -> ModelRegistry:
-        return ModelRegistry(self.open().registry_file)
+        return self.open().registry()
 
 
 class AnalysisSettings(dg.ConfigurableResource):

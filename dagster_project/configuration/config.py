@@ -215,17 +215,21 @@ def warehouse_root(given: str | os.PathLike | None = None, environment: Mapping 
     process's), else the default."""
     location = warehouse_location(given, environment)
     if isinstance(location, ObjectLocation):
-        # reads go through store.open_for_reading (store/object_warehouse.py), but runs still write files:
-        # refuse here rather than write a folder named `s3:`
-        raise ConfigError(f"warehouse {location}: `resdyn sql`, `questions`, `models`, `check`, `claims` and the "
-                          "notebook read an object-store warehouse, but runs and `report` cannot use one yet "
-                          "(docs/configuration.md); give --warehouse (or RESDYN_WAREHOUSE) a local directory")
+        # runs, SQL, check, claims and the notebook reach an object store through store/object_warehouse.py; what
+        # still needs a folder is refused here rather than write one named `s3:`
+        raise ConfigError(f"warehouse {location}: `resdyn run`, `sql`, `questions`, `models`, `check`, `claims` and "
+                          "the notebook use an object-store warehouse, but `report`, `forget` and the UI need a local "
+                          "directory yet (docs/configuration.md); give --warehouse (or RESDYN_WAREHOUSE) one")
     return location.path
 
 
-def _warehouse_directory(flag, environment: Mapping, found: tuple[str, str] | None) -> Path:
-    """The warehouse root, refused when it (or a folder above it) is there but is not a directory."""
-    root = warehouse_root(flag, environment)
+def _warehouse_directory(flag, environment: Mapping, found: tuple[str, str] | None) -> Path | str:
+    """The warehouse root, refused when it (or a folder above it) is there but is not a directory; an object store's
+    ``s3://bucket/prefix`` as it is (store/object_warehouse.py writes and reads it)."""
+    location = warehouse_location(flag, environment)
+    if isinstance(location, ObjectLocation):
+        return str(location)
+    root = location.path
     blocking = next((path for path in (root, *root.parents) if path.exists() and not path.is_dir()), None)
     if blocking is not None:
         source = f"{found[1]}={found[0]}" if found else f"the default warehouse {root}"

@@ -23,7 +23,7 @@ from pathlib import Path
 from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.dagster_project.configuration.config import StudyConfig, dagster_home, use_dagster_home
 from resdyn.dagster_project.launch.console import TRACE_LEVEL_HINT, configure_logging, quiet_failures
-from resdyn.dagster_project.store.warehouse import Warehouse
+from resdyn.dagster_project.store import open_warehouse
 from resdyn.models.registry import split_partition_key
 
 Progress = Callable[[int, int, str, bool], None]  # (number, total, key, done): told as each partition starts, ends
@@ -47,8 +47,8 @@ class RunOutcome:
 def _stale_checkpoints(warehouse: str | None, model: str) -> set[str]:
     """The checkpoints of ``model`` whose published partition was made from another source file than the one
     registered now (``partitions.status = 'stale'``)."""
-    store = Warehouse(warehouse)
-    if not store.root.is_dir():
+    store = open_warehouse(warehouse)
+    if not store.exists():
         return set()
     rows = store.query("SELECT checkpoint FROM partitions WHERE model = $model AND status = 'stale'",
                        parameters={"model": model}).to_pylist()
@@ -62,11 +62,11 @@ def run_request(request, flags: dict, progress=None, *, selection: str | None = 
     ``resdyn.run`` both do, with Python values. Returns the :class:`RunOutcome`."""
     from resdyn.dagster_project.launch.study_definitions import prepare
     from resdyn.models.registration import partitions_of
-    from resdyn.models.registry import ModelRegistry
 
     config = prepare(StudyConfig.resolve(flags))  # every value checked (and a Ray address asked) before any write
-    keys = partitions_of(request, ModelRegistry(Warehouse(config.warehouse).registry_file),
-                         stale_checkpoints=lambda model: _stale_checkpoints(config.warehouse, model))
+    with open_warehouse(config.warehouse).writable_registry() as registry:
+        keys = partitions_of(request, registry, stale_checkpoints=lambda model: _stale_checkpoints(config.warehouse,
+                                                                                                    model))
     return run_partitions(config, keys, selection, progress, resume=resume, log_level=log_level,
                           parallel_runs=parallel_runs, summary_file=summary_file)
 
@@ -85,7 +85,8 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
 
     quiet_failures(log_level)  # each failed step is one line of this launch's own
     selected_keys = partition_asset_keys(selection)
-    store = Warehouse(config.warehouse)
+    store = open_warehouse(config.warehouse)
+    store.prepare_for_writing()  # an object store that ignores conditional writes is refused before any write
     if resume:
         keys = not_yet_complete(store, keys, result_identity(config), selection)
     if selected_keys:
@@ -95,7 +96,7 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
         _persistent_dagster_home(store)
     instance = dg.DagsterInstance.get() if dagster_home() else dg.DagsterInstance.ephemeral()
     register_partitions(instance, keys)
-    print(f"resdyn: {len(keys)} partition(s) into {store.root} ({config.executor} executor): {', '.join(keys)}")
+    print(f"resdyn: {len(keys)} partition(s) into {store} ({config.executor} executor): {', '.join(keys)}")
     outcome = RunOutcome()
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     signals = SignalRecorder()
@@ -171,12 +172,12 @@ class SignalRecorder:
 SHIPPED_INSTANCE = Path(__file__).resolve().parents[2] / "dagster_home" / "dagster.yaml"
 
 
-def _persistent_dagster_home(store: Warehouse) -> None:
+def _persistent_dagster_home(store) -> None:
     """Executors that run steps in other processes need an instance on disk: DAGSTER_HOME, else one beside
-    the warehouse."""
+    the warehouse (an object store's: in its local state folder)."""
     if dagster_home():
         return
-    home = store.root / "_dagster_home"
+    home = store.local_state_directory / "_dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").is_file():  # the shipped instance settings (telemetry off, run queue)
         shutil.copyfile(SHIPPED_INSTANCE, home / "dagster.yaml")
@@ -244,7 +245,7 @@ def _directory_rewritten(model_source: str | None) -> bool:
     return now is not None and now != recorded
 
 
-def not_yet_complete(store: Warehouse, keys: list[str], wanted: dict, select: str | None) -> list[str]:
+def not_yet_complete(store, keys: list[str], wanted: dict, select: str | None) -> list[str]:
     """``keys`` less the partitions the warehouse holds complete (every required table, one run) with the same
     identity as ``wanted`` (:func:`result_identity`); each partition kept or rerun is said, and why. What a
     partition's run did not record (made by an older resdyn) is not a difference: the table code version is then
@@ -253,7 +254,7 @@ def not_yet_complete(store: Warehouse, keys: list[str], wanted: dict, select: st
         print("resdyn: --resume judges whole partitions: with --select the selected assets run on every partition "
               "named")
         return keys
-    if not store.root.is_dir():
+    if not store.exists():
         return keys
     made = {f"{row['model']}@{row['checkpoint']}": row for row in store.query(
         "SELECT p.model, p.checkpoint, p.settings_hash, r.corpus_sha256, r.corpus, r.tables_code_version, "
@@ -300,7 +301,7 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
     from resdyn.dagster_project.launch.checks import ALL_CHECKS
     from resdyn.dagster_project.launch.study_definitions import study_assets, study_resources
 
-    store, assets, resources = Warehouse(config.warehouse), study_assets(config), study_resources(config)
+    store, assets, resources = open_warehouse(config.warehouse), study_assets(config), study_resources(config)
     selection = dg.AssetSelection.assets(*selected_keys) if selected_keys else None
     for number, key in enumerate(keys, 1):
         started = time.perf_counter()
@@ -336,18 +337,16 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
     return 0
 
 
-def _sweep_after_stop(store: Warehouse, key: str) -> str:
+def _sweep_after_stop(store, key: str) -> str:
     """Remove what the stopped run wrote for ``key`` and did not publish (its lease is free by now), and say what
     was removed and what, if anything, is left (a worker still writing) with the command that removes it."""
-    from resdyn.dagster_project.store.leftovers import reclaim, unpublished_files
-
     model, checkpoint = split_partition_key(key)
     try:
-        leftovers = unpublished_files(store, model, checkpoint)
-        freed, removed = reclaim(store, leftovers), len(leftovers)
+        leftovers = store.unpublished(model, checkpoint)
+        freed, removed = store.reclaim(leftovers), len(leftovers)
     except OSError as error:
         return f"Its unpublished files could not be removed ({error}): `resdyn check --reclaim` removes them."
-    left = unpublished_files(store, model, checkpoint)
+    left = store.unpublished(model, checkpoint)
     said = f"Removed its {removed} unpublished file(s) ({freed / 2**20:.1f} MiB)."
     if left:
         said += (f" {len(left)} file(s) ({sum(item.bytes for item in left) / 2**20:.1f} MiB) are still held by a "
@@ -409,7 +408,7 @@ def _run_out_of_process(keys, config, instance, selected_keys, run_config, paral
         except KeyboardInterrupt:
             print("resdyn: interrupted; runs already handed to the executor are stopped with it", flush=True)
             pool.shutdown(wait=False, cancel_futures=True)
-            store = Warehouse(config.warehouse)
+            store = open_warehouse(config.warehouse)
             for key in [key for key in keys if key not in finished]:
                 print(f"resdyn: {key}: {_sweep_after_stop(store, key)}", flush=True)
             return 130

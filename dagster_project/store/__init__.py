@@ -36,3 +36,20 @@ def open_for_reading(given=None):
     from resdyn.dagster_project.store.warehouse import Warehouse
 
     return Warehouse(location.path).require_existing()
+
+
+def open_warehouse(given=None, *, run_id: str | None = None, settings_hash: str = ""):
+    """The warehouse ``given`` names (as :func:`open_for_reading`), to write or read, whether or not it exists yet:
+    a :class:`~.warehouse.Warehouse` for a folder, an :class:`~.object_warehouse.ObjectWarehouse` for ``s3://``;
+    ``run_id`` binds its writes to one run."""
+    from resdyn.dagster_project.configuration.config import warehouse_location
+    from resdyn.dagster_project.configuration.locations import ObjectLocation
+
+    location = warehouse_location(given)
+    if isinstance(location, ObjectLocation):
+        from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
+
+        return ObjectWarehouse(location, run_id=run_id, settings_hash=settings_hash)
+    from resdyn.dagster_project.store.warehouse import Warehouse
+
+    return Warehouse(location.path, run_id=run_id, settings_hash=settings_hash)

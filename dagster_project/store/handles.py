@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from resdyn.dagster_project.store.matrices import matrix_of, read_matrix
 from resdyn.dagster_project.store.schema import TABLES
@@ -75,7 +74,7 @@ class MatrixTable(TableHandle):
     @property
     def width(self) -> int:
         """d, from the file's schema (the footer): no matrix is read for it."""
-        return pq.read_schema(self.path).field("values").type.list_size
+        return self.store.schema(self.table, self.model, self.checkpoint).field("values").type.list_size
 
     def reference(self, row_group: int) -> MatrixReference:
         """The matrix of row group ``row_group``, to hand a worker process."""

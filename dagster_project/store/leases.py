@@ -75,7 +75,7 @@ def acquire_lease(store, model: str, checkpoint: str, *, single_process: bool, i
                     f"{lease.get('pid')} on {lease.get('host')} since {lease.get('started_at')}); wait for it to "
                     f"finish, or stop it. If that run is gone, delete {path}."
                 )
-            _mark_killed(store, model, checkpoint, lease.get("run_id"))
+            mark_killed(store, model, checkpoint, lease.get("run_id"))
         home = None if instance is None or instance.is_ephemeral else instance.root_directory
         atomic_write_text(path, json.dumps({"run_id": store.run_id, "pid": os.getpid(), "host": socket.gethostname(),
                                             "single_process": single_process, "dagster_home": home,
@@ -92,7 +92,8 @@ def release_lease(store, model: str, checkpoint: str) -> None:
             pass
 
 
-def _mark_killed(store, model: str, checkpoint: str, run_id: str | None) -> None:
+def mark_killed(store, model: str, checkpoint: str, run_id: str | None) -> None:
+    """Record run ``run_id`` of the partition ``killed`` when it was still ``started`` (a later run found it dead)."""
     for record in store.run_records(model, checkpoint):
         if record["run_id"] == run_id and record["status"] == "started":
             store.record_run(model, checkpoint, {**record, "status": "killed", "ended_at": now(),

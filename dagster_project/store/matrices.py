@@ -28,7 +28,13 @@ def matrix_of(data: pa.Table, column: str = "values") -> np.ndarray:
 
 
 def read_matrix(path: str | Path, row_group: int) -> np.ndarray:
-    """Row group ``row_group`` of the matrix table file ``path`` (what a worker process is handed)."""
+    """Row group ``row_group`` of the matrix table file ``path`` (what a worker process is handed): a local file, or
+    an object's ``s3://bucket/key``, read in ranges through this process's AWS configuration."""
+    if str(path).startswith("s3://"):
+        from resdyn.dagster_project.store.object_store import environment_filesystem
+
+        with environment_filesystem().open_input_file(str(path).removeprefix("s3://")) as source:
+            return matrix_of(pq.ParquetFile(source).read_row_group(row_group, columns=["row", "values"]))
     return matrix_of(pq.ParquetFile(path).read_row_group(row_group, columns=["row", "values"]))
 
 

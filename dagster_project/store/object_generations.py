@@ -27,9 +27,11 @@ What an object store lacks, and what stands in for it:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import shutil
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -44,7 +46,14 @@ from resdyn.dagster_project.store.leases import lease_is_live
 from resdyn.dagster_project.store.manifests import KeyPlaces, empty_manifest, next_generation, parse_manifest
 from resdyn.dagster_project.store.object_store import ObjectInfo, ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES, rows_table, table_spec
-from resdyn.dagster_project.store.warehouse import LOG_TABLES, PAGE_BYTES, TableWriter, hash_batch, new_run_id
+from resdyn.dagster_project.store.warehouse import (
+    LOG_TABLES,
+    PAGE_BYTES,
+    TableWriter,
+    WrittenTable,
+    hash_batch,
+    new_run_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,27 @@ def manifest_key(model: str, checkpoint: str) -> str:
 
 def staging_prefix(run_id: str, model: str, checkpoint: str) -> str:
     return f"_staging/{run_id}/model={model}/checkpoint={checkpoint}/"
+
+
+def figure_key(model: str, checkpoint: str, run_id: str, name: str) -> str:
+    return f"_artefacts/figures/{model}/{checkpoint}/{run_id}/{name}.png"
+
+
+class SpooledTableWriter(TableWriter):
+    """A :class:`~.warehouse.TableWriter` into a spool folder that is removed when the writer closes, whatever
+    happened; its ``result`` names the object (``where``), not the spool file."""
+
+    def __init__(self, spool: Path, *arguments, where: str, **options) -> None:
+        self.spool, self.where = spool, where
+        super().__init__(*arguments, **options)
+
+    def __exit__(self, kind, value, traceback) -> None:
+        try:
+            super().__exit__(kind, value, traceback)
+            if self.result is not None:
+                self.result = dataclasses.replace(self.result, path=self.where)
+        finally:
+            shutil.rmtree(self.spool, ignore_errors=True)
 
 
 class ObjectTables:
@@ -82,32 +112,45 @@ class ObjectTables:
 
     # -- writes ---------------------------------------------------------------------------------------------
 
-    def write(self, table: str, model: str, checkpoint: str, data: pa.Table | pa.RecordBatch, *,
-              width: int | None = None) -> dict:
-        """Write a whole table partition (one row group per record batch), then stage it for this run (or, without a
-        run, publish it); its manifest entry."""
+    def open_writer(self, table: str, model: str, checkpoint: str, *, width: int | None = None) -> TableWriter:
+        """A streaming writer of one table partition (a context manager, as :meth:`~.Warehouse.open_writer`): the
+        same :class:`~.warehouse.TableWriter` as on disk, into a spool folder of its own; on a clean exit the file is
+        uploaded under its final key and staged for this run (or, without a run, published), and the spool removed.
+        Its ``result`` is the :class:`~.warehouse.WrittenTable` with the object's ``s3://`` URL as its path."""
         run_id = self.run_id or new_run_id()
         relative = table_key(table, model, checkpoint, run_id)
         provenance = {"run_id": run_id, "settings_hash": self.settings_hash}
-        with tempfile.TemporaryDirectory(prefix="resdyn-spool-") as spool:
-            with TableWriter(Path(spool) / f"{run_id}.parquet", table_spec(table), width, provenance) as writer:
-                writer.write(data)
-            written = writer.result
-            self.store.upload(written.path, relative)
-        uploaded = self.store.info(relative)
-        if uploaded is None or uploaded.size != written.bytes:
-            raise ObjectStoreError(f"{self.where(relative)}: the upload of {written.bytes} bytes is not there as "
-                                   f"written ({uploaded}); the store lost a completed upload")
-        entry = {"file": relative, "rows": written.rows, "bytes": written.bytes, "sha256": written.sha256,
-                 "content_hash": written.content_hash, "etag": uploaded.etag, "run_id": run_id,
-                 "settings_hash": self.settings_hash}
-        if table in LOG_TABLES:
-            return entry
-        if self.run_id is None:
-            self._publish_entries(model, checkpoint, {table: entry})
-        else:
-            self.store.put(staging_prefix(run_id, model, checkpoint) + f"{table}.json", json.dumps(entry).encode())
-        return entry
+        spool = Path(tempfile.mkdtemp(prefix="resdyn-spool-"))
+
+        def on_written(name: str, written: WrittenTable) -> None:
+            try:
+                self.store.upload(written.path, relative)
+            finally:
+                written.path.unlink(missing_ok=True)
+            uploaded = self.store.info(relative)
+            if uploaded is None or uploaded.size != written.bytes:
+                raise ObjectStoreError(f"{self.where(relative)}: the upload of {written.bytes} bytes is not there as "
+                                       f"written ({uploaded}); the store lost a completed upload")
+            entry = {"file": relative, "rows": written.rows, "bytes": written.bytes, "sha256": written.sha256,
+                     "content_hash": written.content_hash, "etag": uploaded.etag, "run_id": run_id,
+                     "settings_hash": self.settings_hash}
+            if name not in LOG_TABLES:
+                if self.run_id is None:
+                    self._publish_entries(model, checkpoint, {name: entry})
+                else:
+                    self.store.put(staging_prefix(run_id, model, checkpoint) + f"{name}.json",
+                                   json.dumps(entry).encode())
+
+        return SpooledTableWriter(spool, spool / f"{run_id}.parquet", table_spec(table), width, provenance, on_written,
+                                  where=self.where(relative))
+
+    def write(self, table: str, model: str, checkpoint: str, data: pa.Table | pa.RecordBatch, *,
+              width: int | None = None) -> WrittenTable:
+        """Write a whole table partition (one row group per record batch), then stage it for this run (or, without a
+        run, publish it)."""
+        with self.open_writer(table, model, checkpoint, width=width) as writer:
+            writer.write(data)
+        return writer.result
 
     def staged(self, model: str, checkpoint: str, run_id: str | None = None) -> dict[str, dict]:
         """Tables a run has written for a partition and not yet published (a listing: the stores this runs on
@@ -115,39 +158,108 @@ class ObjectTables:
         prefix = staging_prefix(run_id or self.run_id, model, checkpoint)
         staged = {}
         for found in self.store.list(prefix):
+            if "/" in found.relative.removeprefix(prefix):  # the run's staged figures (figures/<name>.json)
+                continue
             stored = self.store.get(found.relative)
             if stored is not None:
                 staged[found.relative.removeprefix(prefix).removesuffix(".json")] = json.loads(stored.data)
         return staged
 
+    def stage_figures(self, model: str, checkpoint: str, directory: Path) -> int:
+        """Upload the figures this run drew for the partition into ``directory`` (a local spool), each to its key in
+        the run's own folder (``_artefacts/figures/<m>/<c>/<run_id>/``), stage it with its size and sha256, and
+        remove the local file; how many."""
+        staged = 0
+        for path in sorted(directory.glob("*.png")) if directory.is_dir() else []:
+            relative = figure_key(model, checkpoint, self.run_id, path.stem)
+            size = path.stat().st_size
+            sha256 = self.store.upload(path, relative)
+            self.store.put(staging_prefix(self.run_id, model, checkpoint) + f"figures/{path.stem}.json",
+                           json.dumps({"file": relative, "bytes": size, "sha256": sha256}).encode())
+            path.unlink()
+            staged += 1
+        return staged
+
+    def staged_figures(self, model: str, checkpoint: str) -> dict[str, dict]:
+        """The figures this run staged for the partition: name -> {file, bytes, sha256}."""
+        prefix = staging_prefix(self.run_id, model, checkpoint) + "figures/"
+        figures = {}
+        for found in self.store.list(prefix):
+            stored = self.store.get(found.relative)
+            if stored is not None:
+                figures[found.relative.removeprefix(prefix).removesuffix(".json")] = json.loads(stored.data)
+        return figures
+
     def publish(self, model: str, checkpoint: str) -> dict:
-        """Publish every table this run staged for the partition, in one manifest put."""
-        entries = self.staged(model, checkpoint)
-        manifest = self._publish_entries(model, checkpoint, entries)
-        for table in entries:
-            self.store.delete(staging_prefix(self.run_id, model, checkpoint) + f"{table}.json")
+        """Publish every table and figure this run staged for the partition, in one manifest put."""
+        entries, figures = self.staged(model, checkpoint), self.staged_figures(model, checkpoint)
+        manifest = self._publish_entries(model, checkpoint, entries, {name: entry["file"] for name, entry in
+                                                                      figures.items()},
+                                         {name: {"bytes": entry["bytes"], "sha256": entry["sha256"]}
+                                          for name, entry in figures.items()})
+        prefix = staging_prefix(self.run_id, model, checkpoint)
+        for name in entries:
+            self.store.delete(prefix + f"{name}.json")
+        for name in figures:
+            self.store.delete(prefix + f"figures/{name}.json")
         return manifest
 
-    def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict]) -> dict:
+    def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict],
+                         figures: dict[str, str] | None = None, figure_files: dict[str, dict] | None = None) -> dict:
         key = manifest_key(model, checkpoint)
-        for table, entry in entries.items():  # never a manifest naming an object a sweep removed meanwhile
-            found = self.store.info(entry["file"])
-            if found is None or found.size != entry["bytes"] or found.etag != entry.get("etag", found.etag):
-                raise ObjectStoreError(f"{self.where(entry['file'])} ({table}) is no longer the object this run "
+        named = {table: entry["file"] for table, entry in entries.items()} | {
+            f"figure {name}": file for name, file in (figures or {}).items()}
+        sizes = {entry["file"]: (entry["bytes"], entry.get("etag")) for entry in entries.values()} | {
+            file: (figure_files[name]["bytes"], None) for name, file in (figures or {}).items()}
+        for what, file in named.items():  # never a manifest naming an object a sweep removed meanwhile
+            found = self.store.info(file)
+            size, etag = sizes[file]
+            if found is None or found.size != size or found.etag != (etag or found.etag):
+                raise ObjectStoreError(f"{self.where(file)} ({what}) is no longer the object this run "
                                        "wrote (removed or replaced before publication, e.g. by `resdyn check "
                                        "--reclaim`); nothing was published: rerun the partition")
         for _ in range(PUBLISH_ATTEMPTS):
             current = self.store.get(key)
             before = self._parse(key, current.data, model, checkpoint)[0] if current is not None else \
                 empty_manifest(model, checkpoint)
-            manifest = next_generation(before, entries)
+            manifest = next_generation(before, entries, figures, figure_files)
             body = json.dumps(manifest, indent=1).encode()
             put = self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)
             if put is not None:
                 self._collect_garbage(model, checkpoint, manifest, dict(before.get("previous", {})), set(entries))
+                if figures is not None:
+                    self._collect_figure_garbage(model, checkpoint, manifest,
+                                                 dict(before.get("previous_figures", {})))
                 return manifest
         raise ObjectStoreError(f"{self.where(key)}: {PUBLISH_ATTEMPTS} publications of other writers won the "
                                "manifest while this one tried; nothing of this run was published, rerun it")
+
+    def _collect_figure_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict) -> None:
+        """Remove figures neither the published nor the previous generation names (as :meth:`_collect_garbage`)."""
+        keep = set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
+        live, cutoff = self._live_runs(), datetime.now(timezone.utc) - SWEEP_GRACE
+        for found in self.store.list(f"_artefacts/figures/{model}/{checkpoint}/"):
+            if found.relative in keep:
+                continue
+            run_id = found.relative.split("/")[-2]
+            if found.relative in superseded.values() or (run_id not in live and found.modified < cutoff):
+                self.store.delete(found.relative, etag=found.etag)
+
+    def discard(self, model: str, checkpoint: str, run_id: str) -> int:
+        """Remove what run ``run_id`` wrote for the partition and no manifest names (its tables, staged entries and
+        figures): a failed run's own leftovers; the bytes freed."""
+        manifest = self.manifest(model, checkpoint)
+        named = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values()) \
+            | set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
+        candidates = [found for table in TABLES if table not in LOG_TABLES
+                      for found in [self.store.info(table_key(table, model, checkpoint, run_id))] if found is not None]
+        candidates += self.store.list(staging_prefix(run_id, model, checkpoint))
+        candidates += self.store.list(f"_artefacts/figures/{model}/{checkpoint}/{run_id}/")
+        freed = 0
+        for found in candidates:
+            if found.relative not in named and self.store.delete(found.relative, etag=found.etag):
+                freed += found.size
+        return freed
 
     def _collect_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict, tables: set) -> None:
         """Remove the generation before the previous one (named by no manifest any more), and unnamed files of runs
@@ -201,6 +313,19 @@ class ObjectTables:
                 m, c = parts[1].removeprefix("model="), parts[2].removeprefix("checkpoint=")
                 if Path(parts[3]).stem not in live and found.modified < cutoff and not is_named(m, c, found.relative):
                     left.append(found)
+        figures: dict[tuple[str, str], set[str]] = {}
+        for found in self.store.list(f"_artefacts/figures/{model}/{checkpoint}/" if model and checkpoint else
+                                     "_artefacts/figures/"):
+            parts = found.relative.split("/")
+            if len(parts) != 6:
+                continue
+            m, c, run_id = parts[2], parts[3], parts[4]
+            if (m, c) not in figures:
+                manifest = self.manifest(m, c)
+                figures[m, c] = set(manifest.get("figures", {}).values()) | set(
+                    manifest.get("previous_figures", {}).values())
+            if run_id not in live and found.modified < cutoff and found.relative not in figures[m, c]:
+                left.append(found)
         for found in self.store.list("_staging/"):
             run_id, _, rest = found.relative.removeprefix("_staging/").partition("/")
             inside = rest.startswith(f"model={model}/checkpoint={checkpoint}/") if model and checkpoint else True
@@ -296,6 +421,12 @@ class ObjectTables:
         relative = self._published_object(table, model, checkpoint)
         with self.filesystem.open_input_file(self.store.arrow_path(relative)) as source:
             return pq.ParquetFile(source).read_row_group(index, columns=columns)
+
+    def schema(self, table: str, model: str, checkpoint: str) -> pa.Schema:
+        """The Arrow schema of the partition's object (its footer, read in ranges)."""
+        relative = self._published_object(table, model, checkpoint)
+        with self.filesystem.open_input_file(self.store.arrow_path(relative)) as source:
+            return pq.read_schema(source)
 
     def content_hash(self, table: str, model: str, checkpoint: str) -> str:
         """Hash of the partition's data columns (equal to :meth:`~.Warehouse.content_hash` for equal data)."""

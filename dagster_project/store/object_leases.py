@@ -43,9 +43,11 @@ def holder_record(run_id: str, *, single_process: bool, dagster_home: str | None
 
 
 def acquire_object_lease(store: ObjectStore, model: str, checkpoint: str, holder: dict, *, is_live=lease_is_live,
-                         attempts: int = 5) -> HeldLease:
+                         on_taken_over=lambda previous: None, attempts: int = 5) -> HeldLease:
     """Hold the partition's lease for ``holder['run_id']``, or raise :class:`PartitionBusyError` naming the run
-    that holds it. ``is_live(lease) -> bool`` judges a lease found there (default: as on disk)."""
+    that holds it. ``is_live(lease) -> bool`` judges a lease found there (default: as on disk);
+    ``on_taken_over(previous)`` is told the holder of a dead lease this run took over (its run is then recorded
+    ``killed``)."""
     relative, body = lease_key(model, checkpoint), json.dumps(holder).encode()
     for _ in range(attempts):  # each pass ends in a decision unless the lease changed hands under us
         etag = store.create(relative, body)
@@ -68,9 +70,25 @@ def acquire_object_lease(store: ObjectStore, model: str, checkpoint: str, holder
                 f"s3://{store.location.bucket}.")
         etag = store.replace(relative, body, found.etag)  # a dead or unreadable lease: one taker wins
         if etag is not None:
+            on_taken_over(current)
             return HeldLease(relative, etag, holder)
     raise PartitionBusyError(f"partition {model}@{checkpoint}: its lease changed hands {attempts} times while this "
                              "run tried to take it; another run is taking it now")
+
+
+def release_run_lease(store: ObjectStore, model: str, checkpoint: str, run_id: str) -> bool:
+    """Give up the partition's lease if run ``run_id`` holds it (read, then deleted under If-Match on what was read:
+    a lease another run took over meanwhile is theirs); whether it was removed. A step of a run may release the lease
+    another step of it took (each step is a process of its own under some executors)."""
+    found = store.get(lease_key(model, checkpoint))
+    if found is None:
+        return False
+    try:
+        holder = json.loads(found.data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(holder, dict) and holder.get("run_id") == run_id and \
+        store.delete(lease_key(model, checkpoint), etag=found.etag)
 
 
 def release_object_lease(store: ObjectStore, lease: HeldLease) -> bool:

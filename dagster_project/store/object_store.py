@@ -20,6 +20,7 @@ through pyarrow's ``S3FileSystem`` with the same credentials and endpoint (:meth
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ class ObjectInfo:
     size: int
     etag: str
     modified: datetime
+
+    @property
+    def bytes(self) -> int:  # as a leftover on disk says its size
+        return self.size
 
 
 def _error_code(error) -> str:
@@ -180,18 +185,7 @@ class ObjectStore:
     def filesystem(self):
         """pyarrow's ``S3FileSystem`` with this store's credentials, region and endpoint: Parquet is read from
         it in ranges (a row group at a time), never copied whole to local disk."""
-        from pyarrow import fs
-
-        credentials = self.session.get_credentials()
-        frozen = credentials.get_frozen_credentials() if credentials is not None else None
-        endpoint = self.client.meta.endpoint_url
-        options = {"region": self.client.meta.region_name or "us-east-1"}
-        if frozen is not None:
-            options.update(access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token)
-        if endpoint and not endpoint.rstrip("/").endswith("amazonaws.com"):
-            scheme, _, host = endpoint.partition("://")
-            options.update(endpoint_override=host.rstrip("/"), scheme=scheme)
-        return fs.S3FileSystem(**options)
+        return arrow_filesystem(self.session, self.client)
 
     def arrow_path(self, relative: str) -> str:
         """The path of ``relative`` on :meth:`filesystem` (bucket/key)."""
@@ -231,3 +225,29 @@ class ObjectStore:
     @property
     def _client_error(self):
         return self.client.exceptions.ClientError
+
+
+def arrow_filesystem(session, client):
+    """pyarrow's ``S3FileSystem`` with the credentials of ``session`` and the region and endpoint of ``client``."""
+    from pyarrow import fs
+
+    credentials = session.get_credentials()
+    frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    endpoint = client.meta.endpoint_url
+    options = {"region": client.meta.region_name or "us-east-1"}
+    if frozen is not None:
+        options.update(access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token)
+    if endpoint and not endpoint.rstrip("/").endswith("amazonaws.com"):
+        scheme, _, host = endpoint.partition("://")
+        options.update(endpoint_override=host.rstrip("/"), scheme=scheme)
+    return fs.S3FileSystem(**options)
+
+
+@functools.lru_cache(maxsize=1)
+def environment_filesystem():
+    """The S3 filesystem this process's AWS configuration reaches (made once per process): what a worker process
+    reads an ``s3://`` matrix reference with, with nothing handed to it but the URL."""
+    import boto3
+
+    session = boto3.session.Session()
+    return arrow_filesystem(session, session.client("s3"))

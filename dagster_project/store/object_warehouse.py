@@ -1,7 +1,11 @@
-"""A warehouse on an object store, read: its published partitions, read-only SQL over them, whole tables.
+"""A warehouse on an object store: what :class:`~.warehouse.Warehouse` is for a folder, for ``s3://bucket/prefix``.
 
-The reading side of :class:`~.warehouse.Warehouse` for ``s3://bucket/prefix`` (the writing side is
-:class:`~.object_generations.ObjectTables`; runs do not write here yet). The views are those of a folder
+Runs write it (tables and figures through :class:`~.object_generations.ObjectTables`, leases through
+:mod:`~.object_leases`), and it is read: its published partitions, read-only SQL over them, whole tables, one
+matrix at a time. What a run needs on local disk and is not the warehouse (the model store a checkpoint is made in,
+a Dagster instance for executors with processes of their own) lives in :attr:`ObjectWarehouse.local_state_directory`,
+under the user's cache folder, per bucket and prefix; figures are drawn into a spool folder of the step's process and
+uploaded when the step ends. The views are those of a folder
 (:func:`~.views.build_connection`, the same ``sql/views.sql`` on top), each over exactly the files the manifests
 publish, read through pyarrow's ``S3FileSystem`` as datasets registered in DuckDB: DuckDB's own S3 extension cannot
 be installed offline, and a registered dataset needs no file access from DuckDB at all, so its file access stays
@@ -13,7 +17,11 @@ it; a whole-table read also checks its sha256 (:meth:`ObjectTables.read`).
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,22 +29,51 @@ import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.locations import ObjectLocation
 from resdyn.dagster_project.store.handles import MatrixTable
-from resdyn.dagster_project.store.object_generations import ObjectTables
-from resdyn.dagster_project.store.object_store import ObjectStore
+from resdyn.dagster_project.store.leases import lease_is_live, mark_killed
+from resdyn.dagster_project.store.object_generations import ObjectTables, table_key
+from resdyn.dagster_project.store.object_leases import acquire_object_lease, holder_record, release_run_lease
+from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.warehouse import PublishedPartitions
 
 
 class ObjectWarehouse(PublishedPartitions):
-    """The published partitions of the warehouse at ``location`` (``s3://bucket/prefix``), read-only."""
+    """The warehouse at ``location`` (``s3://bucket/prefix``). ``run_id`` binds writes (and first reads) to one run:
+    its tables and figures are staged and published together by :meth:`publish` (as on disk)."""
 
-    def __init__(self, location: ObjectLocation) -> None:
+    def __init__(self, location: ObjectLocation, *, run_id: str | None = None, settings_hash: str = "",
+                 store: ObjectStore | None = None) -> None:
         self.location = location
-        self.store = ObjectStore(location)
-        self.tables = ObjectTables(self.store)
+        self.store = store or ObjectStore(location)
+        self.run_id, self.settings_hash = run_id, settings_hash
+        self.tables = ObjectTables(self.store, run_id=run_id, settings_hash=settings_hash)
         self.problems: list[str] = []
 
     def __str__(self) -> str:
         return str(self.location)
+
+    def bound(self, run_id: str, settings_hash: str = "") -> "ObjectWarehouse":
+        """The same warehouse, its writes bound to run ``run_id`` (one client shared)."""
+        return ObjectWarehouse(self.location, run_id=run_id, settings_hash=settings_hash, store=self.store)
+
+    def exists(self) -> bool:
+        return bool(self.store.list("_published/") or self.store.list("runs/"))
+
+    def prepare_for_writing(self) -> None:
+        """Refuse a store whose conditional writes do not hold (leases and manifests rest on them)."""
+        self.store.require_conditional_writes()
+
+    @property
+    def local_state_directory(self) -> Path:
+        """What runs on this machine keep on local disk for this warehouse (the model store, a Dagster instance):
+        ``$XDG_CACHE_HOME/resdyn/s3/<bucket>/<prefix>`` (default ``~/.cache``). Not the warehouse: nothing in it is
+        read as a result, and a model there is remade from its registered source when missing."""
+        from resdyn.dagster_project.store.manifests import cache_directory
+
+        return cache_directory() / "s3" / self.location.bucket / (self.location.prefix or "_root")
+
+    @property
+    def models_directory(self) -> Path:
+        return self.local_state_directory / "_models"
 
     def require_existing(self) -> "ObjectWarehouse":
         """Reading a warehouse that is not there is an error, not an empty answer."""
@@ -162,3 +199,116 @@ class ObjectWarehouse(PublishedPartitions):
 
     def registry_specs(self) -> dict:
         return self.registry().specs
+
+    @contextmanager
+    def writable_registry(self):
+        """The registry, for a launch that may register a new model: ``registry.json`` read into a temporary file,
+        and put back when the launch changed it, under If-Match on what was read (a registration another launch made
+        meanwhile is never lost: this one is refused and says so)."""
+        from resdyn.models.registry import ModelRegistry
+
+        stored = self.store.get("registry.json")
+        with tempfile.TemporaryDirectory(prefix="resdyn-registry-") as directory:
+            path = Path(directory) / "registry.json"
+            if stored is not None:
+                path.write_bytes(stored.data)
+            yield ModelRegistry(path)
+            after = path.read_bytes() if path.is_file() else None
+            if after is not None and after != (stored.data if stored is not None else None):
+                put = self.store.create("registry.json", after) if stored is None else \
+                    self.store.replace("registry.json", after, stored.etag)
+                if put is None:
+                    raise ObjectStoreError(f"{self.tables.where('registry.json')}: another launch registered a model "
+                                           "while this one did; run the command again")
+
+    # -- writes (a run's) -------------------------------------------------------------------------------
+
+    def open_writer(self, table: str, model: str, checkpoint: str, *, width: int | None = None):
+        return self.tables.open_writer(table, model, checkpoint, width=width)
+
+    def write(self, table: str, model: str, checkpoint: str, data, *, width: int | None = None):
+        return self.tables.write(table, model, checkpoint, data, width=width)
+
+    def staged(self, model: str, checkpoint: str, run_id: str | None = None) -> dict[str, dict]:
+        return self.tables.staged(model, checkpoint, run_id)
+
+    def artefact_directory(self, kind: str, model: str, checkpoint: str) -> Path:
+        """Where this step's process draws the partition's figures: a local spool folder of its own (steps of one
+        run may run at once), uploaded and emptied by :meth:`stage_figures` when the step ends."""
+        directory = Path(tempfile.gettempdir()) / "resdyn-figures" / f"{self.run_id or 'unstaged'}-{os.getpid()}" / \
+            kind / model / checkpoint
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def stage_figures(self, model: str, checkpoint: str) -> None:
+        """Upload the figures this step drew for the partition and stage them with its tables."""
+        directory = self.artefact_directory("figures", model, checkpoint)
+        self.tables.stage_figures(model, checkpoint, directory)
+        shutil.rmtree(directory.parents[2], ignore_errors=True)
+
+    def publish(self, model: str, checkpoint: str) -> dict:
+        return self.tables.publish(model, checkpoint)
+
+    def record_run(self, model: str, checkpoint: str, row: dict) -> None:
+        self.tables.record_run(model, checkpoint, row)
+
+    def run_records(self, model: str, checkpoint: str) -> list[dict]:
+        return self.tables.run_records(model, checkpoint)
+
+    def has_run_record(self, model: str, checkpoint: str) -> bool:
+        return self.store.info(table_key("runs", model, checkpoint, self.run_id)) is not None
+
+    def acquire_lease(self, model: str, checkpoint: str, *, single_process: bool, instance=None) -> None:
+        """Hold the partition for this run (a conditional PUT: store/object_leases.py), or raise PartitionBusyError
+        naming its holder; a dead holder's run is recorded ``killed``."""
+        home = None if instance is None or instance.is_ephemeral else instance.root_directory
+        holder = holder_record(self.run_id, single_process=single_process, dagster_home=home)
+        acquire_object_lease(self.store, model, checkpoint, holder,
+                             is_live=lambda lease: lease_is_live(lease, instance),
+                             on_taken_over=lambda previous: mark_killed(self, model, checkpoint,
+                                                                        previous.get("run_id")))
+
+    def release_lease(self, model: str, checkpoint: str) -> None:
+        release_run_lease(self.store, model, checkpoint, self.run_id)
+
+    def unpublished(self, model: str, checkpoint: str) -> list:
+        """What runs of the partition that are not live left (objects no manifest names; no grace period: this is
+        asked after a run stopped, or by a person)."""
+        return self.tables.leftovers(model, checkpoint, grace=timedelta(0))
+
+    def reclaim(self, leftovers: list) -> int:
+        return sum(found.size for found in leftovers if self.store.delete(found.relative, etag=found.etag))
+
+    def sweep_partition(self, model: str, checkpoint: str) -> int:
+        """Before a run writes: remove what runs of the partition that are not live left, once older than the grace
+        period (a listing may lag a live writer's upload)."""
+        return sum(found.size for found in self.tables.sweep(model, checkpoint))
+
+    def discard_run(self, model: str, checkpoint: str) -> int:
+        shutil.rmtree(self.artefact_directory("figures", model, checkpoint).parents[2], ignore_errors=True)
+        return self.tables.discard(model, checkpoint, self.run_id)
+
+    def damaged_figures(self, manifest: dict, verified=None) -> list[str]:
+        """One line per published figure of ``manifest`` that is missing or of another size than published."""
+        problems = []
+        recorded = manifest.get("figure_files") if isinstance(manifest.get("figure_files"), dict) else {}
+        for name, file in sorted(manifest.get("figures", {}).items()):
+            found = self.store.info(file)
+            size = (recorded.get(name) or {}).get("bytes")
+            if found is None or (isinstance(size, int) and found.size != size):
+                problems.append(f"{self.tables.where(file)} (figure {name} of {manifest['model']}@"
+                                f"{manifest['checkpoint']}) is {'missing' if found is None else 'damaged'}; "
+                                f"rematerialize it: `resdyn run --model {manifest['model']} --checkpoint "
+                                f"{manifest['checkpoint']}`")
+        return problems
+
+    def published_table_names(self, model: str, checkpoint: str) -> set[str]:
+        return set(self.manifest(model, checkpoint)["tables"])
+
+    def table_path(self, table: str, model: str, checkpoint: str) -> str:
+        """The ``s3://`` URL of the object a reader of this partition sees (this run's staged one, else the published
+        one): what a worker's matrix reference reads."""
+        return self.tables.where(self.tables.entry(table, model, checkpoint)["file"])
+
+    def schema(self, table: str, model: str, checkpoint: str) -> pa.Schema:
+        return self.tables.schema(table, model, checkpoint)

@@ -16,8 +16,7 @@ import socket
 import subprocess
 
 from resdyn.dagster_project.configuration.config import REPOSITORY_ROOT
-from resdyn.dagster_project.store.leases import now, release_lease
-from resdyn.dagster_project.store.warehouse import Warehouse
+from resdyn.dagster_project.store.leases import now
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +54,12 @@ def corpus_record(directory: str | None) -> dict:
     return {"corpus": corpus.label, "corpus_sha256": hashlib.sha256(corpus.text.encode()).hexdigest()[:16]}
 
 
-def model_source(store: Warehouse, model: str, checkpoint: str) -> str:
+def model_source(store, model: str, checkpoint: str) -> str:
     """The registry's account of a partition's checkpoint, as JSON (``runs.model_source``)."""
-    from resdyn.models.registry import ModelRegistry
     from resdyn.models.sources import directory_fingerprint, registered_origin
 
     try:
-        spec, revision = ModelRegistry(store.registry_file).resolve(f"{model}@{checkpoint}")
+        spec, revision = store.registry().resolve(f"{model}@{checkpoint}")
     except KeyError:
         return json.dumps({"source": None, "error": "not in the registry"})
     origin = {key: value for key, value in registered_origin(spec, checkpoint).as_dict().items() if value}
@@ -71,19 +69,18 @@ def model_source(store: Warehouse, model: str, checkpoint: str) -> str:
                        **({"directory_fingerprint": fingerprint} if fingerprint else {})}, sort_keys=True)
 
 
-def map_conventions(store: Warehouse, model: str, checkpoint: str) -> str | None:
+def map_conventions(store, model: str, checkpoint: str) -> str | None:
     """What the family's sublayer maps hold fixed, as JSON (``runs.map_conventions``)."""
     from resdyn.models.adapters import adapter_for
-    from resdyn.models.registry import ModelRegistry
 
     try:
-        spec, _ = ModelRegistry(store.registry_file).resolve(f"{model}@{checkpoint}")
+        spec, _ = store.registry().resolve(f"{model}@{checkpoint}")
         return json.dumps(adapter_for(spec.family).conventions, sort_keys=True)
     except (KeyError, ValueError):
         return None
 
 
-def record_run_row(store: Warehouse, model: str, checkpoint: str, settings_values: dict, executor: str,
+def record_run_row(store, model: str, checkpoint: str, settings_values: dict, executor: str,
             corpus_directory: str | None, **fields) -> None:
     existing = {r["run_id"]: r for r in store.run_records(model, checkpoint)}.get(store.run_id)
     row = existing or {
@@ -104,12 +101,11 @@ def record_run_row(store: Warehouse, model: str, checkpoint: str, settings_value
 TABLES_CODE_VERSION: str | None = None
 
 
-def record_interrupted(store: Warehouse, model: str, checkpoint: str, reason: str) -> None:
+def record_interrupted(store, model: str, checkpoint: str, reason: str) -> None:
     """Close this process's runs of the partition that a signal stopped between steps (no step was there to
     record the failure): status ``failed`` with ``reason``, and the lease freed."""
     for row in store.run_records(model, checkpoint):
         row = {key: value for key, value in row.items() if key not in ("model", "checkpoint")}
         if row["status"] == "started" and row["pid"] == os.getpid() and row["host"] == socket.gethostname():
-            bound = Warehouse(store.root, run_id=row["run_id"], settings_hash=row["settings_hash"])
             store.record_run(model, checkpoint, {**row, "status": "failed", "ended_at": now(), "error": reason})
-            release_lease(bound, model, checkpoint)
+            store.bound(row["run_id"], row["settings_hash"]).release_lease(model, checkpoint)

@@ -35,6 +35,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,6 +238,62 @@ class Warehouse(PublishedPartitions):
             raise FileNotFoundError(f"no warehouse at {self.root}: `resdyn run` writes one there, or pass "
                                     "--warehouse DIR (or set RESDYN_WAREHOUSE) to an existing one")
         return self
+
+    def bound(self, run_id: str, settings_hash: str = "") -> "Warehouse":
+        """The same warehouse, its writes bound to run ``run_id``."""
+        return Warehouse(self.root, run_id=run_id, settings_hash=settings_hash)
+
+    def exists(self) -> bool:
+        return self.root.is_dir()
+
+    def prepare_for_writing(self) -> None:
+        """Nothing to check on a folder (an object store checks it honours conditional writes)."""
+
+    @property
+    def local_state_directory(self) -> Path:
+        """Where this machine keeps what a run needs on local disk (the model store, a Dagster instance): the root."""
+        return self.root
+
+    # -- one run's hold on a partition: its lease, its leftovers -------------------------------
+
+    def acquire_lease(self, model: str, checkpoint: str, *, single_process: bool, instance=None) -> None:
+        """Hold the partition for this run (store/leases.py), or raise PartitionBusyError naming its holder."""
+        from resdyn.dagster_project.store.leases import acquire_lease
+
+        acquire_lease(self, model, checkpoint, single_process=single_process, instance=instance)
+
+    def release_lease(self, model: str, checkpoint: str) -> None:
+        from resdyn.dagster_project.store.leases import release_lease
+
+        release_lease(self, model, checkpoint)
+
+    def has_run_record(self, model: str, checkpoint: str) -> bool:
+        """Has this run written its row of the partition's ``runs`` table (its first step for it has started)?"""
+        return (self.partition_directory("runs", model, checkpoint) / f"{self.run_id}.parquet").is_file()
+
+    def unpublished(self, model: str, checkpoint: str) -> list:
+        """What runs of the partition that are not live left unpublished (store/leftovers.py)."""
+        from resdyn.dagster_project.store.leftovers import unpublished_files
+
+        return unpublished_files(self, model, checkpoint)
+
+    def reclaim(self, leftovers: list) -> int:
+        from resdyn.dagster_project.store.leftovers import reclaim
+
+        return reclaim(self, leftovers)
+
+    def sweep_partition(self, model: str, checkpoint: str) -> int:
+        """Before a run writes: remove what runs of the partition that are not live left; the bytes freed."""
+        return self.reclaim(self.unpublished(model, checkpoint))
+
+    def discard_run(self, model: str, checkpoint: str) -> int:
+        """Remove what this run wrote for the partition and did not publish; the bytes freed."""
+        from resdyn.dagster_project.store.leftovers import discard_run
+
+        return discard_run(self, model, checkpoint)
+
+    def stage_figures(self, model: str, checkpoint: str) -> None:
+        """Nothing to do on a folder: the run's figures are drawn where :meth:`publish` finds them."""
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -516,6 +573,10 @@ class Warehouse(PublishedPartitions):
         for index in range(parquet.num_row_groups):
             yield parquet.read_row_group(index, columns=columns, use_threads=False)
 
+    def schema(self, table: str, model: str, checkpoint: str) -> pa.Schema:
+        """The Arrow schema of the partition's file as this run sees it (its footer: no data read)."""
+        return self._parquet_file(table, model, checkpoint).schema_arrow
+
     def matrix_table(self, table: str, model: str, checkpoint: str) -> MatrixTable:
         """The partition's matrix table as a lazy handle (:class:`~.handles.MatrixTable`: one matrix at a time)."""
         return MatrixTable(self, table, model, checkpoint)
@@ -587,6 +648,13 @@ class Warehouse(PublishedPartitions):
 
     def registry_specs(self) -> dict:
         return self.registry().specs
+
+    @contextmanager
+    def writable_registry(self):
+        """The registry, for a launch that may register a new model (``registry.json`` under the root)."""
+        from resdyn.models.registry import ModelRegistry
+
+        yield ModelRegistry(self.registry_file)
 
     def published_files(self) -> tuple[dict[str, list[str]], list[dict], list[str]]:
         """(table -> published files that look intact, manifest rows, problems): a file missing or of

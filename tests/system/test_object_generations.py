@@ -230,8 +230,8 @@ def test_a_manifest_without_etags_is_read_by_size_and_a_swept_upload_is_never_pu
     store.put(key, json.dumps(manifest).encode())
     assert sum(group.num_rows for group in tables.row_groups("singular_values", "m", "c")) == 50
     run = ObjectTables(store, run_id="run-swept")
-    entry = run.write("singular_values", "m", "c", _singular_values(rng, 20))
-    store.delete(entry["file"])
+    run.write("singular_values", "m", "c", _singular_values(rng, 20))
+    store.delete(run.staged("m", "c")["singular_values"]["file"])
     with pytest.raises(ObjectStoreError, match="nothing was published"):
         run.publish("m", "c")
     assert tables.manifest("m", "c")["tables"]["singular_values"]["rows"] == 50

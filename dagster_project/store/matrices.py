@@ -34,7 +34,7 @@ def read_matrix(path: str | Path, row_group: int) -> np.ndarray:
         from resdyn.dagster_project.store.object_store import environment_filesystem
 
         with environment_filesystem().open_input_file(str(path).removeprefix("s3://")) as source:
-            return matrix_of(pq.ParquetFile(source).read_row_group(row_group, columns=["row", "values"]))
+            return matrix_of(pq.ParquetFile(source, pre_buffer=True).read_row_group(row_group, columns=["row", "values"]))
     return matrix_of(pq.ParquetFile(path).read_row_group(row_group, columns=["row", "values"]))
 
 

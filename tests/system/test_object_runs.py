@@ -1,0 +1,114 @@
+"""`resdyn run` into a warehouse on a real S3 server (SeaweedFS, the ``s3_server`` fixture): the partition it publishes
+holds every table equal to the same run on disk, `resdyn sql` and `resdyn check` answer over it, a second writer is
+refused while the first holds the partition, and a writer killed mid-run leaves nothing visible and a rerun publishes
+the same tables."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from resdyn.dagster_project.store.object_generations import ObjectTables
+from resdyn.dagster_project.store.object_store import ObjectStore
+from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
+from resdyn.dagster_project.store.warehouse import Warehouse
+
+from ..cli_helpers import QUICK, REPOSITORY, RESDYN, environment, run_cli
+
+
+def _same_tables(disk: Warehouse, objects: ObjectWarehouse, model: str, checkpoint: str) -> None:
+    """Every table the disk partition publishes is published on S3 with equal data (hash of the data columns, read
+    back from each store), and so is every figure (by name)."""
+    on_disk, on_s3 = disk.manifest(model, checkpoint), objects.manifest(model, checkpoint)
+    assert sorted(on_s3["tables"]) == sorted(on_disk["tables"])
+    assert len(on_disk["tables"]) >= 20
+    for table in on_disk["tables"]:
+        assert objects.tables.content_hash(table, model, checkpoint) == disk.content_hash(table, model, checkpoint), \
+            table
+    assert sorted(on_s3.get("figures", {})) == sorted(on_disk.get("figures", {})) and on_s3["figures"]
+
+
+def _run_of(relative: str) -> str:
+    """The run that wrote an object: ``<table>/.../<run>.parquet``, ``_staging/<run>/...``,
+    ``_artefacts/figures/<m>/<c>/<run>/<name>.png``."""
+    parts = relative.split("/")
+    if parts[0] == "_staging":
+        return parts[1]
+    if parts[0] == "_artefacts":
+        return parts[4]
+    return parts[-1].removesuffix(".parquet")
+
+
+def test_a_run_into_s3_publishes_the_tables_of_the_same_run_on_disk_and_sql_and_check_answer(
+        built, s3_warehouse, tmp_path):
+    model, root = built
+    url = str(s3_warehouse)
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}  # the local state of an S3 warehouse: this test's own
+    completed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", url,
+                        env=environment(**cache), timeout=900)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    objects = ObjectWarehouse(s3_warehouse)
+    _same_tables(Warehouse(root), objects, "m", "local")
+    store = ObjectStore(s3_warehouse)
+    assert not store.list("_staging/") and not store.list("_locks/")  # published, lease freed
+    assert not list((tmp_path / "cache").rglob("*.parquet"))  # the tables live on the store only
+    answer = run_cli("sql", "SELECT status, count(*) AS n FROM partitions GROUP BY status", "--csv",
+                     "--warehouse", url, env=environment(**cache))
+    assert answer.returncode == 0 and answer.stdout.replace('"', "").split() == ["status,n", "complete,1"], \
+        answer.stdout + answer.stderr
+    runs = run_cli("sql", "SELECT status FROM runs", "--csv", "--warehouse", url, env=environment(**cache))
+    assert runs.stdout.replace('"', "").split() == ["status", "success"], runs.stdout + runs.stderr
+    check = run_cli("check", "--warehouse", url, env=environment(**cache))
+    assert check.returncode == 0 and "every published file is readable" in check.stdout, check.stdout + check.stderr
+
+
+def test_a_second_writer_is_refused_while_a_live_run_holds_the_partition_on_s3(built, s3_warehouse, tmp_path):
+    model, _ = built
+    holder = ObjectWarehouse(s3_warehouse, run_id="the-first-writer")
+    # this test's process holds the lease as a single-process run: alive, so judged live
+    holder.acquire_lease("m", "local", single_process=True)
+    completed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(s3_warehouse),
+                        env=environment(XDG_CACHE_HOME=str(tmp_path / "cache")), timeout=600)
+    assert completed.returncode == 1, completed.stdout[-3000:]
+    assert "being materialized by run the-first-writer" in completed.stdout + completed.stderr
+    assert ObjectTables(ObjectStore(s3_warehouse)).manifest("m", "local")["tables"] == {}  # nothing published
+    holder.release_lease("m", "local")
+    assert not ObjectStore(s3_warehouse).list("_locks/")
+
+
+def test_a_writer_killed_mid_run_leaves_nothing_visible_and_a_rerun_publishes_the_disk_tables(
+        built, s3_warehouse, tmp_path):
+    model, root = built
+    url, store = str(s3_warehouse), ObjectStore(s3_warehouse)
+    env = environment(XDG_CACHE_HOME=str(tmp_path / "cache"))
+    arguments = [*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", url]
+    writer = subprocess.Popen(arguments, cwd=REPOSITORY, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        # killed once it has staged a few tables of the partition: mid-run, its lease held, nothing published yet
+        while time.monotonic() < deadline and len(store.list("_staging/")) < 3 and writer.poll() is None:
+            time.sleep(0.2)
+        assert writer.poll() is None, "the run ended before it could be killed"
+        os.killpg(writer.pid, signal.SIGKILL)
+        writer.wait(timeout=60)
+    finally:
+        if writer.poll() is None:
+            os.killpg(writer.pid, signal.SIGKILL)
+    objects = ObjectWarehouse(s3_warehouse)
+    assert objects.manifest("m", "local")["tables"] == {}  # a reader sees nothing of it
+    assert store.list("_locks/") and store.list("_staging/")  # what it left: its lease and staged entries
+    rerun = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", url, env=env, timeout=900)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    _same_tables(Warehouse(root), objects, "m", "local")
+    records = {row["status"]: row["run_id"] for row in objects.run_records("m", "local")}
+    assert sorted(records) == ["killed", "success"]  # the dead lease's run recorded as such by the rerun
+    assert not store.list("_locks/")
+    left = objects.unpublished("m", "local")  # the killed run's objects: named by no manifest, its lease gone
+    assert left and {_run_of(found.relative) for found in left} == {records["killed"]}
+    reclaim = run_cli("check", "--reclaim", "--warehouse", url, env=env)
+    assert reclaim.returncode == 0, reclaim.stdout + reclaim.stderr
+    assert not objects.unpublished("m", "local")
+    _same_tables(Warehouse(root), objects, "m", "local")  # what was published is untouched by the reclaim

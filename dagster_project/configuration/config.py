@@ -86,9 +86,14 @@ def environment_table() -> str:
     return "\n".join(lines) + "\n"
 
 # what a step on a Ray worker needs from the submitting environment when it loads the definitions
-# module itself (a run launched from the UI), besides the variables above
+# module itself (a run launched from the UI), besides the variables above; the AWS SDK's own variables reach an
+# object-store warehouse from the worker (where set here: a cluster whose nodes hold their own IAM role needs none)
+AWS_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+                 "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_EC2_METADATA_DISABLED",
+                 "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
 FORWARDED_VARIABLES = ("DAGSTER_HOME", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_VERBOSITY",
-                       "PYTHONPATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", *VARIABLES.values())
+                       "PYTHONPATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "XDG_CACHE_HOME", *AWS_VARIABLES,
+                       *VARIABLES.values())
 
 
 class ConfigError(ValueError):

@@ -84,7 +84,8 @@ class LocalS3Server:
         return self
 
     def _wait_until_it_answers(self) -> None:
-        """Until the gateway creates the bucket (it answers before the filer behind it can store anything)."""
+        """Until the gateway creates the bucket (it answers before the filer behind it can store anything); a server
+        started again on its data directory finds its bucket there."""
         import boto3
 
         client = boto3.session.Session(aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
@@ -94,7 +95,10 @@ class LocalS3Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"weed exited with {self.process.returncode}; see {self.data / 'weed.log'}")
             try:
-                client.create_bucket(Bucket=self.bucket)
+                try:
+                    client.create_bucket(Bucket=self.bucket)
+                except client.exceptions.BucketAlreadyOwnedByYou:
+                    pass
                 client.put_object(Bucket=self.bucket, Key="_probes/ready", Body=b"1")
                 client.delete_object(Bucket=self.bucket, Key="_probes/ready")
                 return

@@ -35,6 +35,7 @@ TITLES = {
     "redesign_equivalence": "The code before and after a redesign (issue 32's assets, issue 44's layout), side by side (`benchmarks/redesign_equivalence.py`)",
     "test_durations": "The test suite, every test's seconds, the slowest 40 shown (`make test-durations`)",
     "communities_scan": "The gamma scan, coarse to fine against every seed at every gamma (`benchmarks/communities_scan.py`)",
+    "object_store": "The tiny suite and one matrix table on the test S3 server against local disk, side by side (`benchmarks/object_store.py`)",
 }
 
 
@@ -51,6 +52,25 @@ def _scalars(values: dict) -> list[str]:
             and not (isinstance(value, list) and value and isinstance(value[0], dict))
             and not (isinstance(value, str) and len(value) > 120)]
     return ["| result | value |", "|---|---|", *(f"| {key} | {_cell(value)} |" for key, value in rows)]
+
+
+def _object_store(results: dict) -> list[str]:
+    suite, equality, speeds = results["suite"], results["equality"], results["throughput"]
+    lines = ["| the tiny suite | disk | S3 | S3 / disk |", "|---|---|---|---|",
+             f"| `{suite['s3']['command']}`, seconds | {_cell(suite['disk']['seconds'])} | "
+             f"{_cell(suite['s3']['seconds'])} | {_cell(suite['s3_over_disk_seconds'])} |", "",
+             f"Equal on both: {equality['partitions']} partitions, {equality['tables_compared']} tables (hash of the data "
+             f"columns), {equality['figures_compared']} figures by name; all equal: {equality['all_equal']}"
+             f"{' (differing: ' + ', '.join(equality['differing']) + ')' if equality['differing'] else ''}. "
+             f"`resdyn sql` over S3: {' '.join(results['sql_partitions'])}; `resdyn check` exit "
+             f"{results['check']['exit_code']}.", "",
+             f"| {_cell(speeds['mebibytes'])} MiB matrix table, median of {speeds['repeats']} | disk MiB/s | S3 MiB/s "
+             "| S3 / disk (seconds) |", "|---|---|---|---|"]
+    for kind, meaning in (("write", "write (S3: spool and upload)"), ("read", "read whole"),
+                          ("row_groups", "read a row group at a time")):
+        lines.append(f"| {meaning} | {_cell(speeds['disk'][kind]['mib_per_second'])} | "
+                     f"{_cell(speeds['s3'][kind]['mib_per_second'])} | {_cell(speeds['s3_over_disk_seconds'][kind])} |")
+    return lines
 
 
 def _records(records: list[dict]) -> list[str]:
@@ -152,6 +172,8 @@ def render() -> str:
             lines += _redesign(results)
         elif path.stem == "analysis_floor":
             lines += _analysis_floor(results)
+        elif path.stem == "object_store":
+            lines += _object_store(results)
         elif isinstance(results, list) and results:
             lines += _records(results)
         elif isinstance(results, dict):

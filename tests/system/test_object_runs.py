@@ -54,6 +54,7 @@ def test_a_run_into_s3_publishes_the_tables_of_the_same_run_on_disk_and_sql_and_
     store = ObjectStore(s3_warehouse)
     assert not store.list("_staging/") and not store.list("_locks/")  # published, lease freed
     assert not list((tmp_path / "cache").rglob("*.parquet"))  # the tables live on the store only
+    assert not (REPOSITORY / "s3:").exists()  # once, the URL became a local folder of that name
     answer = run_cli("sql", "SELECT status, count(*) AS n FROM partitions GROUP BY status", "--csv",
                      "--warehouse", url, env=environment(**cache))
     assert answer.returncode == 0 and answer.stdout.replace('"', "").split() == ["status,n", "complete,1"], \
@@ -112,3 +113,49 @@ def test_a_writer_killed_mid_run_leaves_nothing_visible_and_a_rerun_publishes_th
     assert reclaim.returncode == 0, reclaim.stdout + reclaim.stderr
     assert not objects.unpublished("m", "local")
     _same_tables(Warehouse(root), objects, "m", "local")  # what was published is untouched by the reclaim
+
+
+def test_a_server_stopped_mid_run_fails_the_run_without_a_visible_trace_and_a_rerun_after_its_restart_publishes(
+        built, tmp_path):
+    from resdyn.dagster_project.configuration.locations import parse_location
+    from resdyn.dagster_project.launch.s3_local import LocalS3Server
+
+    model, root = built
+    server = LocalS3Server(tmp_path / "s3")  # a server of this test's own: the shared one keeps serving the others
+    server.start()
+    try:
+        location = parse_location(f"s3://{server.bucket}/restarted")
+        env = environment(XDG_CACHE_HOME=str(tmp_path / "cache"), **server.environment())
+        writer = subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse",
+                                   str(location)], cwd=REPOSITORY, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        store = _store_of(server, location)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and len(store.list("_staging/")) < 3 and writer.poll() is None:
+            time.sleep(0.2)
+        assert writer.poll() is None, "the run ended before the server could be stopped"
+        server.stop(grace=2)  # mid-run: the next request of the run finds no server
+        output = writer.communicate(timeout=900)[0]
+        assert writer.returncode != 0, output[-3000:]
+        server.start()  # the same data directory, new ports
+        env.update(server.environment())
+        store = _store_of(server, location)
+        published = store.get("_published/model=m/checkpoint=local.json")
+        assert published is None  # nothing of the failed run is visible
+        rerun = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(location), env=env,
+                        timeout=900)
+        assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+        _same_tables(Warehouse(root), ObjectWarehouse(location, store=store), "m", "local")
+    finally:
+        server.stop(grace=2)
+
+
+def _store_of(server, location) -> ObjectStore:
+    """A client of ``server`` (its own credentials and endpoint, whatever this process's environment says)."""
+    import boto3
+
+    session = boto3.session.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
+                                    region_name="us-east-1")
+    store = ObjectStore(location, session=session)
+    store.client = session.client("s3", endpoint_url=server.endpoint)
+    return store

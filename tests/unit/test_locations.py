@@ -55,7 +55,7 @@ def test_every_other_form_is_refused_naming_the_forms_that_work(text, says):
     assert "s3://BUCKET/PREFIX" in str(raised.value)
 
 
-def test_until_the_store_speaks_s3_an_object_warehouse_is_refused_and_nothing_is_made(tmp_path, monkeypatch):
+def test_where_a_folder_is_still_needed_an_object_warehouse_is_refused_and_nothing_is_made(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="object-store warehouse"):
         warehouse_root("s3://resdyn-study/warehouse")

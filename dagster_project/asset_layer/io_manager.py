@@ -73,6 +73,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         run = bind(step, self.warehouse, self.settings)
         table = context.asset_key.to_user_string()
         try:
+            # a body draws its figures before it yields its tables: on an object store they are uploaded and staged
+            # now, before this table is, so that no step that finds the selection staged publishes without them
+            run.store.stage_figures(run.model, run.checkpoint)
             if isinstance(obj, WrittenTable):
                 written, head = obj, None
             elif isinstance(obj, pa.Table):

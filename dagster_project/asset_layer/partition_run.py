@@ -72,11 +72,16 @@ class PartitionRun:
             if attempt >= STEP_RETRIES.max_retries:
                 self.store.discard_run(self.model, self.checkpoint)
             self.record(status="failed", ended_at=now(), error=f"{step}: {type(error).__name__}: {message}"[:2000])
-        except OSError as failure:  # the step's own error is the one to report; the next run sweeps what is left
+        except Exception as failure:  # noqa: BLE001 - the step's own error is the one to report (a full disk, an
+            # object store out of reach: botocore's errors are no OSError); the next run sweeps what is left
             log.warning("%s@%s: could not record the failed run %s (%s)", self.model, self.checkpoint,
                         self.store.run_id, failure)
         finally:
-            self.store.release_lease(self.model, self.checkpoint)
+            try:
+                self.store.release_lease(self.model, self.checkpoint)
+            except Exception as failure:  # noqa: BLE001 - as above; the lease's run is judged dead by the next run
+                log.warning("%s@%s: could not free the lease of run %s (%s)", self.model, self.checkpoint,
+                            self.store.run_id, failure)
 
     def publish_if_complete(self, context) -> None:
         """Publish the partition when this run has staged every table of its selection (one manifest swap, the

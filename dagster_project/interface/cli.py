@@ -227,12 +227,13 @@ def _register_with_dagster(keys: list[str]) -> None:
 
 
 def command_ui(arguments) -> int:
-    from resdyn.dagster_project.configuration.config import StudyConfig, set_for_this_process
+    from resdyn.dagster_project.configuration.config import StudyConfig, set_for_this_process, warehouse_root
     from resdyn.dagster_project.interface.ui import serve
 
     config = StudyConfig.resolve({"warehouse": arguments.warehouse})
+    root = warehouse_root(config.warehouse)  # the UI serves figures from a folder: an s3:// warehouse is refused
     set_for_this_process(config.environment())  # the code server and daemon load the definitions by module name
-    return serve(Path(config.warehouse), arguments.host, arguments.port, daemon=not arguments.no_daemon)
+    return serve(root, arguments.host, arguments.port, daemon=not arguments.no_daemon)
 
 
 def command_check(arguments) -> int:

@@ -344,7 +344,7 @@ def _sweep_after_stop(store, key: str) -> str:
     try:
         leftovers = store.unpublished(model, checkpoint)
         freed, removed = store.reclaim(leftovers), len(leftovers)
-    except OSError as error:
+    except Exception as error:  # noqa: BLE001 - a full disk, an object store out of reach: said, not raised
         return f"Its unpublished files could not be removed ({error}): `resdyn check --reclaim` removes them."
     left = store.unpublished(model, checkpoint)
     said = f"Removed its {removed} unpublished file(s) ({freed / 2**20:.1f} MiB)."

@@ -83,6 +83,7 @@ def scan_objects(store) -> list[str]:
                 path = store.store.arrow_path(entry["file"])
                 problems += _footer_problems(where, table, entry, manifest, lambda path=path: pq.read_metadata(
                     path, filesystem=store.arrow_filesystem), hashed[1])
+        problems += [f"changed since published: {line}" for line in store.damaged_figures(manifest)]
     problems += stale_partitions(store)
     for found in store.store.list("runs/"):
         stored = store.store.get(found.relative)

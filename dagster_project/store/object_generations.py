@@ -13,7 +13,8 @@ What an object store lacks, and what stands in for it:
 - **No rename.** A table is written to a local spool file by the same :class:`~.warehouse.TableWriter` as on disk
   (its footer read back, its sha256 and content hash taken while writing), then uploaded under its final key,
   multipart when large. An upload is invisible until its last part completes, and no manifest names the key until
-  publication, so a killed writer leaves nothing a reader sees. The spool holds the one table being written.
+  publication, so a killed writer leaves nothing a reader sees. A spool holds one table being written (a pass that
+  writes several at once has one spool each).
 - **No lock around the manifest.** Publication is compare-and-swap: the manifest is read with its ETag and the next
   generation is put with ``If-Match`` on it (``If-None-Match: *`` for the first); where another publisher won, the
   manifest is read again and the entries applied again, so no publisher loses another's tables.
@@ -31,6 +32,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -47,12 +49,14 @@ from resdyn.dagster_project.store.manifests import KeyPlaces, empty_manifest, ne
 from resdyn.dagster_project.store.object_store import ObjectInfo, ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES, rows_table, table_spec
 from resdyn.dagster_project.store.warehouse import (
+    HOST,
     LOG_TABLES,
     TableWriter,
     WrittenTable,
     hash_batch,
     new_run_id,
 )
+from resdyn.files import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,15 @@ def staging_prefix(run_id: str, model: str, checkpoint: str) -> str:
 
 def figure_key(model: str, checkpoint: str, run_id: str, name: str) -> str:
     return f"_artefacts/figures/{model}/{checkpoint}/{run_id}/{name}.png"
+
+
+def sweep_dead_spools(directory: Path, prefix: str) -> None:
+    """Remove local spool folders (``<prefix><host>-<pid>-...``) of writers on this machine whose process is gone: a
+    step killed while it wrote left them, and on an object store no later writer opens the same folder."""
+    for folder in directory.glob(f"{prefix}{HOST}-*"):
+        pid = folder.name.removeprefix(f"{prefix}{HOST}-").split("-", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class SpooledTableWriter(TableWriter):
@@ -119,7 +132,8 @@ class ObjectTables:
         run_id = self.run_id or new_run_id()
         relative = table_key(table, model, checkpoint, run_id)
         provenance = {"run_id": run_id, "settings_hash": self.settings_hash}
-        spool = Path(tempfile.mkdtemp(prefix="resdyn-spool-"))
+        sweep_dead_spools(Path(tempfile.gettempdir()), "resdyn-spool-")
+        spool = Path(tempfile.mkdtemp(prefix=f"resdyn-spool-{HOST}-{os.getpid()}-"))
 
         def on_written(name: str, written: WrittenTable) -> None:
             try:

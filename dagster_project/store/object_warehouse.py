@@ -30,10 +30,10 @@ import pyarrow.parquet as pq
 from resdyn.dagster_project.configuration.locations import ObjectLocation
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import lease_is_live, mark_killed
-from resdyn.dagster_project.store.object_generations import ObjectTables, table_key
+from resdyn.dagster_project.store.object_generations import ObjectTables, sweep_dead_spools, table_key
 from resdyn.dagster_project.store.object_leases import acquire_object_lease, holder_record, release_run_lease
 from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
-from resdyn.dagster_project.store.warehouse import PublishedPartitions
+from resdyn.dagster_project.store.warehouse import HOST, PublishedPartitions
 
 
 class ObjectWarehouse(PublishedPartitions):
@@ -235,8 +235,10 @@ class ObjectWarehouse(PublishedPartitions):
     def artefact_directory(self, kind: str, model: str, checkpoint: str) -> Path:
         """Where this step's process draws the partition's figures: a local spool folder of its own (steps of one
         run may run at once), uploaded and emptied by :meth:`stage_figures` when the step ends."""
-        directory = Path(tempfile.gettempdir()) / "resdyn-figures" / f"{self.run_id or 'unstaged'}-{os.getpid()}" / \
-            kind / model / checkpoint
+        base = Path(tempfile.gettempdir()) / "resdyn-figures"
+        directory = base / f"{HOST}-{os.getpid()}-{self.run_id or 'unstaged'}" / kind / model / checkpoint
+        if not directory.is_dir():
+            sweep_dead_spools(base, "")  # a killed step's figures, never uploaded
         directory.mkdir(parents=True, exist_ok=True)
         return directory
 

@@ -20,7 +20,7 @@ from ..cli_helpers import QUICK, REPOSITORY, RESDYN, environment, run_cli
 
 def _same_tables(disk: Warehouse, objects: ObjectWarehouse, model: str, checkpoint: str) -> None:
     """Every table the disk partition publishes is published on S3 with equal data (hash of the data columns, read
-    back from each store), and so is every figure (by name)."""
+    back from each store), and every figure with equal bytes (the sha256 each publication recorded)."""
     on_disk, on_s3 = disk.manifest(model, checkpoint), objects.manifest(model, checkpoint)
     assert sorted(on_s3["tables"]) == sorted(on_disk["tables"])
     assert len(on_disk["tables"]) >= 20
@@ -28,6 +28,10 @@ def _same_tables(disk: Warehouse, objects: ObjectWarehouse, model: str, checkpoi
         assert objects.tables.content_hash(table, model, checkpoint) == disk.content_hash(table, model, checkpoint), \
             table
     assert sorted(on_s3.get("figures", {})) == sorted(on_disk.get("figures", {})) and on_s3["figures"]
+    assert {name: entry["sha256"] for name, entry in on_s3["figure_files"].items()} == \
+        {name: entry["sha256"] for name, entry in on_disk["figure_files"].items()}
+    for name, file in on_s3["figures"].items():  # the objects hold what was recorded
+        assert objects.store.sha256(file)[0] == on_s3["figure_files"][name]["sha256"], name
 
 
 def _run_of(relative: str) -> str:
@@ -53,7 +57,6 @@ def test_a_run_into_s3_publishes_the_tables_of_the_same_run_on_disk_and_sql_and_
     _same_tables(Warehouse(root), objects, "m", "local")
     store = ObjectStore(s3_warehouse)
     assert not store.list("_staging/") and not store.list("_locks/")  # published, lease freed
-    assert not list((tmp_path / "cache").rglob("*.parquet"))  # the tables live on the store only
     assert not (REPOSITORY / "s3:").exists()  # once, the URL became a local folder of that name
     answer = run_cli("sql", "SELECT status, count(*) AS n FROM partitions GROUP BY status", "--csv",
                      "--warehouse", url, env=environment(**cache))
@@ -101,7 +104,9 @@ def test_a_writer_killed_mid_run_leaves_nothing_visible_and_a_rerun_publishes_th
     objects = ObjectWarehouse(s3_warehouse)
     assert objects.manifest("m", "local")["tables"] == {}  # a reader sees nothing of it
     assert store.list("_locks/") and store.list("_staging/")  # what it left: its lease and staged entries
-    rerun = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", url, env=env, timeout=900)
+    # the rerun's steps each in a process of their own: one step's lease freed by another, figures per process
+    rerun = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--executor", "multiprocess",
+                    "--warehouse", url, env=env, timeout=900)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     _same_tables(Warehouse(root), objects, "m", "local")
     records = {row["status"]: row["run_id"] for row in objects.run_records("m", "local")}
@@ -159,3 +164,37 @@ def _store_of(server, location) -> ObjectStore:
     store = ObjectStore(location, session=session)
     store.client = session.client("s3", endpoint_url=server.endpoint)
     return store
+
+
+def test_a_failed_run_discards_its_own_tables_and_figures_and_nothing_published(s3_warehouse, fresh_seed, tmp_path):
+    import numpy as np
+
+    from resdyn.dagster_project.store.schema import rows_table
+
+    rng = np.random.default_rng(fresh_seed)
+
+    def singular_values(n_rows: int):
+        return rows_table("singular_values", [{"layer": int(rng.integers(0, 4)), "sublayer": "attn", "depth": 0,
+                                               "idx": i, "sigma": float(rng.random())} for i in range(n_rows)])
+
+    published = ObjectWarehouse(s3_warehouse, run_id="the-published-run")
+    published.write("singular_values", "m", "c", singular_values(30))
+    drawn = b"\x89PNG\r\n\x1a\n" + rng.bytes(64)
+    (published.artefact_directory("figures", "m", "c") / "spectrum.png").write_bytes(drawn)
+    published.stage_figures("m", "c")
+    published.publish("m", "c")
+    failed = published.bound("the-failed-run")
+    failed.write("singular_values", "m", "c", singular_values(10))
+    (failed.artefact_directory("figures", "m", "c") / "spectrum.png").write_bytes(b"\x89PNG\r\n\x1a\n" + rng.bytes(64))
+    failed.stage_figures("m", "c")
+    store = ObjectStore(s3_warehouse)
+    written = {found.relative for found in store.list("") if "the-failed-run" in found.relative}
+    assert len(written) == 4  # its table, its figure and their two staged entries
+    assert failed.discard_run("m", "c") > 0
+    assert not [found for found in store.list("") if "the-failed-run" in found.relative]
+    manifest = published.manifest("m", "c")
+    assert manifest["tables"]["singular_values"]["rows"] == 30 and manifest["tables"]["singular_values"]["run_id"] == \
+        "the-published-run"
+    assert published.read("singular_values", "m", "c").num_rows == 30  # its sha256 checked on the read
+    assert store.get(manifest["figures"]["spectrum"]).data == drawn
+    assert published.damaged_figures(manifest) == []

@@ -2,7 +2,8 @@
 
 The cluster is started by this module (``resdyn.dagster_project.launch.ray_local``) and stopped by killing the
 PIDs it started, never with ``ray stop``. A partition runs through the Ray executor into a warehouse on the test S3
-server (no directory shared with the steps: they read and write only through the store) while one step's process is
+server (the steps read and write the warehouse only through the store; on one host they still share /tmp, the
+model store in the cache folder and the Dagster home) while one step's process is
 SIGKILLed: Dagster's retry policy reruns that step, and every table equals an in-process run of the same partition
 on local disk.
 """

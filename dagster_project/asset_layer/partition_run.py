@@ -133,7 +133,7 @@ def partition_run(context, warehouse, settings) -> Iterator[PartitionOutputs]:
             run.record()
         interrupts.check(f"the start of {step_name(context)}")
         yield PartitionOutputs(store, model, checkpoint)
-        store.stage_figures(model, checkpoint)  # an object store's: drawn in a local spool, uploaded now
+        store.stage_figures(model, checkpoint, step_ended=True)  # an object store's: drawn in a spool, uploaded
         run.publish_if_complete(context)  # every output of the step is staged by now: publication is its own step
     except GeneratorExit:
         # the step's generator closed where it yielded an output: the IO manager failed on it and recorded why

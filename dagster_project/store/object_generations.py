@@ -179,17 +179,22 @@ class ObjectTables:
         return staged
 
     def stage_figures(self, model: str, checkpoint: str, directory: Path) -> int:
-        """Upload the figures this run drew for the partition into ``directory`` (a local spool), each to its key in
-        the run's own folder (``_artefacts/figures/<m>/<c>/<run_id>/``), stage it with its size and sha256, and
-        remove the local file; how many."""
+        """Upload the figures this run drew for the partition into ``directory`` (a local spool) that are new or
+        changed since the last call, each to its key in the run's own folder (``_artefacts/figures/<m>/<c>/<run_id>/``),
+        and stage it with its size and sha256 (a ``<name>.png.staged`` file beside it remembers the sha256 staged:
+        the body may still read its figures after a first call); how many."""
         staged = 0
         for path in sorted(directory.glob("*.png")) if directory.is_dir() else []:
+            marker = path.with_name(path.name + ".staged")
+            data = path.read_bytes()  # a figure: kilobytes
+            sha256 = hashlib.sha256(data).hexdigest()
+            if marker.is_file() and marker.read_text() == sha256:
+                continue
             relative = figure_key(model, checkpoint, self.run_id, path.stem)
-            size = path.stat().st_size
-            sha256 = self.store.upload(path, relative)
+            self.store.put(relative, data)
             self.store.put(staging_prefix(self.run_id, model, checkpoint) + f"figures/{path.stem}.json",
-                           json.dumps({"file": relative, "bytes": size, "sha256": sha256}).encode())
-            path.unlink()
+                           json.dumps({"file": relative, "bytes": len(data), "sha256": sha256}).encode())
+            marker.write_text(sha256)
             staged += 1
         return staged
 

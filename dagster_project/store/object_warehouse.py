@@ -242,11 +242,13 @@ class ObjectWarehouse(PublishedPartitions):
         directory.mkdir(parents=True, exist_ok=True)
         return directory
 
-    def stage_figures(self, model: str, checkpoint: str) -> None:
-        """Upload the figures this step drew for the partition and stage them with its tables."""
+    def stage_figures(self, model: str, checkpoint: str, *, step_ended: bool = False) -> None:
+        """Upload the figures this step drew for the partition so far and stage them (before each of its tables is
+        staged, and when it ends); when it has ended, remove its spool folder."""
         directory = self.artefact_directory("figures", model, checkpoint)
         self.tables.stage_figures(model, checkpoint, directory)
-        shutil.rmtree(directory.parents[2], ignore_errors=True)
+        if step_ended:
+            shutil.rmtree(directory.parents[2], ignore_errors=True)
 
     def publish(self, model: str, checkpoint: str) -> dict:
         return self.tables.publish(model, checkpoint)

@@ -292,7 +292,7 @@ class Warehouse(PublishedPartitions):
 
         return discard_run(self, model, checkpoint)
 
-    def stage_figures(self, model: str, checkpoint: str) -> None:
+    def stage_figures(self, model: str, checkpoint: str, *, step_ended: bool = False) -> None:
         """Nothing to do on a folder: the run's figures are drawn where :meth:`publish` finds them."""
 
     # -- paths ----------------------------------------------------------------------------------

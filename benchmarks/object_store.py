@@ -56,7 +56,8 @@ def compare(disk, objects) -> dict:
     """Every table and figure of every partition published on disk, against S3."""
     tables = figures = 0
     differing = []
-    for model, checkpoint in disk.partitions():
+    partitions = disk.partitions()
+    for model, checkpoint in partitions:
         on_disk, on_s3 = disk.manifest(model, checkpoint), objects.manifest(model, checkpoint)
         if sorted(on_disk["tables"]) != sorted(on_s3["tables"]):
             differing.append(f"{model}@{checkpoint}: tables {sorted(set(on_disk['tables']) ^ set(on_s3['tables']))}")
@@ -68,7 +69,7 @@ def compare(disk, objects) -> dict:
         figures += len(on_disk.get("figures", {}))
         if sorted(on_disk.get("figures", {})) != sorted(on_s3.get("figures", {})):
             differing.append(f"{model}@{checkpoint}: figures")
-    return {"partitions": len(disk.partitions()), "tables_compared": tables, "figures_compared": figures,
+    return {"partitions": len(partitions), "tables_compared": tables, "figures_compared": figures,
             "differing": differing, "all_equal": not differing}
 
 

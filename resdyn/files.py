@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,6 +69,18 @@ def file_lock(path: str | os.PathLike) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# names a writer's temp file or spool folder ``<HOST>-<pid>-...``, so that one of a dead writer can be told apart
+HOST = socket.gethostname().replace("-", "_")
+
+
+def written_by_dead_writer(name: str) -> bool:
+    """Is ``name`` (``<host>-<pid>-...``: a writer's temp file or spool folder, its own prefix removed) one of a writer
+    on this machine whose process is gone? One from another machine sharing the folder is never judged dead."""
+    host, _, rest = name.partition("-")
+    pid = rest.split("-", 1)[0]
+    return host == HOST and pid.isdigit() and not process_alive(int(pid))
 
 
 def process_alive(pid: int) -> bool:

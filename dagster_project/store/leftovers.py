@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resdyn.dagster_project.store.leases import lease_is_live
+from resdyn.dagster_project.store.manifests import named_files
 from resdyn.dagster_project.store.schema import TABLES
-from resdyn.dagster_project.store.warehouse import written_by_dead_writer
-from resdyn.files import IN_PROGRESS_SUFFIX
+from resdyn.files import IN_PROGRESS_SUFFIX, written_by_dead_writer
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,7 @@ def unpublished_files(store, model: str | None = None, checkpoint: str | None = 
                 pass  # removed meanwhile
 
     for m, c in sorted(_partitions(store, model, checkpoint)):
-        manifest = store.manifest(m, c)
-        named = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values())
+        named = named_files(store.manifest(m, c))
         for table in TABLES:
             if table == "runs":  # every run's record is kept: the history of the partition
                 continue
@@ -88,17 +87,16 @@ def unpublished_files(store, model: str | None = None, checkpoint: str | None = 
                     add(path, path.stem, m, c)
             if run_id is None:
                 for path in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
-                    if written_by_dead_writer(path):
+                    if written_by_dead_writer(path.name[1:]):
                         left.append(Leftover(path, path.stat().st_size, "", m, c))
         if run_id is None:
             left += [Leftover(path, size, "", m, c) for path, size in _dead_manifest_writes(store, m, c)]
         for path in (store.root / "_staging").glob(f"*/model={m}/checkpoint={c}/*.json"):
             add(path, path.parents[2].name, m, c)
-        figures = set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
         for path in (store.root / "_artefacts" / "figures" / m / c).glob("*/*.png"):
             relative = str(path.relative_to(store.root))
             full = relative.replace(".inline.png", ".png") if path.stem.endswith(".inline") else relative
-            if full not in figures:
+            if full not in named:
                 add(path, path.parent.name, m, c)
     return left
 

@@ -142,6 +142,13 @@ def parse_manifest(text: str, where, model: str, checkpoint: str, places) -> tup
             "previous": previous, **figures}, problems
 
 
+def named_files(manifest: dict) -> set[str]:
+    """Every file ``manifest`` names: its tables and figures, published and previous (the previous generation is kept
+    for queries already reading it); nothing it names is a leftover."""
+    return {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values()) | \
+        set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
+
+
 def next_generation(manifest: dict, entries: dict[str, dict], figures: dict[str, str] | None = None,
                     figure_files: dict[str, dict] | None = None) -> dict:
     """The manifest that publishes ``entries`` (table -> entry) and ``figures`` (name -> file, each with its

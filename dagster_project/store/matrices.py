@@ -9,6 +9,7 @@ both end in :func:`matrix_of`, which puts the rows in order.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +34,11 @@ def read_matrix(path: str | Path, row_group: int) -> np.ndarray:
     if str(path).startswith("s3://"):
         from resdyn.dagster_project.store.object_store import environment_filesystem
 
-        with environment_filesystem().open_input_file(str(path).removeprefix("s3://")) as source:
-            return matrix_of(pq.ParquetFile(source, pre_buffer=True).read_row_group(row_group, columns=["row", "values"]))
-    return matrix_of(pq.ParquetFile(path).read_row_group(row_group, columns=["row", "values"]))
+        opened = environment_filesystem().open_input_file(str(path).removeprefix("s3://"))
+    else:
+        opened = nullcontext(path)
+    with opened as source:  # one request per column chunk from a store (pre_buffer), as from a file
+        return matrix_of(pq.ParquetFile(source, pre_buffer=True).read_row_group(row_group, columns=["row", "values"]))
 
 
 __all__ = ["matrix_of", "read_matrix"]

@@ -45,18 +45,23 @@ import pyarrow.parquet as pq
 
 from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError
 from resdyn.dagster_project.store.leases import lease_is_live
-from resdyn.dagster_project.store.manifests import KeyPlaces, empty_manifest, next_generation, parse_manifest
+from resdyn.dagster_project.store.manifests import (
+    KeyPlaces,
+    empty_manifest,
+    named_files,
+    next_generation,
+    parse_manifest,
+)
 from resdyn.dagster_project.store.object_store import ObjectInfo, ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES, rows_table, table_spec
 from resdyn.dagster_project.store.warehouse import (
-    HOST,
     LOG_TABLES,
     TableWriter,
     WrittenTable,
     hash_batch,
     new_run_id,
 )
-from resdyn.files import process_alive
+from resdyn.files import HOST, written_by_dead_writer
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +85,27 @@ def figure_key(model: str, checkpoint: str, run_id: str, name: str) -> str:
     return f"_artefacts/figures/{model}/{checkpoint}/{run_id}/{name}.png"
 
 
+def written_by(relative: str) -> tuple[str, str, str] | None:
+    """(model, checkpoint, run) of an object a run writes for a partition: a table
+    (``<table>/model=<m>/checkpoint=<c>/<run>.parquet``), a figure (``_artefacts/figures/<m>/<c>/<run>/<name>.png``) or a
+    staged entry (``_staging/<run>/model=<m>/checkpoint=<c>/...``); None for any other key."""
+    parts = relative.split("/")
+    if parts[0] == "_staging" and len(parts) >= 5 and parts[2].startswith("model=") and \
+            parts[3].startswith("checkpoint="):
+        return parts[2].removeprefix("model="), parts[3].removeprefix("checkpoint="), parts[1]
+    if parts[:2] == ["_artefacts", "figures"] and len(parts) == 6:
+        return parts[2], parts[3], parts[4]
+    if len(parts) == 4 and parts[1].startswith("model=") and parts[2].startswith("checkpoint=") and \
+            parts[3].endswith(".parquet"):
+        return parts[1].removeprefix("model="), parts[2].removeprefix("checkpoint="), parts[3].removesuffix(".parquet")
+    return None
+
+
 def sweep_dead_spools(directory: Path, prefix: str) -> None:
     """Remove local spool folders (``<prefix><host>-<pid>-...``) of writers on this machine whose process is gone: a
     step killed while it wrote left them, and on an object store no later writer opens the same folder."""
     for folder in directory.glob(f"{prefix}{HOST}-*"):
-        pid = folder.name.removeprefix(f"{prefix}{HOST}-").split("-", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
+        if written_by_dead_writer(folder.name.removeprefix(prefix)):
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -137,7 +157,7 @@ class ObjectTables:
 
         def on_written(name: str, written: WrittenTable) -> None:
             try:
-                self.store.upload(written.path, relative)
+                self.store.upload_file(written.path, relative)  # its sha256 was taken as it was written
             finally:
                 written.path.unlink(missing_ok=True)
             uploaded = self.store.info(relative)
@@ -165,18 +185,26 @@ class ObjectTables:
             writer.write(data)
         return writer.result
 
-    def staged(self, model: str, checkpoint: str, run_id: str | None = None) -> dict[str, dict]:
-        """Tables a run has written for a partition and not yet published (a listing: the stores this runs on
-        list a completed PUT at once, AWS S3 since December 2020)."""
-        prefix = staging_prefix(run_id or self.run_id, model, checkpoint)
-        staged = {}
+    def _entries_under(self, prefix: str) -> dict[str, dict]:
+        """The staged entries directly under ``prefix`` (a listing: the stores this runs on list a completed PUT at
+        once, AWS S3 since December 2020), by name."""
+        entries = {}
         for found in self.store.list(prefix):
-            if "/" in found.relative.removeprefix(prefix):  # the run's staged figures (figures/<name>.json)
+            name = found.relative.removeprefix(prefix)
+            if "/" in name:  # below a folder of its own (the run's figures under figures/)
                 continue
             stored = self.store.get(found.relative)
             if stored is not None:
-                staged[found.relative.removeprefix(prefix).removesuffix(".json")] = json.loads(stored.data)
-        return staged
+                entries[name.removesuffix(".json")] = json.loads(stored.data)
+        return entries
+
+    def staged(self, model: str, checkpoint: str, run_id: str | None = None) -> dict[str, dict]:
+        """Tables a run has written for a partition and not yet published."""
+        return self._entries_under(staging_prefix(run_id or self.run_id, model, checkpoint))
+
+    def staged_figures(self, model: str, checkpoint: str) -> dict[str, dict]:
+        """The figures this run staged for the partition: name -> {file, bytes, sha256}."""
+        return self._entries_under(staging_prefix(self.run_id, model, checkpoint) + "figures/")
 
     def stage_figures(self, model: str, checkpoint: str, directory: Path) -> int:
         """Upload the figures this run drew for the partition into ``directory`` (a local spool) that are new or
@@ -198,16 +226,6 @@ class ObjectTables:
             staged += 1
         return staged
 
-    def staged_figures(self, model: str, checkpoint: str) -> dict[str, dict]:
-        """The figures this run staged for the partition: name -> {file, bytes, sha256}."""
-        prefix = staging_prefix(self.run_id, model, checkpoint) + "figures/"
-        figures = {}
-        for found in self.store.list(prefix):
-            stored = self.store.get(found.relative)
-            if stored is not None:
-                figures[found.relative.removeprefix(prefix).removesuffix(".json")] = json.loads(stored.data)
-        return figures
-
     def publish(self, model: str, checkpoint: str) -> dict:
         """Publish every table and figure this run staged for the partition, in one manifest put."""
         entries, figures = self.staged(model, checkpoint), self.staged_figures(model, checkpoint)
@@ -225,13 +243,10 @@ class ObjectTables:
     def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict],
                          figures: dict[str, str] | None = None, figure_files: dict[str, dict] | None = None) -> dict:
         key = manifest_key(model, checkpoint)
-        named = {table: entry["file"] for table, entry in entries.items()} | {
-            f"figure {name}": file for name, file in (figures or {}).items()}
-        sizes = {entry["file"]: (entry["bytes"], entry.get("etag")) for entry in entries.values()} | {
-            file: (figure_files[name]["bytes"], None) for name, file in (figures or {}).items()}
-        for what, file in named.items():  # never a manifest naming an object a sweep removed meanwhile
+        named = [(table, entry["file"], entry["bytes"], entry.get("etag")) for table, entry in entries.items()] + \
+            [(f"figure {name}", file, figure_files[name]["bytes"], None) for name, file in (figures or {}).items()]
+        for what, file, size, etag in named:  # never a manifest naming an object a sweep removed meanwhile
             found = self.store.info(file)
-            size, etag = sizes[file]
             if found is None or found.size != size or found.etag != (etag or found.etag):
                 raise ObjectStoreError(f"{self.where(file)} ({what}) is no longer the object this run "
                                        "wrote (removed or replaced before publication, e.g. by `resdyn check "
@@ -244,54 +259,39 @@ class ObjectTables:
             body = json.dumps(manifest, indent=1).encode()
             put = self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)
             if put is not None:
-                self._collect_garbage(model, checkpoint, manifest, dict(before.get("previous", {})), set(entries))
-                if figures is not None:
-                    self._collect_figure_garbage(model, checkpoint, manifest,
-                                                 dict(before.get("previous_figures", {})))
+                # a run's publication (figures given) also replaces figures: their folder is swept with the tables'
+                prefixes = [f"{table}/model={model}/checkpoint={checkpoint}/" for table in entries] + \
+                    ([f"_artefacts/figures/{model}/{checkpoint}/"] if figures is not None else [])
+                self._collect_garbage(manifest, set(before.get("previous", {}).values()) |
+                                      set(before.get("previous_figures", {}).values()), prefixes)
                 return manifest
         raise ObjectStoreError(f"{self.where(key)}: {PUBLISH_ATTEMPTS} publications of other writers won the "
                                "manifest while this one tried; nothing of this run was published, rerun it")
 
-    def _collect_figure_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict) -> None:
-        """Remove figures neither the published nor the previous generation names (as :meth:`_collect_garbage`)."""
-        keep = set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
-        live, cutoff = self._live_runs(), datetime.now(timezone.utc) - SWEEP_GRACE
-        for found in self.store.list(f"_artefacts/figures/{model}/{checkpoint}/"):
-            if found.relative in keep:
-                continue
-            run_id = found.relative.split("/")[-2]
-            if found.relative in superseded.values() or (run_id not in live and found.modified < cutoff):
-                self.store.delete(found.relative, etag=found.etag)
+    def _collect_garbage(self, manifest: dict, superseded: set[str], prefixes: list[str]) -> None:
+        """Remove under ``prefixes`` what the generation before the previous one named (``superseded``, named by no
+        manifest any more), and unnamed objects of runs that hold no lease once older than the grace period (a
+        listing may not show a live writer's upload yet)."""
+        keep, live, cutoff = named_files(manifest), self._live_runs(), datetime.now(timezone.utc) - SWEEP_GRACE
+        for prefix in prefixes:
+            for found in self.store.list(prefix):
+                if found.relative in keep:
+                    continue
+                owner = written_by(found.relative)
+                if found.relative in superseded or (owner is not None and owner[2] not in live
+                                                    and found.modified < cutoff):
+                    self.store.delete(found.relative, etag=found.etag)
 
     def discard(self, model: str, checkpoint: str, run_id: str) -> int:
         """Remove what run ``run_id`` wrote for the partition and no manifest names (its tables, staged entries and
         figures): a failed run's own leftovers; the bytes freed."""
-        manifest = self.manifest(model, checkpoint)
-        named = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values()) \
-            | set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
+        named = named_files(self.manifest(model, checkpoint))
         candidates = [found for table in TABLES if table not in LOG_TABLES
                       for found in [self.store.info(table_key(table, model, checkpoint, run_id))] if found is not None]
         candidates += self.store.list(staging_prefix(run_id, model, checkpoint))
         candidates += self.store.list(f"_artefacts/figures/{model}/{checkpoint}/{run_id}/")
-        freed = 0
-        for found in candidates:
-            if found.relative not in named and self.store.delete(found.relative, etag=found.etag):
-                freed += found.size
-        return freed
-
-    def _collect_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict, tables: set) -> None:
-        """Remove the generation before the previous one (named by no manifest any more), and unnamed files of runs
-        that hold no lease, once older than the grace period (a listing may not show a live writer's upload yet)."""
-        keep = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values())
-        live = self._live_runs()
-        cutoff = datetime.now(timezone.utc) - SWEEP_GRACE
-        for table in tables:
-            for found in self.store.list(f"{table}/model={model}/checkpoint={checkpoint}/"):
-                if found.relative in keep:
-                    continue
-                if found.relative in superseded.values() or (
-                        Path(found.relative).stem not in live and found.modified < cutoff):
-                    self.store.delete(found.relative, etag=found.etag)
+        return sum(found.size for found in candidates
+                   if found.relative not in named and self.store.delete(found.relative, etag=found.etag))
 
     def _live_runs(self) -> set[str]:
         """Runs holding a lease judged live (a lease nothing can judge is respected, as on disk)."""
@@ -308,47 +308,23 @@ class ObjectTables:
 
     def leftovers(self, model: str | None = None, checkpoint: str | None = None, *,
                   grace: timedelta = SWEEP_GRACE) -> list[ObjectInfo]:
-        """What failed or killed runs left (of one partition, or of all): table objects and staged entries that no
+        """What failed or killed runs left (of one partition, or of all): tables, figures and staged entries that no
         manifest names, whose run holds no live lease, older than ``grace``. What a reader sees is never one."""
         live, cutoff, left = self._live_runs(), datetime.now(timezone.utc) - grace, []
         named: dict[tuple[str, str], set[str]] = {}
-
-        def is_named(m: str, c: str, relative: str) -> bool:
-            if (m, c) not in named:
-                manifest = self.manifest(m, c)
-                named[m, c] = {entry["file"] for entry in manifest["tables"].values()} | set(
-                    manifest.get("previous", {}).values())
-            return relative in named[m, c]
-
-        for table in TABLES:
-            if table in LOG_TABLES:  # every run's record is kept: the history of the partition
-                continue
-            prefix = f"{table}/model={model}/checkpoint={checkpoint}/" if model and checkpoint else f"{table}/"
+        one = model is not None and checkpoint is not None
+        prefixes = [f"{table}/model={model}/checkpoint={checkpoint}/" if one else f"{table}/" for table in TABLES
+                    if table not in LOG_TABLES]  # every run's record is kept: the history of the partition
+        prefixes += [f"_artefacts/figures/{model}/{checkpoint}/" if one else "_artefacts/figures/", "_staging/"]
+        for prefix in prefixes:
             for found in self.store.list(prefix):
-                parts = found.relative.split("/")
-                if len(parts) != 4 or not parts[1].startswith("model=") or not parts[2].startswith("checkpoint="):
+                owner = written_by(found.relative)
+                if owner is None or (one and owner[:2] != (model, checkpoint)):
                     continue
-                m, c = parts[1].removeprefix("model="), parts[2].removeprefix("checkpoint=")
-                if Path(parts[3]).stem not in live and found.modified < cutoff and not is_named(m, c, found.relative):
+                if owner[:2] not in named:
+                    named[owner[:2]] = named_files(self.manifest(*owner[:2]))
+                if owner[2] not in live and found.modified < cutoff and found.relative not in named[owner[:2]]:
                     left.append(found)
-        figures: dict[tuple[str, str], set[str]] = {}
-        for found in self.store.list(f"_artefacts/figures/{model}/{checkpoint}/" if model and checkpoint else
-                                     "_artefacts/figures/"):
-            parts = found.relative.split("/")
-            if len(parts) != 6:
-                continue
-            m, c, run_id = parts[2], parts[3], parts[4]
-            if (m, c) not in figures:
-                manifest = self.manifest(m, c)
-                figures[m, c] = set(manifest.get("figures", {}).values()) | set(
-                    manifest.get("previous_figures", {}).values())
-            if run_id not in live and found.modified < cutoff and found.relative not in figures[m, c]:
-                left.append(found)
-        for found in self.store.list("_staging/"):
-            run_id, _, rest = found.relative.removeprefix("_staging/").partition("/")
-            inside = rest.startswith(f"model={model}/checkpoint={checkpoint}/") if model and checkpoint else True
-            if inside and run_id not in live and found.modified < cutoff:
-                left.append(found)
         return left
 
     def sweep(self, model: str | None = None, checkpoint: str | None = None, *,

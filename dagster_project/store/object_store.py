@@ -146,13 +146,17 @@ class ObjectStore:
     # -- large objects ------------------------------------------------------------------------------------
 
     def upload(self, local_path: str | os.PathLike, relative: str) -> str:
-        """Upload a local file (multipart when large: invisible until the last part completes); its sha256."""
+        """:meth:`upload_file`, and the file's sha256 (read once more for it)."""
         digest = hashlib.sha256()
         with open(local_path, "rb") as stream:
             for block in iter(lambda: stream.read(1 << 22), b""):
                 digest.update(block)
-        self.client.upload_file(os.fspath(local_path), self.location.bucket, self.key(relative))
+        self.upload_file(local_path, relative)
         return digest.hexdigest()
+
+    def upload_file(self, local_path: str | os.PathLike, relative: str) -> None:
+        """Upload a local file (multipart when large: invisible until the last part completes)."""
+        self.client.upload_file(os.fspath(local_path), self.location.bucket, self.key(relative))
 
     def abort_stale_uploads(self, older_than: timedelta = timedelta(hours=24), *, keep=lambda key: False) -> int:
         """Abort multipart uploads under the warehouse's prefix begun before ``older_than`` (a killed writer's parts),

@@ -5,7 +5,7 @@ Runs write it (tables and figures through :class:`~.object_generations.ObjectTab
 matrix at a time. What a run needs on local disk and is not the warehouse (the model store a checkpoint is made in,
 a Dagster instance for executors with processes of their own) lives in :attr:`ObjectWarehouse.local_state_directory`,
 under the user's cache folder, per bucket and prefix; figures are drawn into a spool folder of the step's process and
-uploaded when the step ends. The views are those of a folder
+uploaded before each of the step's tables is staged, and when it ends. The views are those of a folder
 (:func:`~.views.build_connection`, the same ``sql/views.sql`` on top), each over exactly the files the manifests
 publish, read through pyarrow's ``S3FileSystem`` as datasets registered in DuckDB: DuckDB's own S3 extension cannot
 be installed offline, and a registered dataset needs no file access from DuckDB at all, so its file access stays
@@ -33,7 +33,8 @@ from resdyn.dagster_project.store.leases import lease_is_live, mark_killed
 from resdyn.dagster_project.store.object_generations import ObjectTables, sweep_dead_spools, table_key
 from resdyn.dagster_project.store.object_leases import acquire_object_lease, holder_record, release_run_lease
 from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
-from resdyn.dagster_project.store.warehouse import HOST, PublishedPartitions
+from resdyn.dagster_project.store.warehouse import PublishedPartitions
+from resdyn.files import HOST
 
 
 class ObjectWarehouse(PublishedPartitions):
@@ -77,7 +78,7 @@ class ObjectWarehouse(PublishedPartitions):
 
     def require_existing(self) -> "ObjectWarehouse":
         """Reading a warehouse that is not there is an error, not an empty answer."""
-        if not self.store.list("_published/") and not self.store.list("runs/"):
+        if not self.exists():
             raise FileNotFoundError(f"no warehouse at {self.location}: nothing is published under that prefix; "
                                     "check the bucket, the prefix and AWS_ENDPOINT_URL_S3")
         return self
@@ -232,23 +233,26 @@ class ObjectWarehouse(PublishedPartitions):
     def staged(self, model: str, checkpoint: str, run_id: str | None = None) -> dict[str, dict]:
         return self.tables.staged(model, checkpoint, run_id)
 
+    @property
+    def _spool(self) -> Path:
+        """This process's local spool of this run's figures (steps of one run may run at once, each a process)."""
+        return Path(tempfile.gettempdir()) / "resdyn-figures" / f"{HOST}-{os.getpid()}-{self.run_id or 'unstaged'}"
+
     def artefact_directory(self, kind: str, model: str, checkpoint: str) -> Path:
-        """Where this step's process draws the partition's figures: a local spool folder of its own (steps of one
-        run may run at once), uploaded and emptied by :meth:`stage_figures` when the step ends."""
-        base = Path(tempfile.gettempdir()) / "resdyn-figures"
-        directory = base / f"{HOST}-{os.getpid()}-{self.run_id or 'unstaged'}" / kind / model / checkpoint
+        """Where this step's process draws the partition's figures (in :attr:`_spool`, created), uploaded by
+        :meth:`stage_figures`."""
+        directory = self._spool / kind / model / checkpoint
         if not directory.is_dir():
-            sweep_dead_spools(base, "")  # a killed step's figures, never uploaded
-        directory.mkdir(parents=True, exist_ok=True)
+            sweep_dead_spools(self._spool.parent, "")  # a killed step's figures, never uploaded
+            directory.mkdir(parents=True, exist_ok=True)
         return directory
 
     def stage_figures(self, model: str, checkpoint: str, *, step_ended: bool = False) -> None:
         """Upload the figures this step drew for the partition so far and stage them (before each of its tables is
         staged, and when it ends); when it has ended, remove its spool folder."""
-        directory = self.artefact_directory("figures", model, checkpoint)
-        self.tables.stage_figures(model, checkpoint, directory)
+        self.tables.stage_figures(model, checkpoint, self._spool / "figures" / model / checkpoint)
         if step_ended:
-            shutil.rmtree(directory.parents[2], ignore_errors=True)
+            shutil.rmtree(self._spool, ignore_errors=True)
 
     def publish(self, model: str, checkpoint: str) -> dict:
         return self.tables.publish(model, checkpoint)
@@ -289,7 +293,7 @@ class ObjectWarehouse(PublishedPartitions):
         return sum(found.size for found in self.tables.sweep(model, checkpoint))
 
     def discard_run(self, model: str, checkpoint: str) -> int:
-        shutil.rmtree(self.artefact_directory("figures", model, checkpoint).parents[2], ignore_errors=True)
+        shutil.rmtree(self._spool, ignore_errors=True)
         return self.tables.discard(model, checkpoint, self.run_id)
 
     def damaged_figures(self, manifest: dict, verified=None) -> list[str]:

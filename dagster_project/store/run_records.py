@@ -54,12 +54,12 @@ def corpus_record(directory: str | None) -> dict:
     return {"corpus": corpus.label, "corpus_sha256": hashlib.sha256(corpus.text.encode()).hexdigest()[:16]}
 
 
-def model_source(store, model: str, checkpoint: str) -> str:
+def model_source(registry, model: str, checkpoint: str) -> str:
     """The registry's account of a partition's checkpoint, as JSON (``runs.model_source``)."""
     from resdyn.models.sources import directory_fingerprint, registered_origin
 
     try:
-        spec, revision = store.registry().resolve(f"{model}@{checkpoint}")
+        spec, revision = registry.resolve(f"{model}@{checkpoint}")
     except KeyError:
         return json.dumps({"source": None, "error": "not in the registry"})
     origin = {key: value for key, value in registered_origin(spec, checkpoint).as_dict().items() if value}
@@ -69,12 +69,12 @@ def model_source(store, model: str, checkpoint: str) -> str:
                        **({"directory_fingerprint": fingerprint} if fingerprint else {})}, sort_keys=True)
 
 
-def map_conventions(store, model: str, checkpoint: str) -> str | None:
+def map_conventions(registry, model: str, checkpoint: str) -> str | None:
     """What the family's sublayer maps hold fixed, as JSON (``runs.map_conventions``)."""
     from resdyn.models.adapters import adapter_for
 
     try:
-        spec, _ = store.registry().resolve(f"{model}@{checkpoint}")
+        spec, _ = registry.resolve(f"{model}@{checkpoint}")
         return json.dumps(adapter_for(spec.family).conventions, sort_keys=True)
     except (KeyError, ValueError):
         return None
@@ -83,13 +83,14 @@ def map_conventions(store, model: str, checkpoint: str) -> str | None:
 def record_run_row(store, model: str, checkpoint: str, settings_values: dict, executor: str,
             corpus_directory: str | None, **fields) -> None:
     existing = {r["run_id"]: r for r in store.run_records(model, checkpoint)}.get(store.run_id)
+    registry = None if existing else store.registry()  # read once (on an object store: a GET of registry.json)
     row = existing or {
         "run_id": store.run_id, "settings_hash": store.settings_hash, "settings": json.dumps(settings_values,
                                                                                              sort_keys=True),
         **corpus_record(corpus_directory), "dtype": settings_values["dtype"],
         "backend": settings_values["backend"], "device": settings_values["device"], "executor": executor,
-        "model_source": model_source(store, model, checkpoint),
-        "map_conventions": map_conventions(store, model, checkpoint), **code_environment(),
+        "model_source": model_source(registry, model, checkpoint),
+        "map_conventions": map_conventions(registry, model, checkpoint), **code_environment(),
         "tables_code_version": TABLES_CODE_VERSION, "pid": os.getpid(),
         "started_at": now(), "ended_at": None, "status": "started", "error": None,
     }

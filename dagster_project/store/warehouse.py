@@ -30,7 +30,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 import uuid
@@ -44,13 +43,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.config import warehouse_root
+from resdyn.dagster_project.store import leftovers
 from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
 from resdyn.dagster_project.store.handles import MatrixTable
-from resdyn.dagster_project.store.leases import lease_is_live
+from resdyn.dagster_project.store.leases import acquire_lease, lease_is_live, release_lease
 from resdyn.dagster_project.store.manifests import (
     VerifiedFiles,
     file_sha256,
     hashing_stream,
+    named_files,
     next_generation,
     read_manifest,
 )
@@ -62,7 +63,14 @@ from resdyn.dagster_project.store.schema import (
     rows_table,
     table_spec,
 )
-from resdyn.files import IN_PROGRESS_SUFFIX, atomic_write_text, file_lock, process_alive, replace_atomically
+from resdyn.files import (
+    HOST,
+    IN_PROGRESS_SUFFIX,
+    atomic_write_text,
+    file_lock,
+    replace_atomically,
+    written_by_dead_writer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -148,21 +156,11 @@ class TableWriter:
             Path(self.temporary).unlink(missing_ok=True)
 
 
-HOST = socket.gethostname().replace("-", "_")
-
-
-def written_by_dead_writer(path: Path) -> bool:
-    """Is ``path`` (``.<host>-<pid>-*.inprogress``) the temp file of a writer on this machine whose process is gone?
-    One from another machine sharing the warehouse is never judged dead."""
-    host, _, rest = path.name[1:].partition("-")
-    pid = rest.split("-", 1)[0]
-    return host == HOST and pid.isdigit() and not process_alive(int(pid))
-
-
 def sweep_dead_writers(directory: Path) -> None:
-    """Remove temp files of writers on this machine whose process is gone; a live writer's file is never touched."""
+    """Remove temp files (``.<host>-<pid>-*.inprogress``) of writers on this machine whose process is gone; a live
+    writer's file is never touched."""
     for stale in directory.glob(f".*{IN_PROGRESS_SUFFIX}"):
-        if written_by_dead_writer(stale):
+        if written_by_dead_writer(stale.name[1:]):
             stale.unlink(missing_ok=True)
 
 
@@ -258,13 +256,9 @@ class Warehouse(PublishedPartitions):
 
     def acquire_lease(self, model: str, checkpoint: str, *, single_process: bool, instance=None) -> None:
         """Hold the partition for this run (store/leases.py), or raise PartitionBusyError naming its holder."""
-        from resdyn.dagster_project.store.leases import acquire_lease
-
         acquire_lease(self, model, checkpoint, single_process=single_process, instance=instance)
 
     def release_lease(self, model: str, checkpoint: str) -> None:
-        from resdyn.dagster_project.store.leases import release_lease
-
         release_lease(self, model, checkpoint)
 
     def has_run_record(self, model: str, checkpoint: str) -> bool:
@@ -273,24 +267,18 @@ class Warehouse(PublishedPartitions):
 
     def unpublished(self, model: str, checkpoint: str) -> list:
         """What runs of the partition that are not live left unpublished (store/leftovers.py)."""
-        from resdyn.dagster_project.store.leftovers import unpublished_files
+        return leftovers.unpublished_files(self, model, checkpoint)
 
-        return unpublished_files(self, model, checkpoint)
-
-    def reclaim(self, leftovers: list) -> int:
-        from resdyn.dagster_project.store.leftovers import reclaim
-
-        return reclaim(self, leftovers)
+    def reclaim(self, found: list) -> int:
+        return leftovers.reclaim(self, found)
 
     def sweep_partition(self, model: str, checkpoint: str) -> int:
         """Before a run writes: remove what runs of the partition that are not live left; the bytes freed."""
-        return self.reclaim(self.unpublished(model, checkpoint))
+        return leftovers.sweep_partition(self, model, checkpoint)
 
     def discard_run(self, model: str, checkpoint: str) -> int:
         """Remove what this run wrote for the partition and did not publish; the bytes freed."""
-        from resdyn.dagster_project.store.leftovers import discard_run
-
-        return discard_run(self, model, checkpoint)
+        return leftovers.discard_run(self, model, checkpoint)
 
     def stage_figures(self, model: str, checkpoint: str, *, step_ended: bool = False) -> None:
         """Nothing to do on a folder: the run's figures are drawn where :meth:`publish` finds them."""
@@ -450,7 +438,7 @@ class Warehouse(PublishedPartitions):
 
     def _collect_figure_garbage(self, model: str, checkpoint: str, manifest: dict) -> None:
         """Remove figures neither the published nor the previous generation names, unless a live run wrote them."""
-        keep = set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
+        keep = named_files(manifest)
         base = self.root / "_artefacts" / "figures" / model / checkpoint
         for directory in (path for path in base.glob("*") if path.is_dir()):
             if directory.name != "unstaged" and self._written_by_live_run(directory):
@@ -500,7 +488,7 @@ class Warehouse(PublishedPartitions):
 
     def _collect_garbage(self, model: str, checkpoint: str, manifest: dict, superseded: dict, tables: set) -> None:
         """Remove the generation before the previous one, and files no manifest entry names (dead runs)."""
-        keep = {entry["file"] for entry in manifest["tables"].values()} | set(manifest.get("previous", {}).values())
+        keep = named_files(manifest)
         for table in tables:
             directory = self.partition_directory(table, model, checkpoint)
             for path in directory.glob("*.parquet"):

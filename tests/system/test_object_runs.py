@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from resdyn.dagster_project.store.object_generations import ObjectTables
+from resdyn.dagster_project.store.object_generations import ObjectTables, written_by
 from resdyn.dagster_project.store.object_store import ObjectStore
 from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
 from resdyn.dagster_project.store.warehouse import Warehouse
@@ -32,17 +32,6 @@ def _same_tables(disk: Warehouse, objects: ObjectWarehouse, model: str, checkpoi
         {name: entry["sha256"] for name, entry in on_disk["figure_files"].items()}
     for name, file in on_s3["figures"].items():  # the objects hold what was recorded
         assert objects.store.sha256(file)[0] == on_s3["figure_files"][name]["sha256"], name
-
-
-def _run_of(relative: str) -> str:
-    """The run that wrote an object: ``<table>/.../<run>.parquet``, ``_staging/<run>/...``,
-    ``_artefacts/figures/<m>/<c>/<run>/<name>.png``."""
-    parts = relative.split("/")
-    if parts[0] == "_staging":
-        return parts[1]
-    if parts[0] == "_artefacts":
-        return parts[4]
-    return parts[-1].removesuffix(".parquet")
 
 
 def test_a_run_into_s3_publishes_the_tables_of_the_same_run_on_disk_and_sql_and_check_answer(
@@ -113,7 +102,7 @@ def test_a_writer_killed_mid_run_leaves_nothing_visible_and_a_rerun_publishes_th
     assert sorted(records) == ["killed", "success"]  # the dead lease's run recorded as such by the rerun
     assert not store.list("_locks/")
     left = objects.unpublished("m", "local")  # the killed run's objects: named by no manifest, its lease gone
-    assert left and {_run_of(found.relative) for found in left} == {records["killed"]}
+    assert left and {written_by(found.relative)[2] for found in left} == {records["killed"]}
     reclaim = run_cli("check", "--reclaim", "--warehouse", url, env=env)
     assert reclaim.returncode == 0, reclaim.stdout + reclaim.stderr
     assert not objects.unpublished("m", "local")

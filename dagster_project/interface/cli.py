@@ -14,6 +14,7 @@
                  [--save-inputs DIR | --inputs DIR]
     resdyn ui [--warehouse DIR] [--host H] [--port P] [--no-daemon]
 
+Every --warehouse takes a folder or s3://BUCKET/PREFIX (docs/configuration.md), but `ui`'s, which serves a folder.
 Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/configuration/settings.py).
 Exit codes: 0 ok, 1 a partition failed or a check found problems, 2 bad input, 130/143 stopped by
 Ctrl-C / SIGTERM (after the current step cleaned up).
@@ -29,11 +30,11 @@ from pathlib import Path
 
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY, dagster_home
 from resdyn.dagster_project.launch.console import configure_logging
-from resdyn.dagster_project.store import open_for_reading
+from resdyn.dagster_project.store import open_for_reading, open_warehouse
 from resdyn.dagster_project.store.errors import PartitionBusyError, QueryError, ReadOnlySqlError
 from resdyn.dagster_project.store.views import sql_text
 from resdyn.dagster_project.store.warehouse import Warehouse
-from resdyn.models.registry import ModelRegistry, partition_key, split_partition_key
+from resdyn.models.registry import partition_key, split_partition_key
 
 log = logging.getLogger("resdyn")
 
@@ -116,21 +117,21 @@ def command_models(arguments) -> int:
 def command_forget(arguments) -> int:
     """Remove partition MODEL@CHECKPOINT: its data, its registry entry (user-added models) and its
     Dagster partition key. Asks first unless --yes."""
-    store = Warehouse(arguments.warehouse)
-    registry = ModelRegistry(store.registry_file)
+    store = open_warehouse(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX
     model, checkpoint = split_partition_key(arguments.partition)
-    known = set(registry.partition_keys())
+    known = set(store.registry().partition_keys())
     dagster_keys = set(_dagster_partition_keys())
     if arguments.partition not in known | dagster_keys and (model, checkpoint) not in set(store.partitions()):
         print(f"resdyn: unknown partition {arguments.partition!r}; known: {', '.join(sorted(known))}", file=sys.stderr)
         return 2
     if not arguments.yes:
-        answer = input(f"remove partition {arguments.partition} and all its data under {store.root}? [y/N] ")
+        answer = input(f"remove partition {arguments.partition} and all its data under {store}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 1
     removed = store.forget(model, checkpoint)
-    dropped = registry.forget(arguments.partition)
+    with store.writable_registry() as registry:
+        dropped = registry.forget(arguments.partition)
     if dagster_home():
         import dagster as dg
 
@@ -158,14 +159,16 @@ def _dagster_partition_keys() -> list[str]:
 def command_report(arguments) -> int:
     """The study across every complete partition: five tables with figures, one report.html, and each model's
     figures comparing its checkpoints."""
-    from resdyn.dagster_project.study.report import build_report, checkpoint_comparisons
+    from resdyn.dagster_project.study.report import build_report, checkpoint_comparisons, report_artefacts
 
-    store = Warehouse(arguments.warehouse).require_existing()
-    output, results = build_report(store, Path(arguments.output) if arguments.output else None)
+    store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output FILE)
+    requested = Path(arguments.output) if arguments.output else None
+    artefacts = report_artefacts(store, requested)
+    output, results = build_report(store, requested)
     _warn_problems(store)
     for name, (table, figure) in results.items():
         print(f"{name}: {table.num_rows} rows, {figure}")
-    for name, by_model in checkpoint_comparisons(store).items():
+    for name, by_model in checkpoint_comparisons(store, artefacts).items():
         for model, figure in by_model.items():
             print(f"{name} of {model}: {figure}")
     print(f"report: {output}")
@@ -348,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="the study across partitions: tables, figures, report.html")
     report.add_argument("--warehouse")
-    report.add_argument("--output", help="where to write the HTML (default: <warehouse>/report.html)")
+    report.add_argument("--output", help="where to write the HTML (default: <warehouse>/report.html; required for an "
+                                         "s3:// warehouse, its figures then drawn in a folder beside it)")
     report.set_defaults(handler=command_report)
 
     claims = commands.add_parser("claims", help="the paper's claims on one model: null model vs trained, with verdicts")

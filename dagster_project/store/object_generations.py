@@ -340,6 +340,22 @@ class ObjectTables:
                                        keep=lambda relative: Path(relative).stem in live)
         return removed
 
+    def forget(self, model: str, checkpoint: str) -> list[str]:
+        """Remove the partition: its manifest first (readers stop seeing it at once), then every object of it (each
+        table's files, every run's record, figures, staged entries); the keys removed. The caller holds its lease."""
+        removed = []
+        manifest = self.store.info(manifest_key(model, checkpoint))
+        if manifest is not None and self.store.delete(manifest.relative, etag=manifest.etag):
+            removed.append(manifest.relative)
+        prefixes = [f"{table}/model={model}/checkpoint={checkpoint}/" for table in TABLES]
+        for prefix in [*prefixes, f"_artefacts/figures/{model}/{checkpoint}/", "_staging/"]:
+            for found in self.store.list(prefix):
+                owner = written_by(found.relative)
+                if owner is not None and owner[:2] == (model, checkpoint) and \
+                        self.store.delete(found.relative, etag=found.etag):
+                    removed.append(found.relative)
+        return removed
+
     # -- reads ----------------------------------------------------------------------------------------------
 
     def _parse(self, key: str, data: bytes, model: str, checkpoint: str) -> tuple[dict, list[str]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -31,7 +32,12 @@ from resdyn.dagster_project.configuration.locations import ObjectLocation
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import lease_is_live, mark_killed
 from resdyn.dagster_project.store.object_generations import ObjectTables, sweep_dead_spools, table_key
-from resdyn.dagster_project.store.object_leases import acquire_object_lease, holder_record, release_run_lease
+from resdyn.dagster_project.store.object_leases import (
+    acquire_object_lease,
+    holder_record,
+    release_object_lease,
+    release_run_lease,
+)
 from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.warehouse import PublishedPartitions
 from resdyn.files import HOST
@@ -278,6 +284,16 @@ class ObjectWarehouse(PublishedPartitions):
 
     def release_lease(self, model: str, checkpoint: str) -> None:
         release_run_lease(self.store, model, checkpoint, self.run_id)
+
+    def forget(self, model: str, checkpoint: str) -> list[str]:
+        """Remove a partition's data (:meth:`ObjectTables.forget`) while holding its lease, so a live run of it is
+        refused (PartitionBusyError naming the run) and none starts meanwhile; the keys removed."""
+        holder = holder_record(f"forget-{uuid.uuid4().hex[:12]}", single_process=True)
+        lease = acquire_object_lease(self.store, model, checkpoint, holder)
+        try:
+            return self.tables.forget(model, checkpoint)
+        finally:
+            release_object_lease(self.store, lease)
 
     def unpublished(self, model: str, checkpoint: str) -> list:
         """What runs of the partition that are not live left (objects no manifest names; no grace period: this is

@@ -117,7 +117,7 @@ table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;paddin
 th{background:#f4f4f4}code{font-size:12px}"""
 
 
-def _claims_section(store: Warehouse) -> str:
+def _claims_section(store: Warehouse, artefacts: Path) -> str:
     from resdyn.dagster_project.study.claims import build_claims, claim_pairs
 
     parts = ["<h2>(f) The paper's claims: each model's first checkpoint (null model) against its last</h2>"]
@@ -125,7 +125,8 @@ def _claims_section(store: Warehouse) -> str:
         title = (f"<h3>{html.escape(pair['model'])}: {html.escape(pair['null_checkpoint'])} vs "
                  f"{html.escape(pair['trained_checkpoint'])}</h3>")
         try:
-            report, figure = build_claims(store, pair["model"], pair["null_checkpoint"], pair["trained_checkpoint"])
+            report, figure = build_claims(store, pair["model"], pair["null_checkpoint"], pair["trained_checkpoint"],
+                                          artefacts / "claims" / pair["model"])
         except ValueError as error:  # e.g. checkpoints measured on other samples: said, the other models go on
             parts.append(f"{title}<p><b>not judged:</b> {html.escape(str(error))}</p>")
             continue
@@ -154,11 +155,13 @@ COMPARISONS = {
 }
 
 
-def checkpoint_comparisons(store: Warehouse) -> dict[str, dict[str, Path]]:
+def checkpoint_comparisons(store: Warehouse, artefacts: Path | None = None) -> dict[str, dict[str, Path]]:
     """Per comparison, per model: the figure of ``table`` through depth with one line per checkpoint that has it
-    published (drawn by :mod:`.figure_frames`, as the notebook draws it), under ``_artefacts/comparisons/<model>``."""
+    published (drawn by :mod:`.figure_frames`, as the notebook draws it), under ``ARTEFACTS/comparisons/<model>``
+    (default: the warehouse's ``_artefacts``; an object-store warehouse has none: give a local folder)."""
     from resdyn.dagster_project.study import figure_frames
 
+    artefacts = Path(artefacts) if artefacts is not None else report_artefacts(store)
     drawn: dict[str, dict[str, Path]] = {}
     models = sorted({model for model, _ in store.partitions()})
     labels_of = {model: store.checkpoint_labels(model) for model in models}  # a stale or mismatched one is marked
@@ -170,18 +173,32 @@ def checkpoint_comparisons(store: Warehouse) -> dict[str, dict[str, Path]]:
                       for checkpoint in store.checkpoints_of(table, model)}
             if frames:
                 drawn[name][model] = getattr(figure_frames, function)(
-                    model, frames, store.root / "_artefacts" / "comparisons" / model)
+                    model, frames, artefacts / "comparisons" / model)
     return drawn
 
 
+def report_artefacts(store: Warehouse, output: Path | None = None) -> Path:
+    """Where the report's figures are drawn: the warehouse folder's ``_artefacts``; for a warehouse on an object
+    store, which holds only what runs publish, ``<output stem>_figures/`` beside the report file ``output`` (required
+    there: refused, naming --output, before anything is read)."""
+    if store.arrow_filesystem is None:
+        return store.root / "_artefacts"
+    if output is None:
+        raise ValueError(f"the report of the object-store warehouse {store} is written on this machine: give "
+                         "--output FILE (its figures go in a folder beside it)")
+    return Path(output).parent / f"{Path(output).stem}_figures"
+
+
 def build_report(store: Warehouse, output: Path | None = None) -> tuple[Path, dict[str, tuple[pa.Table, Path]]]:
-    """Every section's table and figure, and report.html (default: <warehouse>/report.html)."""
-    directory = store.root / "_artefacts" / "report"
+    """Every section's table and figure, and report.html (default: <warehouse>/report.html; for a warehouse on an
+    object store ``output`` is required and nothing is written to the store: :func:`report_artefacts`)."""
+    artefacts = report_artefacts(store, output)
+    directory = artefacts / "report"
     directory.mkdir(parents=True, exist_ok=True)
     results = {}
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>resdyn study report</title>"
              f"<style>{STYLE}</style></head><body><h1>resdyn: the residual stream across models and checkpoints</h1>"
-             f"<p>Warehouse <code>{html.escape(str(store.root))}</code>; complete partitions only.</p>"]
+             f"<p>Warehouse <code>{html.escape(str(store))}</code>; complete partitions only.</p>"]
     for section in SECTIONS:
         table = section_table(store, section)
         figure = section_figure(section, table, directory)
@@ -190,7 +207,7 @@ def build_report(store: Warehouse, output: Path | None = None) -> tuple[Path, di
         parts.append(f"<h2>{html.escape(section.title)}</h2><p>SQL: <code>sql/{section.sql_file}</code></p><section>"
                      f"<figure><img alt='{section.name}' src='data:image/png;base64,{image}'></figure>"
                      f"<div class='table'>{_html_table(table)}</div></section>")
-    parts.append(_claims_section(store))
+    parts.append(_claims_section(store, artefacts))
     runs = provenance(store)
     parts.append("<h2>Settings and provenance of every partition used</h2><section><div class='table'>"
                  + _html_table(runs.drop_columns(["settings"])) + "</div></section>")

@@ -153,3 +153,55 @@ def test_check_over_s3_reads_every_published_object_names_damage_and_reclaims_le
     assert "removed 2 unpublished object(s)" in reclaimed.stdout
     assert store.info(leftover) is None and not store.list("_staging/")
     assert store.info(manifest["tables"]["eigenvalues"]["file"]) is not None  # the published one is kept
+
+
+def test_the_report_over_s3_is_drawn_on_this_machine_equal_to_the_disks_and_writes_nothing_to_the_store(
+        warehouse_copy, s3_warehouse, tmp_path, capsys):
+    from resdyn.dagster_project.study.report import build_report
+
+    _, root = warehouse_copy  # a copy: the disk report draws its figures inside the warehouse folder
+    store = ObjectStore(s3_warehouse)
+    put_published_generation(root, store)
+    before = {found.relative: found.etag for found in store.list("")}
+    assert main(["report", "--warehouse", str(s3_warehouse)]) == 2  # no --output: refused before anything is read
+    assert "--output FILE" in capsys.readouterr().err
+    output = tmp_path / "s3-report" / "report.html"
+    assert main(["report", "--warehouse", str(s3_warehouse), "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert f"report: {output}" in printed
+    drawn = sorted(path.relative_to(output.parent) for path in output.parent.rglob("*.png"))
+    assert drawn and all(path.parts[0] == "report_figures" for path in drawn)
+    assert "metrics_by_checkpoint of m: " + str(output.parent / "report_figures" / "comparisons" / "m") in printed
+    assert {found.relative: found.etag for found in store.list("")} == before  # the store is read, never written
+    disk_output, disk_results = build_report(Warehouse(root), tmp_path / "disk-report.html")
+    s3_output, s3_results = build_report(ObjectWarehouse(s3_warehouse).require_existing(), output)
+    assert sorted(s3_results) == sorted(disk_results) and len(disk_results) >= 4
+    for name, (table, figure) in disk_results.items():
+        assert s3_results[name][0].equals(table), name
+        assert s3_results[name][1].read_bytes() == figure.read_bytes(), name
+    assert s3_output.read_text().replace(str(s3_warehouse), "W") == disk_output.read_text().replace(str(root), "W")
+
+
+def test_forget_over_s3_is_refused_while_a_live_run_holds_the_partition_then_removes_every_object_of_it(
+        mirrored, capsys, monkeypatch, tmp_path):
+    _, location = mirrored
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    store = ObjectStore(location)
+    store.put("eigenvalues/model=other/checkpoint=kept/a-run.parquet", b"not this partition's")
+    others = {found.relative for found in store.list("") if "model=m/" not in found.relative and
+              "/m/local/" not in found.relative and not found.relative.startswith("_published/model=m/")}
+    assert len(others) == 2  # the registry and the other partition's object, both to be kept
+    holder = ObjectWarehouse(location, run_id="a-live-run")
+    holder.acquire_lease("m", "local", single_process=True)  # this process: alive, so judged live
+    assert main(["forget", "m@local", "--yes", "--warehouse", str(location)]) == 1
+    assert "being materialized by run a-live-run" in capsys.readouterr().err
+    assert ObjectWarehouse(location).partitions() == [("m", "local")]  # nothing removed
+    holder.release_lease("m", "local")
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert main(["forget", "m@local", "--warehouse", str(location)]) == 1  # asked, and told no
+    assert ObjectWarehouse(location).partitions() == [("m", "local")]
+    assert main(["forget", "m@local", "--yes", "--warehouse", str(location)]) == 0
+    assert "data path(s) removed; removed from the registry" in capsys.readouterr().out
+    assert ObjectWarehouse(location).partitions() == []
+    assert {found.relative for found in store.list("")} == others  # every object of m@local gone, its lease too
+    assert "m" not in ObjectWarehouse(location).registry().specs

@@ -159,10 +159,20 @@ def _dagster_partition_keys() -> list[str]:
 def command_report(arguments) -> int:
     """The study across every complete partition: five tables with figures, one report.html, and each model's
     figures comparing its checkpoints."""
-    from resdyn.dagster_project.study.report import build_report, checkpoint_comparisons, report_artefacts
+    from resdyn.dagster_project.configuration.config import warehouse_location
+    from resdyn.dagster_project.configuration.locations import ObjectLocation
+    from resdyn.dagster_project.study.report import (
+        build_report,
+        checkpoint_comparisons,
+        report_artefacts,
+        report_needs_output,
+    )
 
-    store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output FILE)
     requested = Path(arguments.output) if arguments.output else None
+    location = warehouse_location(arguments.warehouse)
+    if requested is None and isinstance(location, ObjectLocation):  # said before the store is asked anything
+        raise ValueError(report_needs_output(location))
+    store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output FILE)
     artefacts = report_artefacts(store, requested)
     output, results = build_report(store, requested)
     _warn_problems(store)

@@ -341,19 +341,23 @@ class ObjectTables:
         return removed
 
     def forget(self, model: str, checkpoint: str) -> list[str]:
-        """Remove the partition: its manifest first (readers stop seeing it at once), then every object of it (each
-        table's files, every run's record, figures, staged entries); the keys removed. The caller holds its lease."""
+        """Remove the partition: its manifest first (readers stop seeing it at once), then every object under its
+        tables' and figures' prefixes (each table's files, every run's record, figures) and its staged entries; the
+        keys removed. The caller holds its lease."""
         removed = []
         manifest = self.store.info(manifest_key(model, checkpoint))
-        if manifest is not None and self.store.delete(manifest.relative, etag=manifest.etag):
+        if manifest is not None:
+            if not self.store.delete(manifest.relative, etag=manifest.etag):  # a publication landed meanwhile
+                raise ObjectStoreError(f"{self.where(manifest.relative)} changed while the partition was being "
+                                       "forgotten; nothing else was removed: run the command again")
             removed.append(manifest.relative)
         prefixes = [f"{table}/model={model}/checkpoint={checkpoint}/" for table in TABLES]
-        for prefix in [*prefixes, f"_artefacts/figures/{model}/{checkpoint}/", "_staging/"]:
-            for found in self.store.list(prefix):
-                owner = written_by(found.relative)
-                if owner is not None and owner[:2] == (model, checkpoint) and \
-                        self.store.delete(found.relative, etag=found.etag):
-                    removed.append(found.relative)
+        for prefix in [*prefixes, f"_artefacts/figures/{model}/{checkpoint}/"]:
+            removed += [found.relative for found in self.store.list(prefix)
+                        if self.store.delete(found.relative, etag=found.etag)]
+        removed += [found.relative for found in self.store.list("_staging/")  # staged per run: its partition's only
+                    if (written_by(found.relative) or ())[:2] == (model, checkpoint)
+                    and self.store.delete(found.relative, etag=found.etag)]
         return removed
 
     # -- reads ----------------------------------------------------------------------------------------------

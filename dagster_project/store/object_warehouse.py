@@ -287,7 +287,10 @@ class ObjectWarehouse(PublishedPartitions):
 
     def forget(self, model: str, checkpoint: str) -> list[str]:
         """Remove a partition's data (:meth:`ObjectTables.forget`) while holding its lease, so a live run of it is
-        refused (PartitionBusyError naming the run) and none starts meanwhile; the keys removed."""
+        refused (PartitionBusyError naming the run) and none starts meanwhile; the keys removed. A forget killed
+        midway leaves its lease (``forget-...``), taken over by the next run or forget on this machine; from another
+        machine it cannot be judged and is respected until deleted, as a run's is."""
+        self.prepare_for_writing()  # the lease rests on conditional writes, as a run's does
         holder = holder_record(f"forget-{uuid.uuid4().hex[:12]}", single_process=True)
         lease = acquire_object_lease(self.store, model, checkpoint, holder)
         try:

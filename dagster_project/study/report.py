@@ -180,13 +180,18 @@ def checkpoint_comparisons(store: Warehouse, artefacts: Path | None = None) -> d
 def report_artefacts(store: Warehouse, output: Path | None = None) -> Path:
     """Where the report's figures are drawn: the warehouse folder's ``_artefacts``; for a warehouse on an object
     store, which holds only what runs publish, ``<output stem>_figures/`` beside the report file ``output`` (required
-    there: refused, naming --output, before anything is read)."""
+    there: refused, naming --output)."""
     if store.arrow_filesystem is None:
         return store.root / "_artefacts"
     if output is None:
-        raise ValueError(f"the report of the object-store warehouse {store} is written on this machine: give "
-                         "--output FILE (its figures go in a folder beside it)")
+        raise ValueError(report_needs_output(store))
     return Path(output).parent / f"{Path(output).stem}_figures"
+
+
+def report_needs_output(where) -> str:
+    """Why a report of the object-store warehouse ``where`` without --output is refused."""
+    return (f"the report of the object-store warehouse {where} is written on this machine: give --output FILE (its "
+            "figures go in a folder beside it)")
 
 
 def build_report(store: Warehouse, output: Path | None = None) -> tuple[Path, dict[str, tuple[pa.Table, Path]]]:

@@ -40,13 +40,20 @@ def test_the_tiny_suite_run_into_s3_publishes_the_tables_of_the_same_run_on_disk
     # the suite's three families at their seeded initialisation (the trained steps would train each model twice:
     # minutes each; their weights are all that differs, the path through the store is the same); both runs at once
     suite = ["run", "--suite", "tiny", "--checkpoint", "step-000000", "--samples", "6", *QUICK]
-    runs = {where: subprocess.Popen([*RESDYN, *suite, "--warehouse", where], cwd=REPOSITORY,
-                                    env=environment(XDG_CACHE_HOME=str(tmp_path / f"cache-{name}")),  # its own
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for name, where in (("s3", url), ("disk", str(tmp_path / "disk")))}
-    for where, process in runs.items():
-        output = process.communicate(timeout=1800)[0]
-        assert process.returncode == 0, f"{where}: {output[-3000:]}"
+    processes = {}
+    try:
+        for name, where in (("s3", url), ("disk", str(tmp_path / "disk"))):
+            with open(tmp_path / f"{name}.log", "w") as log:  # a file, not a pipe: neither run waits on a reader
+                processes[name] = subprocess.Popen([*RESDYN, *suite, "--warehouse", where], cwd=REPOSITORY,
+                                                   env=environment(XDG_CACHE_HOME=str(tmp_path / f"cache-{name}")),
+                                                   stdout=log, stderr=subprocess.STDOUT)
+        for name, process in processes.items():
+            process.wait(timeout=1800)
+            assert process.returncode == 0, f"{name}: {(tmp_path / f'{name}.log').read_text()[-3000:]}"
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
     disk, objects = Warehouse(tmp_path / "disk"), ObjectWarehouse(s3_warehouse)
     partitions = sorted(disk.partitions())
     assert partitions == [(model, "step-000000") for model in ("tiny-gemma3", "tiny-llama", "tiny-olmo3")]
@@ -60,9 +67,9 @@ def test_the_tiny_suite_run_into_s3_publishes_the_tables_of_the_same_run_on_disk
                      "--warehouse", url, env=environment(**cache))
     assert answer.returncode == 0 and answer.stdout.replace('"', "").split() == ["status,n", "complete,3"], \
         answer.stdout + answer.stderr
-    runs = run_cli("sql", "SELECT status FROM runs", "--csv", "--warehouse", url, env=environment(**cache))
-    assert runs.stdout.replace('"', "").split() == ["status", "success", "success", "success"], \
-        runs.stdout + runs.stderr
+    statuses = run_cli("sql", "SELECT status FROM runs", "--csv", "--warehouse", url, env=environment(**cache))
+    assert statuses.stdout.replace('"', "").split() == ["status", "success", "success", "success"], \
+        statuses.stdout + statuses.stderr
     check = run_cli("check", "--warehouse", url, env=environment(**cache))
     assert check.returncode == 0 and "every published file is readable" in check.stdout, check.stdout + check.stderr
 

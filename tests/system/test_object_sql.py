@@ -163,7 +163,7 @@ def test_the_report_over_s3_is_drawn_on_this_machine_equal_to_the_disks_and_writ
     store = ObjectStore(s3_warehouse)
     put_published_generation(root, store)
     before = {found.relative: found.etag for found in store.list("")}
-    assert main(["report", "--warehouse", str(s3_warehouse)]) == 2  # no --output: refused before anything is read
+    assert main(["report", "--warehouse", str(s3_warehouse)]) == 2  # no --output: refused, naming it
     assert "--output FILE" in capsys.readouterr().err
     output = tmp_path / "s3-report" / "report.html"
     assert main(["report", "--warehouse", str(s3_warehouse), "--output", str(output)]) == 0
@@ -187,10 +187,17 @@ def test_forget_over_s3_is_refused_while_a_live_run_holds_the_partition_then_rem
     _, location = mirrored
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     store = ObjectStore(location)
-    store.put("eigenvalues/model=other/checkpoint=kept/a-run.parquet", b"not this partition's")
-    others = {found.relative for found in store.list("") if "model=m/" not in found.relative and
-              "/m/local/" not in found.relative and not found.relative.startswith("_published/model=m/")}
-    assert len(others) == 2  # the registry and the other partition's object, both to be kept
+    registry_and_neighbours = {"registry.json", "eigenvalues/model=m2/checkpoint=local/r.parquet",
+                               "eigenvalues/model=m/checkpoint=kept/r.parquet", "_artefacts/figures/m2/local/r/x.png",
+                               "_staging/r/model=m2/checkpoint=local/t.json",
+                               "_staging/r/model=m/checkpoint=localer/t.json"}
+    for relative in registry_and_neighbours - {"registry.json"}:  # other partitions' objects: all kept
+        store.put(relative, b"another partition's")
+    ours = {"_staging/r/model=m/checkpoint=local/figures/x.json", "_staging/r/model=m/checkpoint=local/t.json",
+            "eigenvalues/model=m/checkpoint=local/nested/not-a-run.bin"}
+    for relative in ours:  # what runs of m@local staged, and an object under its prefix no run would name
+        store.put(relative, b"m@local's")
+    assert ours < {found.relative for found in store.list("")}
     holder = ObjectWarehouse(location, run_id="a-live-run")
     holder.acquire_lease("m", "local", single_process=True)  # this process: alive, so judged live
     assert main(["forget", "m@local", "--yes", "--warehouse", str(location)]) == 1
@@ -203,5 +210,5 @@ def test_forget_over_s3_is_refused_while_a_live_run_holds_the_partition_then_rem
     assert main(["forget", "m@local", "--yes", "--warehouse", str(location)]) == 0
     assert "data path(s) removed; removed from the registry" in capsys.readouterr().out
     assert ObjectWarehouse(location).partitions() == []
-    assert {found.relative for found in store.list("")} == others  # every object of m@local gone, its lease too
+    assert {found.relative for found in store.list("")} == registry_and_neighbours  # m@local's all gone, its lease too
     assert "m" not in ObjectWarehouse(location).registry().specs

@@ -146,10 +146,11 @@ def test_parquet_uploaded_reads_back_equal_in_row_groups_through_pyarrow(s3_ware
 
 
 def test_an_object_store_warehouse_is_refused_by_name_and_never_becomes_a_local_folder(tmp_path, s3_warehouse):
-    """Where a folder is still needed (`resdyn report`), an s3:// warehouse is a one-line refusal (it was a local
-    folder named `s3:` holding the whole study)."""
+    """Where a folder is still needed (a report without --output FILE: it is drawn on this machine), an s3://
+    warehouse is a one-line refusal naming the fix, before the store is asked anything (it was a local folder named
+    `s3:` holding the whole study)."""
     completed = subprocess.run([*RESDYN, "report", "--warehouse", str(s3_warehouse)], cwd=tmp_path,
                                env=environment(), capture_output=True, text=True, timeout=300)
-    assert completed.returncode != 0
-    assert "object-store warehouse" in completed.stderr + completed.stdout
+    assert completed.returncode == 2
+    assert "object-store warehouse" in completed.stderr and "--output FILE" in completed.stderr, completed.stderr
     assert not (tmp_path / "s3:").exists()

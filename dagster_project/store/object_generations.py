@@ -81,8 +81,23 @@ def staging_prefix(run_id: str, model: str, checkpoint: str) -> str:
     return f"_staging/{run_id}/model={model}/checkpoint={checkpoint}/"
 
 
+def figures_prefix(model: str | None = None, checkpoint: str | None = None) -> str:
+    """Where runs put a partition's figures (every partition's when ``model`` or ``checkpoint`` is None)."""
+    return "_artefacts/figures/" if model is None or checkpoint is None else f"_artefacts/figures/{model}/{checkpoint}/"
+
+
 def figure_key(model: str, checkpoint: str, run_id: str, name: str) -> str:
-    return f"_artefacts/figures/{model}/{checkpoint}/{run_id}/{name}.png"
+    return f"{figures_prefix(model, checkpoint)}{run_id}/{name}.png"
+
+
+def partition_prefixes(tables, model: str | None = None, checkpoint: str | None = None, *,
+                       figures: bool = True) -> list[str]:
+    """The prefixes under which runs write a partition's objects: each of ``tables``' folder, then (with ``figures``)
+    the figures' (every partition's when ``model`` or ``checkpoint`` is None). Staged entries are per run, under
+    ``_staging/<run>/`` (:func:`staging_prefix`)."""
+    one = model is not None and checkpoint is not None
+    return [f"{table}/model={model}/checkpoint={checkpoint}/" if one else f"{table}/" for table in tables] + \
+        ([figures_prefix(model, checkpoint)] if figures else [])
 
 
 def written_by(relative: str) -> tuple[str, str, str] | None:
@@ -260,8 +275,7 @@ class ObjectTables:
             put = self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)
             if put is not None:
                 # a run's publication (figures given) also replaces figures: their folder is swept with the tables'
-                prefixes = [f"{table}/model={model}/checkpoint={checkpoint}/" for table in entries] + \
-                    ([f"_artefacts/figures/{model}/{checkpoint}/"] if figures is not None else [])
+                prefixes = partition_prefixes(entries, model, checkpoint, figures=figures is not None)
                 self._collect_garbage(manifest, set(before.get("previous", {}).values()) |
                                       set(before.get("previous_figures", {}).values()), prefixes)
                 return manifest
@@ -289,7 +303,7 @@ class ObjectTables:
         candidates = [found for table in TABLES if table not in LOG_TABLES
                       for found in [self.store.info(table_key(table, model, checkpoint, run_id))] if found is not None]
         candidates += self.store.list(staging_prefix(run_id, model, checkpoint))
-        candidates += self.store.list(f"_artefacts/figures/{model}/{checkpoint}/{run_id}/")
+        candidates += self.store.list(f"{figures_prefix(model, checkpoint)}{run_id}/")
         return sum(found.size for found in candidates
                    if found.relative not in named and self.store.delete(found.relative, etag=found.etag))
 
@@ -313,10 +327,9 @@ class ObjectTables:
         live, cutoff, left = self._live_runs(), datetime.now(timezone.utc) - grace, []
         named: dict[tuple[str, str], set[str]] = {}
         one = model is not None and checkpoint is not None
-        prefixes = [f"{table}/model={model}/checkpoint={checkpoint}/" if one else f"{table}/" for table in TABLES
-                    if table not in LOG_TABLES]  # every run's record is kept: the history of the partition
-        prefixes += [f"_artefacts/figures/{model}/{checkpoint}/" if one else "_artefacts/figures/", "_staging/"]
-        for prefix in prefixes:
+        # every run's record (LOG_TABLES) is kept: the history of the partition
+        kept = [table for table in TABLES if table not in LOG_TABLES]
+        for prefix in [*partition_prefixes(kept, model, checkpoint), "_staging/"]:
             for found in self.store.list(prefix):
                 owner = written_by(found.relative)
                 if owner is None or (one and owner[:2] != (model, checkpoint)):
@@ -351,8 +364,7 @@ class ObjectTables:
                 raise ObjectStoreError(f"{self.where(manifest.relative)} changed while the partition was being "
                                        "forgotten; nothing else was removed: run the command again")
             removed.append(manifest.relative)
-        prefixes = [f"{table}/model={model}/checkpoint={checkpoint}/" for table in TABLES]
-        for prefix in [*prefixes, f"_artefacts/figures/{model}/{checkpoint}/"]:
+        for prefix in partition_prefixes(TABLES, model, checkpoint):
             removed += [found.relative for found in self.store.list(prefix)
                         if self.store.delete(found.relative, etag=found.etag)]
         removed += [found.relative for found in self.store.list("_staging/")  # staged per run: its partition's only

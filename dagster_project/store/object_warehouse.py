@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import uuid
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -39,7 +38,7 @@ from resdyn.dagster_project.store.object_leases import (
     release_run_lease,
 )
 from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
-from resdyn.dagster_project.store.warehouse import PublishedPartitions
+from resdyn.dagster_project.store.warehouse import PublishedPartitions, new_run_id
 from resdyn.files import HOST
 
 
@@ -291,7 +290,7 @@ class ObjectWarehouse(PublishedPartitions):
         midway leaves its lease (``forget-...``), taken over by the next run or forget on this machine; from another
         machine it cannot be judged and is respected until deleted, as a run's is."""
         self.prepare_for_writing()  # the lease rests on conditional writes, as a run's does
-        holder = holder_record(f"forget-{uuid.uuid4().hex[:12]}", single_process=True)
+        holder = holder_record(f"forget-{new_run_id()}", single_process=True)
         lease = acquire_object_lease(self.store, model, checkpoint, holder)
         try:
             return self.tables.forget(model, checkpoint)

@@ -193,11 +193,6 @@ class PublishedPartitions:
     def partitions(self) -> list[tuple[str, str]]:
         return [(manifest["model"], manifest["checkpoint"]) for manifest in self.manifests()]
 
-    def checkpoints_of(self, table: str, model: str) -> list[str]:
-        """Checkpoints of ``model`` with ``table`` published (figures compare them)."""
-        return sorted(manifest["checkpoint"] for manifest in self.manifests()
-                      if manifest["model"] == model and table in manifest["tables"])
-
     def checkpoint_labels(self, model: str) -> dict[str, str]:
         """How figures that put ``model``'s checkpoints side by side name each one (:func:`checkpoint_labels`)."""
         return checkpoint_labels(self.query("SELECT checkpoint, status, d_model, settings_hash FROM partitions "

@@ -163,14 +163,17 @@ def checkpoint_comparisons(store: Warehouse, artefacts: Path | None = None) -> d
 
     artefacts = Path(artefacts) if artefacts is not None else report_artefacts(store)
     drawn: dict[str, dict[str, Path]] = {}
-    models = sorted({model for model, _ in store.partitions()})
+    manifests = list(store.manifests())  # read once (on an object store: a GET each), not per table and model
+    models = sorted({manifest["model"] for manifest in manifests})
     labels_of = {model: store.checkpoint_labels(model) for model in models}  # a stale or mismatched one is marked
     for name, (table, function, _) in COMPARISONS.items():
         drawn[name] = {}
         for model in models:
             labels = labels_of[model]
+            published = sorted(manifest["checkpoint"] for manifest in manifests
+                                if manifest["model"] == model and table in manifest["tables"])
             frames = {labels.get(checkpoint, checkpoint): pl.from_arrow(store.read(table, model, checkpoint))
-                      for checkpoint in store.checkpoints_of(table, model)}
+                      for checkpoint in published}
             if frames:
                 drawn[name][model] = getattr(figure_frames, function)(
                     model, frames, artefacts / "comparisons" / model)

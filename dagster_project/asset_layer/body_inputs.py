@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resdyn.corpus import Corpus, load_training_text, load_wikitext
+from resdyn.dagster_project.store.artefacts import StudyArtefacts
 from resdyn.models.registry import MADE_REVISIONS, ModelSpec
 
 
@@ -99,21 +100,24 @@ def corpora(warehouse) -> Corpora:
 @dataclass(frozen=True)
 class PublishedStudy:
     """Every complete partition, read-only, for the study-level assets (the checkpoint comparisons, the report):
-    what they draw and build, and the metadata the UI shows of it."""
+    what they draw and build, and the metadata the UI shows of it. They draw where ``_artefacts`` says (the
+    warehouse folder, or a local folder an object-store warehouse uploads once the asset's body is done)."""
 
     _store: object  # the Warehouse
+    _artefacts: StudyArtefacts
 
     def comparison_figures(self) -> dict[str, dict[str, Path]]:
         """Per comparison, per model, its figure (dagster_project/study/report.py ``checkpoint_comparisons``)."""
         from resdyn.dagster_project.study.report import checkpoint_comparisons
 
-        return checkpoint_comparisons(self._store)
+        return checkpoint_comparisons(self._store, self._artefacts.figures)
 
     def report(self) -> tuple[dict, dict]:
-        """(section name -> (table, figure), metadata of report.html: where it is and its size)."""
+        """(section name -> (table, figure), metadata of report.html: where it is kept and its size)."""
         import dagster as dg
 
         from resdyn.dagster_project.study.report import build_report
 
-        output, results = build_report(self._store)
-        return results, {"path": dg.MetadataValue.path(str(output)), "bytes": output.stat().st_size}
+        output, results = build_report(self._store, self._artefacts.report, self._artefacts.figures)
+        return results, {"path": dg.MetadataValue.path(self._artefacts.location(output)),
+                         "bytes": output.stat().st_size}

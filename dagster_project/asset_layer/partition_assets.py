@@ -108,7 +108,11 @@ def study_asset(**arguments) -> Callable:
     never holds the warehouse."""
     def decorate(body: Callable) -> dg.AssetsDefinition:
         def compute(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
-            yield from body(context, PublishedStudy(warehouse.open()))
+            store = warehouse.open()
+            # the materializations are reported once what they describe is kept (on an object store, uploaded)
+            with store.study_artefacts() as artefacts:
+                results = list(body(context, PublishedStudy(store, artefacts)))
+            yield from results
 
         compute.__name__, compute.__doc__ = body.__name__, body.__doc__
         return dg.multi_asset(can_subset=False, **arguments)(compute)

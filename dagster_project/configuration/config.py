@@ -220,11 +220,11 @@ def warehouse_root(given: str | os.PathLike | None = None, environment: Mapping 
     process's), else the default."""
     location = warehouse_location(given, environment)
     if isinstance(location, ObjectLocation):
-        # every command but the UI reaches an object store through store/object_warehouse.py; what still needs a
-        # folder is refused here rather than write one named `s3:`
-        raise ConfigError(f"warehouse {location}: `resdyn run`, `sql`, `questions`, `models`, `check`, `claims`, "
-                          "`report`, `forget` and the notebook use an object-store warehouse, but the UI needs a local "
-                          "directory (docs/configuration.md); give --warehouse (or RESDYN_WAREHOUSE) one")
+        # every command and the UI reach an object store through store/object_warehouse.py (store.open_warehouse);
+        # code that asks for a folder is refused here rather than write one named `s3:`
+        raise ConfigError(f"warehouse {location} is an object-store warehouse, not a folder: open it with "
+                          "resdyn.dagster_project.store.open_warehouse (docs/configuration.md), or give --warehouse "
+                          "(or RESDYN_WAREHOUSE) a local directory")
     return location.path
 
 

@@ -14,7 +14,7 @@
                  [--save-inputs DIR | --inputs DIR]
     resdyn ui [--warehouse DIR] [--host H] [--port P] [--no-daemon]
 
-Every --warehouse takes a folder or s3://BUCKET/PREFIX (docs/configuration.md), but `ui`'s, which serves a folder.
+Every --warehouse takes a folder or s3://BUCKET/PREFIX (docs/configuration.md).
 Settings: a flag, else its RESDYN_* variable, else the default (dagster_project/configuration/settings.py).
 Exit codes: 0 ok, 1 a partition failed or a check found problems, 2 bad input, 130/143 stopped by
 Ctrl-C / SIGTERM (after the current step cleaned up).
@@ -240,13 +240,19 @@ def _register_with_dagster(keys: list[str]) -> None:
 
 
 def command_ui(arguments) -> int:
-    from resdyn.dagster_project.configuration.config import StudyConfig, set_for_this_process, warehouse_root
+    from resdyn.dagster_project.configuration.config import StudyConfig, set_for_this_process, warehouse_location
+    from resdyn.dagster_project.configuration.locations import ObjectLocation
     from resdyn.dagster_project.interface.ui import serve
 
     config = StudyConfig.resolve({"warehouse": arguments.warehouse})
-    root = warehouse_root(config.warehouse)  # the UI serves figures from a folder: an s3:// warehouse is refused
+    location = warehouse_location(config.warehouse)
+    if isinstance(location, ObjectLocation):  # asked now, not at the first figure: the store answers these credentials
+        from resdyn.dagster_project.store.object_store import ObjectStore
+
+        ObjectStore(location).list("registry.json")
     set_for_this_process(config.environment())  # the code server and daemon load the definitions by module name
-    return serve(root, arguments.host, arguments.port, daemon=not arguments.no_daemon)
+    return serve(location if isinstance(location, ObjectLocation) else location.path, arguments.host, arguments.port,
+                 daemon=not arguments.no_daemon)
 
 
 def command_check(arguments) -> int:

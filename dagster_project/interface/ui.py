@@ -97,12 +97,54 @@ def _figure_under(root: Path, relative: str) -> Path | None:
         return None
 
 
-def with_artefacts(dagster_app, warehouse_root: Path, groups: list[str] | None = None):
-    """An ASGI app: GET ``/resdyn/artefacts/...png`` from ``<warehouse>/_artefacts``; everything else to
-    Dagster, with STYLESHEET in its pages and ``/asset-groups`` opening on expanded ``groups``."""
-    from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse
+MAXIMUM_KEY_LENGTH = 1024  # bytes of an S3 key (AWS's limit): a longer name is no figure of the warehouse
 
-    root = (Path(warehouse_root) / "_artefacts").resolve()
+
+def _object_figure_key(relative: str) -> str | None:
+    """The key (below the warehouse's prefix) of the figure ``relative`` names under ``_artefacts/``, or None: not a
+    PNG, a part that would leave ``_artefacts/`` or that no writer makes (``..``, ``.``, empty), a NUL byte, too long.
+    Object stores have no ``..``: refused by name, not resolved."""
+    key = "_artefacts/" + relative
+    if (not relative.endswith(".png") or "\x00" in relative or len(key.encode()) > MAXIMUM_KEY_LENGTH
+            or any(part in ("", ".", "..") for part in relative.split("/"))):
+        return None
+    return key
+
+
+def figure_reader(warehouse):
+    """``read(relative) -> bytes | None``: the PNG under the warehouse's ``_artefacts/`` that ``relative`` names
+    (None where there is none, or the name is refused), for a warehouse folder (a ``Path``) or an object store (an
+    :class:`~resdyn.dagster_project.configuration.locations.ObjectLocation`, read by GET: figures are kilobytes)."""
+    from resdyn.dagster_project.configuration.locations import ObjectLocation
+
+    if isinstance(warehouse, ObjectLocation):
+        from resdyn.dagster_project.store.object_store import ObjectStore
+
+        store = ObjectStore(warehouse)
+
+        def read_object(relative: str) -> bytes | None:
+            key = _object_figure_key(relative)
+            found = store.get(key) if key is not None else None
+            return None if found is None else found.data
+
+        return read_object
+    root = (Path(warehouse) / "_artefacts").resolve()
+
+    def read_file(relative: str) -> bytes | None:
+        target = _figure_under(root, relative)
+        return None if target is None else target.read_bytes()
+
+    return read_file
+
+
+def with_artefacts(dagster_app, warehouse, groups: list[str] | None = None):
+    """An ASGI app: GET ``/resdyn/artefacts/...png`` from the warehouse's ``_artefacts`` (a folder's files, or an
+    object store's keys: :func:`figure_reader`); everything else to Dagster, with STYLESHEET in its pages and
+    ``/asset-groups`` opening on expanded ``groups``."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+    read = figure_reader(warehouse)
 
     async def app(scope, receive, send):
         path = scope.get("path", "")
@@ -115,24 +157,28 @@ def with_artefacts(dagster_app, warehouse_root: Path, groups: list[str] | None =
         if not path.startswith(ARTEFACT_ROUTE + "/"):
             await dagster_app(scope, receive, _with_stylesheet(send))
             return
-        target = _figure_under(root, path[len(ARTEFACT_ROUTE) + 1:])
-        if target is None:
-            response = PlainTextResponse("not a warehouse figure", status_code=404)
-        else:  # figures are rewritten in place by a rerun: never cache them
-            response = FileResponse(target, media_type="image/png", headers={"Cache-Control": "no-store"})
+        try:  # a blocking read (a file, or a GET to the store) off the event loop that serves Dagster's pages
+            data = await run_in_threadpool(read, path[len(ARTEFACT_ROUTE) + 1:])
+        except Exception as error:  # the store did not answer: say so, and keep serving the UI
+            response = PlainTextResponse(f"the warehouse's figure could not be read: {error}", status_code=502)
+        else:
+            if data is None:
+                response = PlainTextResponse("not a warehouse figure", status_code=404)
+            else:  # figures are rewritten in place by a rerun: never cache them
+                response = Response(data, media_type="image/png", headers={"Cache-Control": "no-store"})
         await response(scope, receive, send)
 
     return app
 
 
-def build_app(warehouse_root: Path, upstream: str):
+def build_app(warehouse, upstream: str):
     """The app ``resdyn ui`` serves: figures, stylesheet and expanded graph (:func:`with_artefacts`) in front of
     the Dagster webserver at ``upstream``, compressed again after the stylesheet is added."""
     from starlette.middleware.gzip import GZipMiddleware
 
     from resdyn.dagster_project.interface.ui_proxy import reverse_proxy
 
-    return GZipMiddleware(with_artefacts(reverse_proxy(upstream), warehouse_root, study_groups()), minimum_size=1024)
+    return GZipMiddleware(with_artefacts(reverse_proxy(upstream), warehouse, study_groups()), minimum_size=1024)
 
 
 def _console_script(name: str) -> str:
@@ -180,7 +226,7 @@ def _create_instance_storage() -> None:
         instance.event_log_storage.get_concurrency_keys()
 
 
-def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, module: str = DEFINITIONS_MODULE) -> int:
+def serve(warehouse, host: str, port: int, daemon: bool = True, module: str = DEFINITIONS_MODULE) -> int:
     """Run the UI until Ctrl-C. The webserver and the daemon (schedules, sensors, the run queue) are children,
     each in a process group of its own, stopped by PID when this process ends."""
     import uvicorn
@@ -205,9 +251,9 @@ def serve(warehouse_root: Path, host: str, port: int, daemon: bool = True, modul
                                              start_new_session=True))
             log.warning("dagster-daemon started (pid %d)", children[-1].pid)
         _wait_until_serving(upstream, webserver)
-        print(f"resdyn ui: http://{host}:{port}/asset-groups  (warehouse {warehouse_root}; figures under "
+        print(f"resdyn ui: http://{host}:{port}/asset-groups  (warehouse {warehouse}; figures under "
               f"{ARTEFACT_ROUTE})", flush=True)
-        uvicorn.run(build_app(warehouse_root, upstream), host=host, port=port, log_level="warning")
+        uvicorn.run(build_app(warehouse, upstream), host=host, port=port, log_level="warning")
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         signal.signal(signal.SIGHUP, signal.SIG_IGN)

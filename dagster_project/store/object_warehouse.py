@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.locations import ObjectLocation
+from resdyn.dagster_project.store.artefacts import StudyArtefacts
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import lease_is_live, mark_killed
 from resdyn.dagster_project.store.object_generations import ObjectTables, sweep_dead_spools, table_key
@@ -243,19 +244,38 @@ class ObjectWarehouse(PublishedPartitions):
         """This process's local spool of this run's figures (steps of one run may run at once, each a process)."""
         return Path(tempfile.gettempdir()) / "resdyn-figures" / f"{HOST}-{os.getpid()}-{self.run_id or 'unstaged'}"
 
+    def _spooled(self, kind: str, model: str, checkpoint: str) -> Path:
+        """The spool folder of this run's ``kind`` of the partition, laid out as the store's keys
+        (``_artefacts/<kind>/<m>/<c>/<run_id>/``): a figure's UI address (:func:`~.artefacts.artefact_url`) is then
+        the one ``resdyn ui`` serves from the store once it is uploaded."""
+        return self._spool / "_artefacts" / kind / model / checkpoint / (self.run_id or "unstaged")
+
     def artefact_directory(self, kind: str, model: str, checkpoint: str) -> Path:
         """Where this step's process draws the partition's figures (in :attr:`_spool`, created), uploaded by
         :meth:`stage_figures`."""
-        directory = self._spool / kind / model / checkpoint
+        directory = self._spooled(kind, model, checkpoint)
         if not directory.is_dir():
             sweep_dead_spools(self._spool.parent, "")  # a killed step's figures, never uploaded
             directory.mkdir(parents=True, exist_ok=True)
         return directory
 
+    @contextmanager
+    def study_artefacts(self):
+        """Where the study-level assets draw: a local folder laid out as the warehouse (``report.html``,
+        ``_artefacts/report/``, ``_artefacts/comparisons/``) whose files are put under the same keys once the block
+        ends without an error (each an atomic put replacing the last materialization's, as a folder's are rewritten
+        in place), and removed either way; an error leaves the store as it was."""
+        with tempfile.TemporaryDirectory(prefix="resdyn-study-") as spool:
+            directory = Path(spool)
+            yield StudyArtefacts(directory, lambda path: f"{self.location}/{Path(path).relative_to(directory).as_posix()}")
+            for path in sorted(directory.rglob("*")):
+                if path.is_file():
+                    self.store.upload_file(path, path.relative_to(directory).as_posix())
+
     def stage_figures(self, model: str, checkpoint: str, *, step_ended: bool = False) -> None:
         """Upload the figures this step drew for the partition so far and stage them (before each of its tables is
         staged, and when it ends); when it has ended, remove its spool folder."""
-        self.tables.stage_figures(model, checkpoint, self._spool / "figures" / model / checkpoint)
+        self.tables.stage_figures(model, checkpoint, self._spooled("figures", model, checkpoint))
         if step_ended:
             shutil.rmtree(self._spool, ignore_errors=True)
 

@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.config import warehouse_root
 from resdyn.dagster_project.store import leftovers
+from resdyn.dagster_project.store.artefacts import StudyArtefacts
 from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import acquire_lease, lease_is_live, release_lease
@@ -304,6 +305,11 @@ class Warehouse(PublishedPartitions):
         directory = self.root / "_artefacts" / kind / model / checkpoint / (self.run_id or "unstaged")
         directory.mkdir(parents=True, exist_ok=True)
         return directory
+
+    @contextmanager
+    def study_artefacts(self) -> Iterator[StudyArtefacts]:
+        """Where the study-level assets draw: the warehouse folder itself (``report.html``, ``_artefacts/``)."""
+        yield StudyArtefacts(self.root)
 
     @property
     def models_directory(self) -> Path:

@@ -197,10 +197,12 @@ def report_needs_output(where) -> str:
             "figures go in a folder beside it)")
 
 
-def build_report(store: Warehouse, output: Path | None = None) -> tuple[Path, dict[str, tuple[pa.Table, Path]]]:
+def build_report(store: Warehouse, output: Path | None = None, artefacts: Path | None = None
+                 ) -> tuple[Path, dict[str, tuple[pa.Table, Path]]]:
     """Every section's table and figure, and report.html (default: <warehouse>/report.html; for a warehouse on an
-    object store ``output`` is required and nothing is written to the store: :func:`report_artefacts`)."""
-    artefacts = report_artefacts(store, output)
+    object store ``output`` is required and nothing is written to the store: :func:`report_artefacts`); the figures
+    under ``artefacts`` (default: :func:`report_artefacts`)."""
+    artefacts = Path(artefacts) if artefacts is not None else report_artefacts(store, output)
     directory = artefacts / "report"
     directory.mkdir(parents=True, exist_ok=True)
     results = {}

@@ -64,6 +64,39 @@ def test_only_warehouse_figures_are_served(tmp_path, fresh_seed):
     assert artefact_url(tmp_path / "secret.png") is None
 
 
+def test_only_warehouse_figures_are_served_from_an_object_store(s3_warehouse, fresh_seed):
+    from resdyn.dagster_project.store.object_store import ObjectStore
+
+    store = ObjectStore(s3_warehouse)
+    png = np.random.default_rng(fresh_seed).bytes(257)
+    store.put("_artefacts/figures/m/local/run-1/x.png", png)
+    store.put("_artefacts/figures/m/local/run-1/notes.txt", b"not a figure")
+    store.put("secret.png", b"outside _artefacts")
+    app = with_artefacts(_dagster_page, s3_warehouse, ["spectra"])
+
+    status, headers, body = _get(app, f"{ARTEFACT_ROUTE}/figures/m/local/run-1/x.png")
+    assert status == 200 and body == png and headers["content-type"] == "image/png"
+    assert headers["cache-control"] == "no-store"
+    for refused in (f"{ARTEFACT_ROUTE}/figures/m/local/run-1/notes.txt", f"{ARTEFACT_ROUTE}/../secret.png",
+                    f"{ARTEFACT_ROUTE}/figures/m/local/run-1/missing.png", f"{ARTEFACT_ROUTE}/figures/./m/x.png",
+                    f"{ARTEFACT_ROUTE}/figures//m/local/run-1/x.png", f"{ARTEFACT_ROUTE}/figures/m/local/x\x00.png",
+                    f"{ARTEFACT_ROUTE}/{'/'.join(['b' * 250] * 5)}.png"):  # over S3's 1,024-byte key
+        assert _get(app, refused)[0] == 404, refused
+
+
+def test_a_store_that_does_not_answer_is_a_502_and_the_ui_keeps_serving(monkeypatch):
+    from resdyn.dagster_project.configuration.locations import parse_location
+
+    (port,) = free_ports(1)  # nothing listens there
+    for name, value in {"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "k",
+                        "AWS_SECRET_ACCESS_KEY": "s"}.items():
+        monkeypatch.setenv(name, value)
+    app = with_artefacts(_dagster_page, parse_location("s3://bucket/prefix"), ["spectra"])
+    status, _, body = _get(app, f"{ARTEFACT_ROUTE}/figures/m/local/run-1/x.png")
+    assert status == 502 and b"could not be read" in body
+    assert _get(app, "/runs")[0] == 200
+
+
 def test_pages_get_the_stylesheet_and_the_graph_opens_expanded(tmp_path):
     groups = study_groups()
     assert {"inputs", "measurements", "spectra", "study"} <= set(groups)

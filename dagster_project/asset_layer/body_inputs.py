@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resdyn.corpus import Corpus, load_training_text, load_wikitext
-from resdyn.dagster_project.store.artefacts import StudyArtefacts
+from resdyn.dagster_project.store.artefacts import StudyArtefacts, kept_location
 from resdyn.models.registry import MADE_REVISIONS, ModelSpec
 
 
@@ -119,5 +119,5 @@ class PublishedStudy:
         from resdyn.dagster_project.study.report import build_report
 
         output, results = build_report(self._store, self._artefacts.report, self._artefacts.figures)
-        return results, {"path": dg.MetadataValue.path(self._artefacts.location(output)),
+        return results, {"path": dg.MetadataValue.path(kept_location(output)),
                          "bytes": output.stat().st_size}

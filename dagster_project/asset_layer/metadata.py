@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 
-from resdyn.dagster_project.store.artefacts import artefact_url
+from resdyn.dagster_project.store.artefacts import artefact_url, kept_location
 from resdyn.files import atomic_path
 
 INLINE_MARKDOWN_LIMIT = 1000  # Dagster shows markdown metadata inline only below this many characters
@@ -89,5 +89,5 @@ def figure(path: Path, label: str | None = None) -> dict:
     if small and full:
         metadata[f"figure_{label}"] = dg.MetadataValue.md(f"[![{label}]({small})]({full})")
     metadata[f"figure_{label}_embedded"] = dg.MetadataValue.md(f"![{label}](data:image/png;base64,{encoded})")
-    metadata[f"figure_{label}_path"] = dg.MetadataValue.path(str(path))
+    metadata[f"figure_{label}_path"] = dg.MetadataValue.path(kept_location(path))  # on S3: the figure's object
     return metadata

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,16 +98,21 @@ def _figure_under(root: Path, relative: str) -> Path | None:
         return None
 
 
-MAXIMUM_KEY_LENGTH = 1024  # bytes of an S3 key (AWS's limit): a longer name is no figure of the warehouse
+MAXIMUM_KEY_LENGTH = 1024  # bytes of an S3 key, the warehouse's prefix included (AWS's limit)
+# each part of a figure's name below _artefacts/: what every writer's names fit (model and checkpoint names:
+# resdyn.models.registry.NAME_PATTERN; run ids; figure stems), so `.`, `..`, empty parts, backslashes, spaces and NUL
+# bytes are refused by name before any request: an object store has no `..` to resolve
+FIGURE_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def _object_figure_key(relative: str) -> str | None:
+def object_figure_key(relative: str, location=None) -> str | None:
     """The key (below the warehouse's prefix) of the figure ``relative`` names under ``_artefacts/``, or None: not a
-    PNG, a part that would leave ``_artefacts/`` or that no writer makes (``..``, ``.``, empty), a NUL byte, too long.
-    Object stores have no ``..``: refused by name, not resolved."""
+    PNG, a part that is not a name (:data:`FIGURE_NAME_PART`), or a key over :data:`MAXIMUM_KEY_LENGTH` with
+    ``location``'s prefix."""
     key = "_artefacts/" + relative
-    if (not relative.endswith(".png") or "\x00" in relative or len(key.encode()) > MAXIMUM_KEY_LENGTH
-            or any(part in ("", ".", "..") for part in relative.split("/"))):
+    full = location.key(key) if location is not None else key
+    if (not relative.endswith(".png") or len(full.encode()) > MAXIMUM_KEY_LENGTH
+            or not all(FIGURE_NAME_PART.fullmatch(part) for part in relative.split("/"))):
         return None
     return key
 
@@ -120,10 +126,11 @@ def figure_reader(warehouse):
     if isinstance(warehouse, ObjectLocation):
         from resdyn.dagster_project.store.object_store import ObjectStore
 
-        store = ObjectStore(warehouse)
+        # a person waits on the answer: two attempts and a 5 s connect timeout, not a batch job's patience
+        store = ObjectStore(warehouse, attempts=2, connect_timeout=5.0)
 
         def read_object(relative: str) -> bytes | None:
-            key = _object_figure_key(relative)
+            key = object_figure_key(relative, warehouse)
             found = store.get(key) if key is not None else None
             return None if found is None else found.data
 
@@ -132,7 +139,10 @@ def figure_reader(warehouse):
 
     def read_file(relative: str) -> bytes | None:
         target = _figure_under(root, relative)
-        return None if target is None else target.read_bytes()
+        try:
+            return None if target is None else target.read_bytes()
+        except FileNotFoundError:  # removed since it was found (a forget): as missing
+            return None
 
     return read_file
 
@@ -159,7 +169,8 @@ def with_artefacts(dagster_app, warehouse, groups: list[str] | None = None):
             return
         try:  # a blocking read (a file, or a GET to the store) off the event loop that serves Dagster's pages
             data = await run_in_threadpool(read, path[len(ARTEFACT_ROUTE) + 1:])
-        except Exception as error:  # the store did not answer: say so, and keep serving the UI
+        except Exception as error:  # the store did not answer: say so (here and in the log), keep serving the UI
+            log.warning("resdyn ui: the figure %s could not be read from %s: %s", path, warehouse, error)
             response = PlainTextResponse(f"the warehouse's figure could not be read: {error}", status_code=502)
         else:
             if data is None:

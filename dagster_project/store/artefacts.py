@@ -6,7 +6,6 @@ so materialization metadata can link a figure by a short same-origin URL.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,12 +23,10 @@ def artefact_url(path: Path) -> str | None:
 
 @dataclass(frozen=True)
 class StudyArtefacts:
-    """Where the study-level assets (the report, the checkpoint comparisons) draw: ``directory`` holds
-    ``report.html`` and ``_artefacts/`` as a warehouse folder does; ``location`` names where a file drawn there is
-    kept, as a person finds it (the file itself on disk; ``s3://bucket/prefix/<key>`` on an object store)."""
+    """Where the study-level assets (the report, the checkpoint comparisons, the claims it includes) draw:
+    ``directory`` holds ``report.html`` and ``_artefacts/`` as a warehouse folder does."""
 
     directory: Path
-    location: Callable[[Path], str] = str
 
     @property
     def report(self) -> Path:
@@ -38,3 +35,26 @@ class StudyArtefacts:
     @property
     def figures(self) -> Path:
         return self.directory / "_artefacts"
+
+
+# local folders laid out as a warehouse whose files are kept elsewhere (an object store's spools, while they exist):
+# folder -> the warehouse's location; what the metadata of a file drawn there names (:func:`kept_location`)
+_KEPT_ELSEWHERE: dict[Path, str] = {}
+
+
+def keep_elsewhere(directory: Path, location: str | None) -> None:
+    """Say that the files under ``directory`` are kept at ``location/<their path below it>`` (None: no longer)."""
+    if location is None:
+        _KEPT_ELSEWHERE.pop(Path(directory), None)
+    else:
+        _KEPT_ELSEWHERE[Path(directory)] = str(location)
+
+
+def kept_location(path: Path) -> str:
+    """Where the file ``path`` is kept, as a person finds it: on an object store ``s3://bucket/prefix/<key>`` (a spool
+    folder's file), else the file itself."""
+    path = Path(path)
+    for directory, location in _KEPT_ELSEWHERE.items():
+        if path.is_relative_to(directory):
+            return f"{location}/{path.relative_to(directory).as_posix()}"
+    return str(path)

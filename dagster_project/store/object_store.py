@@ -64,14 +64,17 @@ def _error_code(error) -> str:
 class ObjectStore:
     """The objects of one warehouse: keys ``<prefix>/<relative>`` in one bucket, through boto3."""
 
-    def __init__(self, location: ObjectLocation, *, session=None) -> None:
+    def __init__(self, location: ObjectLocation, *, session=None, attempts: int = 5,
+                 connect_timeout: float = 60.0) -> None:
         import boto3
         from botocore.config import Config
 
         self.location = location
         self.session = session or boto3.session.Session()
-        # standard retry mode: throttling and 5xx are retried with backoff, a 412 (precondition) never is
-        self.client = self.session.client("s3", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+        # standard retry mode: throttling and 5xx are retried with backoff, a 412 (precondition) never is; a reader
+        # that a person waits on (the UI's figures) asks for fewer attempts and a short connect timeout
+        self.client = self.session.client("s3", config=Config(retries={"mode": "standard", "max_attempts": attempts},
+                                                              connect_timeout=connect_timeout))
 
     # -- keys ---------------------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.locations import ObjectLocation
-from resdyn.dagster_project.store.artefacts import StudyArtefacts
+from resdyn.dagster_project.store.artefacts import StudyArtefacts, keep_elsewhere
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import lease_is_live, mark_killed
 from resdyn.dagster_project.store.object_generations import ObjectTables, sweep_dead_spools, table_key
@@ -257,26 +257,36 @@ class ObjectWarehouse(PublishedPartitions):
         if not directory.is_dir():
             sweep_dead_spools(self._spool.parent, "")  # a killed step's figures, never uploaded
             directory.mkdir(parents=True, exist_ok=True)
+        keep_elsewhere(self._spool, str(self.location))  # a figure's metadata names its key, not the spool file
         return directory
 
     @contextmanager
     def study_artefacts(self):
         """Where the study-level assets draw: a local folder laid out as the warehouse (``report.html``,
-        ``_artefacts/report/``, ``_artefacts/comparisons/``) whose files are put under the same keys once the block
-        ends without an error (each an atomic put replacing the last materialization's, as a folder's are rewritten
-        in place), and removed either way; an error leaves the store as it was."""
-        with tempfile.TemporaryDirectory(prefix="resdyn-study-") as spool:
-            directory = Path(spool)
-            yield StudyArtefacts(directory, lambda path: f"{self.location}/{Path(path).relative_to(directory).as_posix()}")
-            for path in sorted(directory.rglob("*")):
-                if path.is_file():
-                    self.store.upload_file(path, path.relative_to(directory).as_posix())
+        ``_artefacts/report/``, ``_artefacts/comparisons/``, ``_artefacts/claims/``) whose files are uploaded under
+        the same keys once the block ends without an error, ``report.html`` last (each upload atomic: one PUT, or a
+        multipart upload invisible until complete, replacing the last materialization's as a folder's files are
+        rewritten in place), and removed either way. An error in the block uploads nothing; an upload failing part-way
+        leaves the earlier files replaced and fails the step (a rerun replaces them all). A folder a killed process
+        left is removed by the next one on this machine."""
+        sweep_dead_spools(Path(tempfile.gettempdir()), "resdyn-study-")
+        directory = Path(tempfile.mkdtemp(prefix=f"resdyn-study-{HOST}-{os.getpid()}-"))
+        keep_elsewhere(directory, str(self.location))
+        try:
+            yield StudyArtefacts(directory)
+            files = [path for path in directory.rglob("*") if path.is_file()]
+            for path in sorted(files, key=lambda path: (path.name == "report.html", path.as_posix())):
+                self.store.upload_file(path, path.relative_to(directory).as_posix())
+        finally:
+            keep_elsewhere(directory, None)
+            shutil.rmtree(directory, ignore_errors=True)
 
     def stage_figures(self, model: str, checkpoint: str, *, step_ended: bool = False) -> None:
         """Upload the figures this step drew for the partition so far and stage them (before each of its tables is
         staged, and when it ends); when it has ended, remove its spool folder."""
         self.tables.stage_figures(model, checkpoint, self._spooled("figures", model, checkpoint))
         if step_ended:
+            keep_elsewhere(self._spool, None)
             shutil.rmtree(self._spool, ignore_errors=True)
 
     def publish(self, model: str, checkpoint: str) -> dict:
@@ -331,6 +341,7 @@ class ObjectWarehouse(PublishedPartitions):
         return sum(found.size for found in self.tables.sweep(model, checkpoint))
 
     def discard_run(self, model: str, checkpoint: str) -> int:
+        keep_elsewhere(self._spool, None)
         shutil.rmtree(self._spool, ignore_errors=True)
         return self.tables.discard(model, checkpoint, self.run_id)
 

@@ -8,7 +8,14 @@ import asyncio
 import numpy as np
 
 from resdyn.dagster_project.configuration.ports import free_ports
-from resdyn.dagster_project.interface.ui import ARTEFACT_ROUTE, STYLESHEET, artefact_url, study_groups, with_artefacts
+from resdyn.dagster_project.interface.ui import (
+    ARTEFACT_ROUTE,
+    STYLESHEET,
+    artefact_url,
+    object_figure_key,
+    study_groups,
+    with_artefacts,
+)
 
 PAGE = b"<html><head><title>Dagster</title></head><body>graph</body></html>"
 
@@ -64,7 +71,7 @@ def test_only_warehouse_figures_are_served(tmp_path, fresh_seed):
     assert artefact_url(tmp_path / "secret.png") is None
 
 
-def test_only_warehouse_figures_are_served_from_an_object_store(s3_warehouse, fresh_seed):
+def test_only_warehouse_figures_are_served_from_an_object_store(s3_warehouse, fresh_seed, monkeypatch):
     from resdyn.dagster_project.store.object_store import ObjectStore
 
     store = ObjectStore(s3_warehouse)
@@ -72,16 +79,28 @@ def test_only_warehouse_figures_are_served_from_an_object_store(s3_warehouse, fr
     store.put("_artefacts/figures/m/local/run-1/x.png", png)
     store.put("_artefacts/figures/m/local/run-1/notes.txt", b"not a figure")
     store.put("secret.png", b"outside _artefacts")
+    asked = []  # every key the UI asks the store for: a refused name never reaches it
+    get = ObjectStore.get
+    monkeypatch.setattr(ObjectStore, "get", lambda self, key: asked.append(key) or get(self, key))
     app = with_artefacts(_dagster_page, s3_warehouse, ["spectra"])
 
     status, headers, body = _get(app, f"{ARTEFACT_ROUTE}/figures/m/local/run-1/x.png")
     assert status == 200 and body == png and headers["content-type"] == "image/png"
-    assert headers["cache-control"] == "no-store"
-    for refused in (f"{ARTEFACT_ROUTE}/figures/m/local/run-1/notes.txt", f"{ARTEFACT_ROUTE}/../secret.png",
-                    f"{ARTEFACT_ROUTE}/figures/m/local/run-1/missing.png", f"{ARTEFACT_ROUTE}/figures/./m/x.png",
-                    f"{ARTEFACT_ROUTE}/figures//m/local/run-1/x.png", f"{ARTEFACT_ROUTE}/figures/m/local/x\x00.png",
-                    f"{ARTEFACT_ROUTE}/{'/'.join(['b' * 250] * 5)}.png"):  # over S3's 1,024-byte key
-        assert _get(app, refused)[0] == 404, refused
+    assert headers["cache-control"] == "no-store" and asked == ["_artefacts/figures/m/local/run-1/x.png"]
+    assert _get(app, f"{ARTEFACT_ROUTE}/figures/m/local/run-1/missing.png")[0] == 404
+    asked.clear()
+    # each names the figure above (or a key outside _artefacts/) to a store or a proxy that normalizes a path
+    for refused in ("figures/m/local/run-1/notes.txt", "../secret.png", "figures/m/./local/run-1/x.png",
+                    "figures/m/local//run-1/x.png", "figures/m/local/run-1/../run-1/x.png", "figures/../../secret.png",
+                    "figures/m/local/run-1\\x.png", "figures/m/local/ ../run-1/x.png", "figures/m/local/x\x00.png",
+                    ".hidden.png", f"figures/{'/'.join(['b' * 250] * 4)}.png"):  # over S3's 1,024-byte key
+        assert _get(app, f"{ARTEFACT_ROUTE}/{refused}")[0] == 404, refused
+        assert object_figure_key(refused, s3_warehouse) is None, refused
+    assert asked == [], f"refused names reached the store: {asked}"
+    # a key at the limit with the warehouse's prefix counted
+    room = 1024 - len(s3_warehouse.key("_artefacts/figures/.png").encode())
+    assert object_figure_key("figures/" + "c" * room + ".png", s3_warehouse) is not None
+    assert object_figure_key("figures/" + "c" * (room + 1) + ".png", s3_warehouse) is None
 
 
 def test_a_store_that_does_not_answer_is_a_502_and_the_ui_keeps_serving(monkeypatch):

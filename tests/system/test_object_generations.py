@@ -235,3 +235,37 @@ def test_a_manifest_without_etags_is_read_by_size_and_a_swept_upload_is_never_pu
     with pytest.raises(ObjectStoreError, match="nothing was published"):
         run.publish("m", "c")
     assert tables.manifest("m", "c")["tables"]["singular_values"]["rows"] == 50
+
+
+def test_the_study_assets_folder_is_uploaded_only_after_its_block_and_a_killed_ones_is_swept(s3_warehouse, fresh_seed):
+    import tempfile
+    from pathlib import Path
+
+    from resdyn.dagster_project.store.artefacts import kept_location
+    from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
+    from resdyn.files import HOST
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a pid no process holds now: a folder named after it was left by a killed process
+    left = Path(tempfile.mkdtemp(prefix=f"resdyn-study-{HOST}-{ended.pid}-"))
+    (left / "report.html").write_text("a killed materialization's")
+    rng = np.random.default_rng(fresh_seed)
+    figure, page = rng.bytes(300), rng.bytes(200)
+    objects = ObjectWarehouse(s3_warehouse)
+    with objects.study_artefacts() as artefacts:
+        assert not left.exists()
+        (artefacts.figures / "report").mkdir(parents=True)
+        (artefacts.figures / "report" / "x.png").write_bytes(figure)
+        artefacts.report.write_bytes(page)
+        assert objects.store.list() == []  # nothing is uploaded while the body may still fail
+        assert kept_location(artefacts.report) == f"{s3_warehouse}/report.html"
+        directory = artefacts.directory
+    assert objects.store.get("report.html").data == page
+    assert objects.store.get("_artefacts/report/x.png").data == figure
+    assert not directory.exists() and kept_location(directory / "report.html") == str(directory / "report.html")
+
+    with pytest.raises(RuntimeError, match="a failed body"):
+        with objects.study_artefacts() as artefacts:
+            artefacts.report.write_bytes(b"never uploaded")
+            raise RuntimeError("a failed body")
+    assert objects.store.get("report.html").data == page and not artefacts.directory.exists()

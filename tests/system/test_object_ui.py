@@ -88,6 +88,15 @@ def _figure_links(metadata: dict) -> list[str]:
     return links
 
 
+def _paths_name_objects(metadata: dict, location, objects: ObjectWarehouse) -> None:
+    """Each figure's path entry names its object on the store (not the local spool file, gone once uploaded)."""
+    paths = [value for label, value in metadata.items() if label.startswith("figure_") and label.endswith("_path")]
+    assert paths, sorted(metadata)
+    for path in paths:
+        assert path.startswith(f"{location}/_artefacts/"), path
+        assert objects.store.info(path[len(f"{location}/"):]) is not None, path
+
+
 @pytest.fixture
 def ui_over_s3(s3_warehouse, tmp_path):
     """Model m registered in the S3 warehouse's registry, and `resdyn ui --warehouse s3://...` (no daemon: the
@@ -147,7 +156,9 @@ def test_the_ui_over_s3_serves_every_figure_its_runs_link_from_the_stores_object
     assert manifest["tables"] and manifest["figures"]
 
     # a partition's figure: linked at its store key, served from the store, the bytes its manifest published
-    links = _figure_links(_materialization(port, "layer_metrics", PARTITION))
+    metadata = _materialization(port, "layer_metrics", PARTITION)
+    links = _figure_links(metadata)
+    _paths_name_objects(metadata, s3_warehouse, objects)
     published = {file: entry["sha256"] for name, entry in manifest["figure_files"].items()
                  for file in [manifest["figures"][name]]}
     for link in links:
@@ -165,7 +176,9 @@ def test_the_ui_over_s3_serves_every_figure_its_runs_link_from_the_stores_object
     assert len(html) == report["bytes"] and html.startswith(b"<!doctype html>")
     assert b"resdyn: the residual stream" in html
     for asset in ("study_fdr_layers", "metrics_by_checkpoint"):
-        for link in _figure_links(_materialization(port, asset)):
+        metadata = _materialization(port, asset)
+        _paths_name_objects(metadata, s3_warehouse, objects)
+        for link in _figure_links(metadata):
             content_type, served = _served(port, link)
             assert content_type == "image/png" and served == objects.store.get(
                 "_artefacts/" + link[len(ARTEFACT_ROUTE) + 1:]).data, link

@@ -6,7 +6,6 @@ figure to the sha256 its manifest published); nothing is drawn into a local fold
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shutil
 import subprocess
@@ -21,26 +20,10 @@ from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
 from resdyn.models.registry import ModelSpec
 
 from ..cli_helpers import REPOSITORY, RESDYN, environment, save_model
+from ..graphql_helpers import LAUNCH, graphql, wait_for_run
 
 PARTITION = "m@local"
 
-
-def _graphql(port: int, query: str, variables: dict | None = None) -> dict:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query, "variables": variables or {}}).encode(),
-        headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        body = json.loads(response.read())
-    assert "errors" not in body, body
-    return body["data"]
-
-
-LAUNCH = """
-    mutation($executionParams: ExecutionParams!) {
-      launchRun(executionParams: $executionParams) {
-        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
-      }
-    }"""
 
 MATERIALIZATIONS = """
     query($key: AssetKeyInput!, $partitions: [String!]) {
@@ -51,23 +34,17 @@ MATERIALIZATIONS = """
 
 
 def _launch_and_wait(port: int, repository: dict, job: str, tags: list[dict], log) -> str:
-    launched = _graphql(port, LAUNCH, {"executionParams": {
+    launched = graphql(port, LAUNCH, {"executionParams": {
         "selector": {**repository, "jobName": job}, "runConfigData": {}, "executionMetadata": {"tags": tags}}})
     assert launched["launchRun"]["__typename"] == "LaunchRunSuccess", launched
     run_id = launched["launchRun"]["run"]["runId"]
-    deadline, status = time.time() + 900, None
-    while time.time() < deadline:
-        status = _graphql(port, "query($runId: ID!) { runOrError(runId: $runId) { ... on Run { status } } }",
-                          {"runId": run_id})["runOrError"]["status"]
-        if status in ("SUCCESS", "FAILURE", "CANCELED"):
-            break
-        time.sleep(2)
+    status = wait_for_run(port, run_id, timeout=900)
     assert status == "SUCCESS", f"{job}: {status}\n{log.read_text()[-4000:]}"
     return run_id
 
 
 def _materialization(port: int, asset: str, partition: str | None = None) -> dict:
-    found = _graphql(port, MATERIALIZATIONS, {"key": {"path": [asset]},
+    found = graphql(port, MATERIALIZATIONS, {"key": {"path": [asset]},
                                               "partitions": [partition] if partition else None})
     events = found["assetOrError"]["assetMaterializations"]
     assert events, f"{asset} has no materialization"
@@ -122,7 +99,7 @@ def ui_over_s3(s3_warehouse, tmp_path):
         deadline = time.time() + 240
         while True:
             try:
-                nodes = _graphql(port, "{ repositoriesOrError { ... on RepositoryConnection "
+                nodes = graphql(port, "{ repositoriesOrError { ... on RepositoryConnection "
                                        "{ nodes { name location { name } } } } }")["repositoriesOrError"]["nodes"]
                 if nodes:
                     break
@@ -144,7 +121,7 @@ def ui_over_s3(s3_warehouse, tmp_path):
 
 def test_the_ui_over_s3_serves_every_figure_its_runs_link_from_the_stores_objects(ui_over_s3, s3_warehouse):
     port, repository, log = ui_over_s3["port"], ui_over_s3["repository"], ui_over_s3["log"]
-    added = _graphql(port, """
+    added = graphql(port, """
         mutation($repositorySelector: RepositorySelector!, $partitionsDefName: String!, $partitionKey: String!) {
           addDynamicPartition(repositorySelector: $repositorySelector, partitionsDefName: $partitionsDefName,
                               partitionKey: $partitionKey) { __typename }

@@ -1,16 +1,16 @@
 """The Definitions load as `dagster dev` loads them, and the webserver runs a partition end to end."""
 
-import json
 import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from resdyn.dagster_project.configuration.ports import free_ports
+
+from ..graphql_helpers import LAUNCH, graphql, wait_for_run
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -36,39 +36,8 @@ def test_definitions_load_like_dagster_dev(tmp_path):
     assert "passed validation" in completed.stdout + completed.stderr
 
 
-def _graphql(port: int, query: str, variables: dict | None = None) -> dict:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query, "variables": variables or {}}).encode(),
-        headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        body = json.loads(response.read())
-    assert "errors" not in body, body
-    return body["data"]
-
-
-LAUNCH = """
-    mutation($executionParams: ExecutionParams!) {
-      launchRun(executionParams: $executionParams) {
-        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
-        ... on RunConfigValidationInvalid { errors { message } }
-      }
-    }"""
-
-
-def _wait_for(port: int, run_id: str) -> str:
-    status = None
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        status = _graphql(port, "query($runId: ID!) { runOrError(runId: $runId) { ... on Run { status } } }",
-                          {"runId": run_id})["runOrError"]["status"]
-        if status in ("SUCCESS", "FAILURE", "CANCELED"):
-            break
-        time.sleep(2)
-    return status
-
-
 def _stale_status(port: int, asset: str) -> str:
-    nodes = _graphql(port, """
+    nodes = graphql(port, """
         query($keys: [AssetKeyInput!], $partition: String) {
           assetNodes(assetKeys: $keys) { staleStatus(partition: $partition) }
         }""", {"keys": [{"path": [asset]}], "partition": KEY})["assetNodes"]
@@ -86,7 +55,7 @@ def test_webserver_launches_a_partition_materialization(tmp_path):
         deadline = time.time() + 180
         while True:
             try:
-                repositories = _graphql(port, "{ repositoriesOrError { ... on RepositoryConnection "
+                repositories = graphql(port, "{ repositoriesOrError { ... on RepositoryConnection "
                                               "{ nodes { name location { name } } } } }")
                 nodes = repositories["repositoriesOrError"]["nodes"]
                 if nodes:
@@ -97,18 +66,18 @@ def test_webserver_launches_a_partition_materialization(tmp_path):
                 pytest.fail("webserver did not come up:\n" + (tmp_path / "webserver.log").read_text()[-3000:])
             time.sleep(1)
         repository = {"repositoryName": nodes[0]["name"], "repositoryLocationName": nodes[0]["location"]["name"]}
-        added = _graphql(port, """
+        added = graphql(port, """
             mutation($repositorySelector: RepositorySelector!, $partitionsDefName: String!, $partitionKey: String!) {
               addDynamicPartition(repositorySelector: $repositorySelector, partitionsDefName: $partitionsDefName,
                                   partitionKey: $partitionKey) { __typename }
             }""", {"repositorySelector": repository, "partitionsDefName": "model_checkpoint", "partitionKey": KEY})
         assert added["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess"
-        launched = _graphql(port, LAUNCH, {"executionParams": {
+        launched = graphql(port, LAUNCH, {"executionParams": {
                 "selector": {**repository, "jobName": "resdyn_job"}, "runConfigData": {},
                 "executionMetadata": {"tags": [{"key": "dagster/partition", "value": KEY}]}}})
         assert launched["launchRun"]["__typename"] == "LaunchRunSuccess", launched
         run_id = launched["launchRun"]["run"]["runId"]
-        assert _wait_for(port, run_id) == "SUCCESS", (tmp_path / "webserver.log").read_text()[-4000:]
+        assert wait_for_run(port, run_id) == "SUCCESS", (tmp_path / "webserver.log").read_text()[-4000:]
         from resdyn.dagster_project.store.warehouse import Warehouse
 
         store = Warehouse(tmp_path / "warehouse")
@@ -116,12 +85,12 @@ def test_webserver_launches_a_partition_materialization(tmp_path):
             assert store.has(table, "tiny-llama", "step-000000"), table
         assert _stale_status(port, "jacobians") == "FRESH"
         # rematerialize only `samples`, with another seed: everything downstream of it is stale
-        launched = _graphql(port, LAUNCH, {"executionParams": {
+        launched = graphql(port, LAUNCH, {"executionParams": {
             "selector": {**repository, "jobName": "resdyn_job", "assetSelection": [{"path": ["samples"]}]},
             "runConfigData": {"resources": {"settings": {"config": {"seed": 1}}}},
             "executionMetadata": {"tags": [{"key": "dagster/partition", "value": KEY}]}}})
         assert launched["launchRun"]["__typename"] == "LaunchRunSuccess", launched
-        assert _wait_for(port, launched["launchRun"]["run"]["runId"]) == "SUCCESS"
+        assert wait_for_run(port, launched["launchRun"]["run"]["runId"]) == "SUCCESS"
         assert store.query("SELECT DISTINCT seed FROM samples").to_pylist() == [{"seed": 1}]
         # Dagster marks the direct dependents stale (its staleness looks one edge up); the partitions view
         # marks the whole partition, whose tables now come from two runs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,27 @@ def fresh_seed(request) -> int:
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     request.node.user_properties.append(("fresh_seed", seed))
     return seed
+
+
+SIGNALS_AT_START = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signals() -> None:
+    for number, handler in SIGNALS_AT_START.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_as_at_start():
+    """SIGINT and SIGTERM as the suite found them, before each test (after its module's and session's fixtures
+    ran) and after it. An in-process Dagster run sets SIGTERM, on its way out, to the SIGINT handler it found:
+    SIG_IGN where the suite was started in the background (``make test &`` in a script), and every process spawned
+    later would inherit the ignore (a spawn pool's workers then outlive its terminate(), and the test waits on them
+    for ever)."""
+    _restore_signals()
+    yield
+    _restore_signals()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -151,8 +151,15 @@ class SignalRecorder:
         os.set_blocking(write_end, False)
         self.previous = signal.set_wakeup_fd(write_end)
         self.original = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM interrupts like Ctrl-C
+        self.listen()
         self.received: list[int] = []
+
+    def listen(self) -> None:
+        """A SIGTERM interrupts like Ctrl-C. Called again after each in-process Dagster run: on its way out,
+        Dagster's ``capture_interrupts`` sets SIGTERM to the SIGINT handler it found, which is SIG_IGN in a process
+        started in the background (``nohup``, ``cmd &`` in a script), so a SIGTERM before the next partition's run
+        would be discarded (and every process spawned then would inherit the ignore)."""
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     def poll(self) -> int | None:
         try:
@@ -315,6 +322,8 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
                                     run_config=run_config)
         except KeyboardInterrupt:
             result = None
+        finally:
+            signals.listen()
         received = signals.poll()
         if result is not None and result.success and received is not None:
             # A signal can land where Dagster catches it and then forgets it (capture_interrupts clears its flag

@@ -47,15 +47,19 @@ study: install
 	$(VENV)/bin/resdyn claims gemma3-270m --null init --trained trained --output docs/study/gemma3-270m \
 	  --save-inputs docs/study/gemma3-270m/inputs
 
-# every tier: tests/unit, tests/pipeline (one warehouse per session) and tests/system (real components, kill drills)
+# every tier: tests/unit, tests/pipeline (one warehouse per session) and tests/system (real components, kill drills),
+# on TEST_WORKERS processes (pytest-xdist): each test file whole on one worker, the slowest files of the last recorded
+# run first (tests/conftest.py); TEST_WORKERS=0 runs them in this process, one after another
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: install chromium
 	mkdir -p $(DAGSTER_HOME)
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PARALLEL)
 
 # make test, recording every test's seconds (the slowest first) in benchmarks/results/test_durations.json
 test-durations: install chromium
 	mkdir -p $(DAGSTER_HOME)
-	RESDYN_TEST_DURATIONS=$(CURDIR)/benchmarks/results/test_durations.json /usr/bin/time -v $(PY) -m pytest
+	RESDYN_TEST_DURATIONS=$(CURDIR)/benchmarks/results/test_durations.json /usr/bin/time -v $(PY) -m pytest $(PYTEST_PARALLEL)
 
 # the unit tier only (pure functions and small models; about two minutes on two cores)
 test-fast: install

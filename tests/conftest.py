@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,13 @@ def pytest_runtest_makereport(item, call):
 DURATIONS: dict[str, float] = {}
 
 
+SESSION_STARTED = time.monotonic()
+
+
+def _is_xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_runtest_logreport(report):
     if os.environ.get("RESDYN_TEST_DURATIONS"):
         DURATIONS[report.nodeid] = DURATIONS.get(report.nodeid, 0.0) + report.duration
@@ -78,11 +86,11 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     target = os.environ.get("RESDYN_TEST_DURATIONS")
-    if not target or not DURATIONS:
+    # under pytest-xdist every worker's reports reach the controller too: the controller alone writes the file
+    if not target or not DURATIONS or _is_xdist_worker(session.config):
         return
     import json
     import platform
-    import time
 
     ordered = sorted(DURATIONS.items(), key=lambda item: -item[1])
     tiers = {}
@@ -93,6 +101,8 @@ def pytest_sessionfinish(session, exitstatus):
         "command": "make test-durations (make test with RESDYN_TEST_DURATIONS set)",
         "conditions": os.environ.get("RESDYN_TEST_CONDITIONS", ""), "date": time.strftime("%Y-%m-%d"),
         "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}",
+        "workers": getattr(session.config.option, "numprocesses", None) or 1,
+        "wall_seconds": round(time.monotonic() - SESSION_STARTED, 1),
         "tests": len(ordered), "exit_status": int(exitstatus), "total_test_seconds": round(sum(DURATIONS.values()), 1),
         "seconds_by_tier": ", ".join(f"{tier} {seconds}" for tier, seconds in sorted(tiers.items())),
         "slowest": [{"test": nodeid, "seconds": round(seconds, 1)} for nodeid, seconds in ordered[:40]],
@@ -102,11 +112,39 @@ def pytest_sessionfinish(session, exitstatus):
 SYSTEM_TESTS = Path(__file__).resolve().parent / "system"
 
 
+RECORDED_DURATIONS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "test_durations.json"
+
+
+def _recorded_seconds_by_file() -> dict[str, float]:
+    """Each test file's seconds in the last recorded run (`make test-durations`), {} when there is none."""
+    import json
+
+    try:
+        every_test = json.loads(RECORDED_DURATIONS.read_text())["every_test"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    seconds: dict[str, float] = {}
+    for nodeid, value in every_test.items():
+        seconds[nodeid.split("::")[0]] = seconds.get(nodeid.split("::")[0], 0.0) + float(value)
+    return seconds
+
+
 def pytest_collection_modifyitems(config, items):
-    """Every test under tests/system/ (webserver, browser, Ray, wheel, kill drills) carries the system marker."""
+    """Every test under tests/system/ (webserver, browser, Ray, wheel, kill drills) carries the system marker.
+
+    Under pytest-xdist (`make test`: ``-n 2 --dist loadfile --no-loadscope-reorder``) each file goes whole to one
+    worker (its module fixtures built once), in the order collected here: the slowest files of the last recorded run
+    first, so no long file starts last and leaves the other worker idle (longest-processing-time-first scheduling;
+    a file the record does not know goes last, within each file the order stays as written)."""
     for item in items:
         if SYSTEM_TESTS in Path(item.fspath).parents:
             item.add_marker(pytest.mark.system)
+    if not _is_xdist_worker(config):
+        return
+    seconds = _recorded_seconds_by_file()
+    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
+    rank = {name: position for position, name in enumerate(sorted(files, key=lambda name: -seconds.get(name, 0.0)))}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # sort is stable: the order within a file stays
 
 
 @pytest.fixture(scope="session")

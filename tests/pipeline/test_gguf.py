@@ -209,8 +209,10 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
 
     path = write_gguf(random_model("llama", fresh_seed), tmp_path / "tiny-gguf.gguf", quantize=QUANTIZED)
     warehouse = tmp_path / "warehouse"
-    arguments = ("run", "--model", str(path), "--null-model", "--samples", "6", "--seq-len", "16",
-                 "--warehouse", str(warehouse))
+    # five partitions (the file, its null model, the quantization control, two rounding doses): the analysis at the
+    # test's small settings (what is checked is the origin, the controls and the claims, not the analysis' precision)
+    settings = ("--samples", "6", "--seq-len", "16", "--per-sample", "2", "--leiden-seeds", "2", "--permutations", "50")
+    arguments = ("run", "--model", str(path), "--null-model", *settings, "--warehouse", str(warehouse))
     first = _cli(*arguments)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "tiny-gguf@local ok" in first.stdout and "tiny-gguf@init ok" in first.stdout
@@ -324,7 +326,6 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     record = warehouse / "_models" / "tiny-gguf" / "local" / IMPORT_RECORD
     stamp = record.stat().st_mtime_ns
 
-    again = _cli(*arguments[:2], str(path), "--samples", "6", "--seq-len", "16", "--warehouse", str(warehouse),
-                 "--select", "key:model_checkpoints")
+    again = _cli("run", "--model", str(path), *settings, "--warehouse", str(warehouse), "--select", "key:model_checkpoints")
     assert again.returncode == 0 and record.stat().st_mtime_ns == stamp  # unchanged: not imported again
     # a changed file: tests/system/test_stale_sources.py (imported again, and what was derived from it remade)

@@ -21,6 +21,12 @@ WEBSOCKET_HEADERS = {b"sec-websocket-key", b"sec-websocket-version", b"sec-webso
                      b"sec-websocket-protocol"}
 
 
+# uvicorn, which serves dagster-webserver, closes a connection idle for 5 s (its timeout_keep_alive); aiohttp's pool
+# keeps one 15 s by default, so a request sent on it just as the upstream closed it failed (ServerDisconnectedError,
+# a 502 to the browser: seen once in a full test run under load). The pool lets go of a connection well before.
+UPSTREAM_IDLE_SECONDS = 2.0
+
+
 def _forwarded(headers: list[tuple[bytes, bytes]], drop: set[bytes] = frozenset()) -> list[tuple[str, str]]:
     return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers
             if name.lower() not in HOP_BY_HOP and name.lower() not in drop]
@@ -35,8 +41,9 @@ def reverse_proxy(upstream: str):
 
     def session() -> aiohttp.ClientSession:
         if not sessions:  # made inside the server's event loop, on first use
-            sessions.append(aiohttp.ClientSession(auto_decompress=False,
-                                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)))
+            sessions.append(aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(keepalive_timeout=UPSTREAM_IDLE_SECONDS), auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)))
         return sessions[0]
 
     def target(scope) -> str:  # raw_path: the path as the client encoded it (ASGI keeps the query apart)

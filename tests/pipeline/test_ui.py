@@ -238,3 +238,42 @@ def test_the_proxy_forwards_http_and_websockets_both_ways(fresh_seed):
     finally:
         stop_proxy()
         stop_upstream()
+
+
+def test_the_proxy_never_reuses_a_connection_the_webserver_may_be_closing():
+    """uvicorn (dagster-webserver's server) closes a connection idle for timeout_keep_alive seconds; a pooled
+    connection reused at that moment fails the request (a 502 from the proxy). Through a real uvicorn upstream at
+    its default keep-alive: back-to-back requests share one upstream connection (the pool works), and a request
+    after an idle pause longer than the proxy's limit, still shorter than the upstream's, comes on a new one."""
+    import json
+    import time
+    import urllib.request
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from resdyn.dagster_project.interface.ui_proxy import UPSTREAM_IDLE_SECONDS, reverse_proxy
+
+    upstream_keep_alive = uvicorn.Config(None).timeout_keep_alive  # what dagster-webserver runs with
+    assert UPSTREAM_IDLE_SECONDS < upstream_keep_alive - 2  # margin for a busy event loop
+
+    async def peer(request):  # the proxy's side of the upstream connection that carried this request
+        return JSONResponse({"port": request.scope["client"][1]})
+
+    upstream, stop_upstream = _serve_in_thread(Starlette(routes=[Route("/peer", peer)]))
+    proxied, stop_proxy = _serve_in_thread(reverse_proxy(upstream))
+
+    def port() -> int:
+        with urllib.request.urlopen(f"{proxied}/peer", timeout=30) as response:
+            return json.loads(response.read())["port"]
+
+    try:
+        first, second = port(), port()
+        assert first == second  # a connection kept in the pool is reused while fresh
+        time.sleep(UPSTREAM_IDLE_SECONDS + 1.0)  # idle past the proxy's limit, short of the upstream's
+        assert port() != second
+    finally:
+        stop_proxy()
+        stop_upstream()

@@ -37,6 +37,16 @@ def fresh_seed(request) -> int:
     return seed
 
 
+# Under pytest-xdist each worker gets a Dagster home of its own (the suite's, DAGSTER_HOME, holds its dagster.yaml):
+# tests that run in-process use the instance there, and two workers creating one SQLite storage at once can race
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("DAGSTER_HOME"):
+    _SUITE_HOME = Path(os.environ["DAGSTER_HOME"])
+    _WORKER_HOME = _SUITE_HOME / f"xdist-{os.environ['PYTEST_XDIST_WORKER']}"
+    _WORKER_HOME.mkdir(parents=True, exist_ok=True)
+    if (_SUITE_HOME / "dagster.yaml").is_file():
+        shutil.copyfile(_SUITE_HOME / "dagster.yaml", _WORKER_HOME / "dagster.yaml")
+    os.environ["DAGSTER_HOME"] = str(_WORKER_HOME)
+
 SIGNALS_AT_START = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
 
 
@@ -97,16 +107,19 @@ def pytest_sessionfinish(session, exitstatus):
     for nodeid, seconds in ordered:
         tier = nodeid.split("/")[1] if nodeid.startswith("tests/") else "other"
         tiers[tier] = round(tiers.get(tier, 0.0) + seconds, 1)
-    Path(target).write_text(json.dumps({
-        "command": "make test-durations (make test with RESDYN_TEST_DURATIONS set)",
-        "conditions": os.environ.get("RESDYN_TEST_CONDITIONS", ""), "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}",
-        "workers": getattr(session.config.option, "numprocesses", None) or 1,
-        "wall_seconds": round(time.monotonic() - SESSION_STARTED, 1),
-        "tests": len(ordered), "exit_status": int(exitstatus), "total_test_seconds": round(sum(DURATIONS.values()), 1),
-        "seconds_by_tier": ", ".join(f"{tier} {seconds}" for tier, seconds in sorted(tiers.items())),
-        "slowest": [{"test": nodeid, "seconds": round(seconds, 1)} for nodeid, seconds in ordered[:40]],
-        "every_test": {nodeid: round(seconds, 2) for nodeid, seconds in ordered}}, indent=1) + "\n")
+    from resdyn.files import atomic_path  # the workers of another run may be reading it for their order
+
+    with atomic_path(Path(target)) as temporary:
+        Path(temporary).write_text(json.dumps({
+            "command": "make test-durations (make test with RESDYN_TEST_DURATIONS set)",
+            "conditions": os.environ.get("RESDYN_TEST_CONDITIONS", ""), "date": time.strftime("%Y-%m-%d"),
+            "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}",
+            "workers": getattr(session.config.option, "numprocesses", None) or 1,
+            "wall_seconds": round(time.monotonic() - SESSION_STARTED, 1),
+            "tests": len(ordered), "exit_status": int(exitstatus), "total_test_seconds": round(sum(DURATIONS.values()), 1),
+            "seconds_by_tier": ", ".join(f"{tier} {seconds}" for tier, seconds in sorted(tiers.items())),
+            "slowest": [{"test": nodeid, "seconds": round(seconds, 1)} for nodeid, seconds in ordered[:40]],
+            "every_test": {nodeid: round(seconds, 2) for nodeid, seconds in ordered}}, indent=1) + "\n")
 
 
 SYSTEM_TESTS = Path(__file__).resolve().parent / "system"

@@ -86,7 +86,7 @@ SESSION_STARTED = time.monotonic()
 
 
 def _is_xdist_worker(config) -> bool:
-    return hasattr(config, "workerinput")
+    return hasattr(config, "workerinput")  # what xdist.is_xdist_worker reads, from a config (no request here)
 
 
 def pytest_runtest_logreport(report):
@@ -138,7 +138,8 @@ def _recorded_seconds_by_file() -> dict[str, float]:
         return {}
     seconds: dict[str, float] = {}
     for nodeid, value in every_test.items():
-        seconds[nodeid.split("::")[0]] = seconds.get(nodeid.split("::")[0], 0.0) + float(value)
+        file = nodeid.split("::")[0]
+        seconds[file] = seconds.get(file, 0.0) + float(value)
     return seconds
 
 
@@ -155,9 +156,8 @@ def pytest_collection_modifyitems(config, items):
     if not _is_xdist_worker(config):
         return
     seconds = _recorded_seconds_by_file()
-    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
-    rank = {name: position for position, name in enumerate(sorted(files, key=lambda name: -seconds.get(name, 0.0)))}
-    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # sort is stable: the order within a file stays
+    # a stable sort of items collected file by file: files stay whole, each in its written order
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
 
 
 @pytest.fixture(scope="session")

@@ -2,12 +2,13 @@
 equal (content hashes of the data columns: run ids and settings hashes are provenance, not data).
 
     python benchmarks/redesign_equivalence.py --before PYTHON_OF_OLD_TREE [--after PYTHON] [--suite tiny]
-        [--model NAME --checkpoint C] [--samples N] [--rounds 2]
+        [--model NAME --checkpoint C] [--samples N] [--rounds 2] [--executor multiprocess] [--preset paper]
 
 Each ``PYTHON`` is an interpreter whose ``resdyn`` imports one code tree (a venv with that tree installed
 editable); both run ``python -m resdyn run`` into fresh warehouses, alternating before/after for ``--rounds``
 rounds so that a machine's changing load falls on both alike. Written for the orchestration redesign (issue 32:
-assets that declare their inputs), which must change neither a number nor the speed.
+assets that declare their inputs), which must change neither a number nor the speed; ``--executor`` and
+``--preset`` are passed to both runs (issue 43: step processes forked from a preloaded server, a paper-n partition).
 
 Appends its result to benchmarks/results/redesign_equivalence.json (one list of runs per target).
 """
@@ -50,12 +51,13 @@ for model, checkpoint in sorted(store.partitions()):
 print(json.dumps({"tables": hashes, "columns": columns}))
 """
 
-def _run(python: str, root: Path, target: list[str], samples: int) -> float:
+def _run(python: str, root: Path, target: list[str], samples: int, options: list[str]) -> float:
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     started = time.perf_counter()
     # cwd outside both trees: `python -m` puts the working directory first on sys.path
-    subprocess.run([python, "-m", "resdyn", "run", *target, "--samples", str(samples), "--warehouse", str(root),
-                    "--log-level", "ERROR"], env=environment, check=True, stdout=subprocess.DEVNULL, cwd=root.parent)
+    subprocess.run([python, "-m", "resdyn", "run", *target, *options, "--samples", str(samples), "--warehouse",
+                    str(root), "--log-level", "ERROR"], env=environment, check=True, stdout=subprocess.DEVNULL,
+                   cwd=root.parent)
     return time.perf_counter() - started
 
 
@@ -83,7 +85,11 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=None)
     parser.add_argument("--samples", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--executor", default=None, help="passed to both runs")
+    parser.add_argument("--preset", default=None, help="passed to both runs (before --samples, which it sets too)")
     arguments = parser.parse_args()
+    options = [*(["--executor", arguments.executor] if arguments.executor else []),
+               *(["--preset", arguments.preset] if arguments.preset else [])]
     target = (["--suite", arguments.suite] if arguments.suite else
               ["--model", arguments.model, *(["--checkpoint", arguments.checkpoint] if arguments.checkpoint else [])])
     commits = {"before": _commit(arguments.before), "after": _commit(arguments.after)}  # what runs, read before it does
@@ -93,7 +99,7 @@ def main() -> None:
         for round_number in range(arguments.rounds):
             for label, python in (("before", arguments.before), ("after", arguments.after)):
                 root = Path(scratch) / f"{label}-{round_number}"
-                seconds[label].append(round(_run(python, root, target, arguments.samples), 1))
+                seconds[label].append(round(_run(python, root, target, arguments.samples, options), 1))
                 hashes[label] = _hashes(python, root)
                 print(f"round {round_number + 1}: {label} {seconds[label][-1]} s, {len(hashes[label]['tables'])} tables",
                       flush=True)
@@ -105,7 +111,7 @@ def main() -> None:
                                      set(after["columns"].get(key, {}))
                                      if before["columns"].get(key, {}).get(name) != after["columns"].get(key, {}).get(name))
                          for key in differing}
-    result = {"target": " ".join(target), "samples": arguments.samples,
+    result = {"target": " ".join(target), "samples": arguments.samples, "options": " ".join(options),
               "commits": commits,
               "seconds": seconds,
               "ratio_after_over_before": round(sum(seconds["after"]) / sum(seconds["before"]), 3),
@@ -116,7 +122,7 @@ def main() -> None:
     print(json.dumps(result, indent=1))
     previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     # every invocation is kept (a later one is another sample of the same ratio, which is how its noise is seen)
-    previous.setdefault(result["target"], []).append(result)
+    previous.setdefault(" ".join([result["target"], *options]), []).append(result)
     RESULTS.write_text(json.dumps(previous, indent=1) + "\n")
 
 

@@ -1,7 +1,8 @@
 """Executors by name, for the CLI, the UI and the jobs alike.
 
     in_process    every step in the run's own process (the default: one model load per step, no start-up cost)
-    multiprocess  every step in its own process on this machine (Dagster's multiprocess executor)
+    multiprocess  every step in its own process on this machine (Dagster's multiprocess executor), each
+                  forked from a server that has imported the steps' code once
     ray           every step a Ray job on a cluster (dagster-ray's ``ray_executor``): model-running steps ask
                   Ray for a GPU when the device is cuda, analysis steps for CPUs
 
@@ -34,6 +35,12 @@ from resdyn.dagster_project.configuration.config import (
 )
 
 RAY_ADDRESS_VARIABLE = VARIABLES["ray_address"]
+# What a step process of the multiprocess executor needs before its step starts: the job's module, every asset
+# module and torch, imported once by a fork server the executor starts; each step forks from it. Spawned (Dagster's
+# default), each step imported them again: 2-4 s apiece (benchmarks/redesign_equivalence.py --executor multiprocess).
+# These imports start no Python thread, and the native ones they start (OpenBLAS, jemalloc) handle a fork.
+STEP_PRELOAD = ("resdyn.dagster_project.launch.study_definitions", "resdyn.dagster_project.launch.assets_index",
+                "torch")
 
 
 class ExecutorError(ConfigError):
@@ -118,7 +125,8 @@ def executor_definition(name: str, address: str = "") -> dg.ExecutorDefinition:
     if name == "in_process":
         return dg.in_process_executor
     if name == "multiprocess":
-        return dg.multiprocess_executor.configured({"retries": {"enabled": {}}})
+        return dg.multiprocess_executor.configured({"retries": {"enabled": {}}, "start_method": {
+            "forkserver": {"preload_modules": list(STEP_PRELOAD)}}})
     from dagster_ray import ray_executor
 
     return ray_executor.configured({"ray": {"address": ray_address(address), "env_vars": forwarded_variables(),

@@ -38,6 +38,42 @@ def run_cli(*arguments, env=None, timeout=300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+def run_cli_in_process(*arguments, env=None, cwd=REPOSITORY) -> subprocess.CompletedProcess:
+    """:func:`run_cli` for the commands that read or refuse (``sql``, ``check``, ``claims``, ``forget``, a run that
+    stops before its first step): the CLI's ``main`` in this process, with ``env`` as the whole environment, ``cwd``
+    (the repository) as the working directory, and stdout, stderr and the log records (warnings and worse, as the CLI's own
+    logging writes them) captured, so that the answer reads as a subprocess' does. A subprocess would spend seconds
+    importing what this process already holds."""
+    import contextlib
+    import io
+    import logging
+
+    from resdyn.dagster_project.interface.cli import main
+
+    saved_environment, saved_directory = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)  # what configure_logging's basicConfig gives a fresh process
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    os.environ.clear()
+    os.environ.update(env or environment())
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(argument) for argument in arguments])
+            except SystemExit as stop:  # argparse's refusals
+                code = stop.code if isinstance(stop.code, int) else 1
+    finally:
+        root.removeHandler(handler)
+        os.chdir(saved_directory)
+        os.environ.clear()
+        os.environ.update(saved_environment)
+    return subprocess.CompletedProcess(["resdyn", *map(str, arguments)], code, out.getvalue(), err.getvalue())
+
+
 def partition_state(root: Path, model: str = "m") -> dict:
     rows = Warehouse(root).query(f"SELECT * FROM partitions WHERE model = '{model}'").to_pylist()
     return rows[0] if rows else {}

@@ -6,8 +6,6 @@ tiny models, F32 tensors and Q8_0 ones.
 
 import json
 import os
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import torch
 from resdyn.dagster_project.store.object_store import ObjectStore
 from resdyn.models.gguf_import import IMPORT_RECORD, GGUFError, describe_gguf, find_gguf, import_gguf
 
+from ..cli_helpers import run_cli_in_process
 from ..gguf_files import dequantized_reference, random_model, vocabulary, write_gguf
 from ..s3_helpers import put_published_generation
 
@@ -150,11 +149,15 @@ def test_import_memory_is_bounded_by_a_few_tensors(tmp_path, fresh_seed, monkeyp
     assert peak <= 4 * largest + 32 * 1024**2 and peak < total / 3, (peak, largest, total)
 
 
-def _cli(*arguments, cwd=None):
+def _environment() -> dict:
     environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
     environment.pop("DAGSTER_HOME", None)
-    return subprocess.run([sys.executable, "-m", "resdyn", *arguments], capture_output=True, text=True,
-                          env=environment, cwd=cwd, timeout=600)
+    return environment
+
+
+def _answer(*arguments):
+    """A command that reads or refuses, in this process (:func:`run_cli_in_process`)."""
+    return run_cli_in_process(*arguments, env=_environment())
 
 
 def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp_path, fresh_seed):
@@ -190,7 +193,7 @@ def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp
              incomplete: "lacks 1 tensor(s)",
              tmp_path / "missing.gguf": "no GGUF file at"}
     for path, expected in cases.items():
-        result = _cli("run", "--model", str(path), "--warehouse", str(warehouse))
+        result = _answer("run", "--model", str(path), "--warehouse", str(warehouse))
         assert result.returncode == 2, (path, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], (path, result.stderr)
@@ -213,7 +216,7 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     # test's small settings (what is checked is the origin, the controls and the claims, not the analysis' precision)
     settings = ("--samples", "6", "--seq-len", "16", "--per-sample", "2", "--leiden-seeds", "2", "--permutations", "50")
     arguments = ("run", "--model", str(path), "--null-model", *settings, "--warehouse", str(warehouse))
-    first = _cli(*arguments)
+    first = _answer(*arguments)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "tiny-gguf@local ok" in first.stdout and "tiny-gguf@init ok" in first.stdout
     assert "tiny-gguf@init-quantized ok" in first.stdout  # the quantization control
@@ -247,7 +250,7 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     assert not torch.equal(quantized["model.layers.0.mlp.up_proj.weight"], null["model.layers.0.mlp.up_proj.weight"])
     assert all(sha in r["model_source"] for r in store.query("SELECT model_source FROM runs").to_pylist())
     # the claims of the paper on this pair (null model vs the file), recomputed here from the tables
-    claims = _cli("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(warehouse))
+    claims = _answer("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(warehouse))
     assert claims.returncode == 0, claims.stdout[-2000:] + claims.stderr[-2000:]
     claims_directory = warehouse / "_artefacts" / "claims" / "tiny-gguf"
     claims_record = json.loads((claims_directory / "claims.json").read_text())
@@ -256,15 +259,15 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     inputs = warehouse.parent / "claims-inputs"
     for source in (("--warehouse", str(warehouse), "--save-inputs", str(inputs)), ("--inputs", str(inputs))):
         output = inputs.parent / f"claims-from-{source[-2].strip('-')}"
-        again = _cli("claims", "tiny-gguf", "--trained", "local", *source, "--output", str(output))
+        again = _answer("claims", "tiny-gguf", "--trained", "local", *source, "--output", str(output))
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         assert json.loads((output / "claims.json").read_text()) == claims_record, source
         assert (output / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
     # the same claims from the same files on an object store (the session's S3 server)
     put_published_generation(warehouse, ObjectStore(s3_warehouse))
-    over_s3 = subprocess.run([sys.executable, "-m", "resdyn", "claims", "tiny-gguf", "--trained", "local",
-                              "--warehouse", str(s3_warehouse), "--output", str(inputs.parent / "claims-over-s3")],
-                             capture_output=True, text=True, env={**os.environ, **s3_environment}, timeout=600)
+    over_s3 = run_cli_in_process("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(s3_warehouse),
+                                 "--output", str(inputs.parent / "claims-over-s3"),
+                                 env={**os.environ, **s3_environment})
     assert over_s3.returncode == 0, over_s3.stderr[-2000:]
     assert json.loads((inputs.parent / "claims-over-s3" / "claims.json").read_text()) == claims_record
     assert sorted(path.name for path in inputs.iterdir()) == [".lock", "init", "init-quantized", "local",
@@ -283,7 +286,7 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
         keep_claims_inputs(other, inputs)
     assert {path: path.read_bytes() for path in inputs.rglob("*.parquet")} == kept
     # and with a second real warehouse (the session's m@local: another model, d = 32), through the CLI
-    second = _cli("claims", "m", "--warehouse", str(built[1]), "--save-inputs", str(inputs),
+    second = _answer("claims", "m", "--warehouse", str(built[1]), "--save-inputs", str(inputs),
                   "--output", str(inputs.parent / "claims-of-m"))
     assert second.returncode == 2 and "nothing was written" in second.stderr, second.stdout[-2000:] + second.stderr
     assert second.stderr.strip().count("\n") == 0
@@ -321,11 +324,12 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
         "FROM cumulative_rank GROUP BY checkpoint").to_pylist()}
     bottleneck = next(claim for claim in claims_record["claims"] if claim["key"] == "cumulative_bottleneck")
     assert bottleneck["trained_estimate"]["value"] == pytest.approx(ranks["local"]["first"] / ranks["local"]["last"])
-    report = _cli("report", "--warehouse", str(warehouse))
+    report = _answer("report", "--warehouse", str(warehouse))
     assert report.returncode == 0 and "tiny-gguf: init vs local" in (warehouse / "report.html").read_text()
     record = warehouse / "_models" / "tiny-gguf" / "local" / IMPORT_RECORD
     stamp = record.stat().st_mtime_ns
 
-    again = _cli("run", "--model", str(path), *settings, "--warehouse", str(warehouse), "--select", "key:model_checkpoints")
+    again = _answer("run", "--model", str(path), *settings, "--warehouse", str(warehouse), "--select",
+                    "key:model_checkpoints")
     assert again.returncode == 0 and record.stat().st_mtime_ns == stamp  # unchanged: not imported again
     # a changed file: tests/system/test_stale_sources.py (imported again, and what was derived from it remade)

@@ -23,7 +23,7 @@ from ..cli_helpers import (
     REPOSITORY,
     environment,
     partition_state,
-    run_cli,
+    run_cli_in_process,
     save_model,
     snapshot,
 )
@@ -276,7 +276,7 @@ def test_a_damaged_file_is_named_and_every_other_table_still_answers(warehouse_c
     answers = capsys.readouterr().out
     assert "skipped: m@local (incomplete)" in answers and "not answerable" not in answers
     # a command that asks many questions names the damaged file once, not once per query
-    questions = run_cli("questions", "--warehouse", str(root))
+    questions = run_cli_in_process("questions", "--warehouse", str(root))
     assert questions.returncode == 0 and questions.stderr.count(str(damaged)) == 1, questions.stderr
 
 
@@ -310,11 +310,12 @@ def test_a_damaged_published_figure_is_named_by_check_and_rerun_by_resume(wareho
     assert main(["check", "--warehouse", str(root)]) == 1
     report = capsys.readouterr().out
     assert str(damaged) in report and f"figure {name} of m@local" in report and "changed since published" in report
-    resumed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root), "--resume")
+    resumed = run_cli_in_process("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root), "--resume")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "published figures are damaged or missing" in resumed.stdout and "not run again" not in resumed.stdout
     assert main(["check", "--warehouse", str(root)]) == 0, capsys.readouterr().out
-    again = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root), "--resume")
+    again = run_cli_in_process("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root),
+                               "--resume")
     assert again.returncode == 0 and "not run again (--resume)" in again.stdout, again.stdout[-3000:]
 
 
@@ -468,7 +469,7 @@ def test_environment_settings_are_honoured_and_a_bad_one_is_named(built, tmp_pat
     root = tmp_path / "warehouse"
     env = environment(RESDYN_SEED="5", RESDYN_DTYPE="float32", RESDYN_POSITIONS="all", RESDYN_WARMUP="9",
                       RESDYN_SAMPLES="3")
-    completed = run_cli("run", "--model", str(model), *QUICK, "--warehouse", str(root), env=env)
+    completed = run_cli_in_process("run", "--model", str(model), *QUICK, "--warehouse", str(root), env=env)
     assert completed.returncode == 0, completed.stdout[-3000:]
     store = Warehouse(root)
     settings = json.loads(store.query("SELECT settings FROM runs").to_pylist()[0]["settings"])
@@ -480,10 +481,10 @@ def test_environment_settings_are_honoured_and_a_bad_one_is_named(built, tmp_pat
     assert store.query("SELECT DISTINCT dtype FROM model_checkpoints").to_pylist() == [{"dtype": "float32"}]
     # a flag beats the variable
     bad = environment(RESDYN_SAMPLES="abc")
-    assert run_cli("sql", "SELECT 1 AS one", "--warehouse", str(root), env=bad).returncode == 0
-    refused = run_cli("run", "--model", str(model), "--warehouse", str(root), env=bad)
+    assert run_cli_in_process("sql", "SELECT 1 AS one", "--warehouse", str(root), env=bad).returncode == 0
+    refused = run_cli_in_process("run", "--model", str(model), "--warehouse", str(root), env=bad)
     assert refused.returncode == 2 and "RESDYN_SAMPLES" in refused.stderr and refused.stderr.count("\n") == 1
-    flagged = run_cli("run", "--model", str(model), "--samples", "x", "--warehouse", str(root), env=bad)
+    flagged = run_cli_in_process("run", "--model", str(model), "--samples", "x", "--warehouse", str(root), env=bad)
     assert "--samples" in flagged.stderr and "RESDYN_SAMPLES" not in flagged.stderr
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from resdyn.dagster_project.store.leftovers import unpublished_files
 from resdyn.dagster_project.store.warehouse import Warehouse
 
-from ..cli_helpers import QUICK, REPOSITORY, RESDYN, environment, partition_state, save_model
+from ..cli_helpers import QUICK, REPOSITORY, RESDYN, environment, partition_state, run_cli_in_process, save_model
 
 ARGUMENTS = ["--name", "m", "--samples", "8", "--folds", "2", *QUICK]
 
@@ -23,12 +23,16 @@ def _mounted_tmpfs(directory: Path, megabytes: int) -> bool:
 
 
 def _run(model: Path, root: Path, *extra, file_size_cap: int | None = None) -> subprocess.CompletedProcess:
+    """A run of ``model`` into ``root``: in this process, or a process of its own whose file size is capped."""
+    if file_size_cap is None:
+        return run_cli_in_process("run", "--model", str(model), *ARGUMENTS, *extra, "--warehouse", str(root))
+
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_cap, file_size_cap))
 
     return subprocess.run([*RESDYN, "run", "--model", str(model), *ARGUMENTS, *extra, "--warehouse", str(root)],
                           cwd=REPOSITORY, env=environment(), capture_output=True, text=True, timeout=600,
-                          preexec_fn=cap if file_size_cap else None)
+                          preexec_fn=cap)
 
 
 def _files(root: Path) -> dict[str, int]:

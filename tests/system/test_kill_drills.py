@@ -27,7 +27,7 @@ from ..cli_helpers import (
     environment,
     partition_state,
     published_side_files,
-    run_cli,
+    run_cli_in_process,
     run_ids_by_table,
     save_model,
     snapshot,
@@ -77,7 +77,7 @@ def test_kill_drill_never_leaves_a_partition_complete_with_mixed_runs(warehouse_
         else:
             assert state["status"] in ("incomplete", "inconsistent", "failed")
             assert state["run_id"] is None or len(set(tables.values())) == 1
-    completed = run_cli("run", "--model", str(model), "--samples", "7", *QUICK, "--warehouse", str(root))
+    completed = run_cli_in_process("run", "--model", str(model), "--samples", "7", *QUICK, "--warehouse", str(root))
     assert completed.returncode == 0, completed.stdout[-2000:]
     state = partition_state(root)
     assert state["status"] == "complete" and state["run_id"] not in known_runs
@@ -112,7 +112,7 @@ def test_figures_are_published_with_their_generation_and_a_killed_rerun_changes_
     left = {path for path in root.rglob("*") if path.is_file() and "runs" not in path.relative_to(root).parts
             and (killed_run in str(path.relative_to(root)) or path.name.endswith(".inprogress"))}  # its temp files
     assert {".parquet", ".json", ".png"} <= {path.suffix for path in left}, left
-    check = run_cli("check", "--warehouse", str(root))
+    check = run_cli_in_process("check", "--warehouse", str(root))
     listed = [line for line in check.stdout.splitlines() if line.startswith("unpublished: ")]
     assert check.returncode == 1 and {line.split(" ")[1] for line in listed} == {str(path) for path in left}
     assert all(f"{path} ({path.stat().st_size} bytes, " in check.stdout for path in left)
@@ -124,7 +124,7 @@ def test_figures_are_published_with_their_generation_and_a_killed_rerun_changes_
     second_run = store.manifest("m", "local")["tables"]["jacobians"]["run_id"]
     assert set(now) == set(published) and {path.parent.name for path in now.values()} == {second_run}
     assert all(path.is_file() for path in now.values()) and not any(path.exists() for path in left)
-    assert run_cli("check", "--warehouse", str(root)).returncode == 0
+    assert run_cli_in_process("check", "--warehouse", str(root)).returncode == 0
 
 
 def test_a_second_run_of_a_busy_partition_stops_with_a_clear_message(warehouse_copy):
@@ -136,9 +136,10 @@ def test_a_second_run_of_a_busy_partition_stops_with_a_clear_message(warehouse_c
     before = snapshot(root)
     default_level = [argument for argument in QUICK if argument not in ("--log-level", "ERROR")]
     try:
-        second = run_cli("run", "--model", str(model), "--samples", "10", *default_level, "--warehouse", str(root))
-        traced = run_cli("run", "--model", str(model), "--samples", "10", *default_level, "--log-level", "debug",
-                         "--warehouse", str(root))
+        second = run_cli_in_process("run", "--model", str(model), "--samples", "10", *default_level, "--warehouse",
+                                    str(root))
+        traced = run_cli_in_process("run", "--model", str(model), "--samples", "10", *default_level, "--log-level",
+                                    "debug", "--warehouse", str(root))
     finally:
         after = snapshot(root)
         release_lease(holder, "m", "local")
@@ -153,7 +154,7 @@ def test_a_second_run_of_a_busy_partition_stops_with_a_clear_message(warehouse_c
     assert "STEP_UP_FOR_RETRY" not in traced.stderr and "Exceeded max_retries" not in traced.stderr
     assert {k: v for k, v in after.items() if not k.startswith("_")} == \
         {k: v for k, v in before.items() if not k.startswith("_")}
-    third = run_cli("run", "--model", str(model), "--samples", "10", *QUICK, "--warehouse", str(root))
+    third = run_cli_in_process("run", "--model", str(model), "--samples", "10", *QUICK, "--warehouse", str(root))
     assert third.returncode == 0, third.stdout[-3000:]
     assert partition_state(root)["status"] == "complete"
     assert Warehouse(root).query("SELECT count(DISTINCT sample_id) AS n FROM samples").to_pylist() == [{"n": 10}]
@@ -211,7 +212,7 @@ def test_a_signal_during_an_analysis_step_stops_it_within_seconds_and_publishes_
     assert store.query("SELECT status FROM runs").to_pylist() == [{"status": "failed"}]
     # the stop removed what the run wrote and did not publish, and said so: nothing is left for `check` to list
     assert "unpublished file(s)" in output and "Removed its" in output, output[-3000:]
-    checked = run_cli("check", "--warehouse", str(root))
+    checked = run_cli_in_process("check", "--warehouse", str(root))
     assert checked.returncode == 0 and "unpublished" not in checked.stdout, checked.stdout[-3000:]
 
 
@@ -233,7 +234,7 @@ def test_forget_refuses_a_partition_that_a_live_multiprocess_run_is_materializin
         lease = json.loads((root / "_locks" / "m@local.json").read_text())
         assert lease["dagster_home"] and not lease["single_process"]
         before = published_side_files(root)
-        forgotten = run_cli("forget", "m@local", "--yes", "--warehouse", str(root))
+        forgotten = run_cli_in_process("forget", "m@local", "--yes", "--warehouse", str(root))
         assert forgotten.returncode == 1 and "being materialized by run" in forgotten.stderr, forgotten.stderr
         assert forgotten.stderr.strip().count("\n") == 0
         after = published_side_files(root)
@@ -244,7 +245,7 @@ def test_forget_refuses_a_partition_that_a_live_multiprocess_run_is_materializin
         if process.poll() is None:
             process.kill()
     assert {"jacobians", "activations"} <= Warehouse(root).published_table_names("m", "local")
-    assert run_cli("forget", "m@local", "--yes", "--warehouse", str(root)).returncode == 0  # once it has ended
+    assert run_cli_in_process("forget", "m@local", "--yes", "--warehouse", str(root)).returncode == 0  # once it has ended
     assert partition_state(root) == {}
 
 

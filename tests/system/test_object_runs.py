@@ -15,7 +15,7 @@ from resdyn.dagster_project.store.object_store import ObjectStore
 from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
 from resdyn.dagster_project.store.warehouse import Warehouse
 
-from ..cli_helpers import QUICK, REPOSITORY, RESDYN, environment, run_cli
+from ..cli_helpers import QUICK, REPOSITORY, RESDYN, environment, run_cli, run_cli_in_process
 
 
 def _same_tables(disk: Warehouse, objects: ObjectWarehouse, model: str, checkpoint: str) -> None:
@@ -38,13 +38,16 @@ def test_the_tiny_suite_run_into_s3_publishes_the_tables_of_the_same_run_on_disk
         s3_warehouse, tmp_path):
     url = str(s3_warehouse)
     # the suite's three families at their seeded initialisation (the trained steps would train each model twice:
-    # minutes each; their weights are all that differs, the path through the store is the same); both runs at once
-    suite = ["run", "--suite", "tiny", "--checkpoint", "step-000000", "--samples", "6", *QUICK]
+    # minutes each; their weights are all that differs, the path through the store is the same) into S3, and one of
+    # them on disk to compare with (each family goes through the store the same way); both runs at once
+    settings = ["--checkpoint", "step-000000", "--samples", "6", *QUICK]
+    runs = {"s3": ["run", "--suite", "tiny", *settings, "--warehouse", url],
+            "disk": ["run", "--model", "tiny-llama", *settings, "--warehouse", str(tmp_path / "disk")]}
     processes = {}
     try:
-        for name, where in (("s3", url), ("disk", str(tmp_path / "disk"))):
+        for name, arguments in runs.items():
             with open(tmp_path / f"{name}.log", "w") as log:  # a file, not a pipe: neither run waits on a reader
-                processes[name] = subprocess.Popen([*RESDYN, *suite, "--warehouse", where], cwd=REPOSITORY,
+                processes[name] = subprocess.Popen([*RESDYN, *arguments], cwd=REPOSITORY,
                                                    env=environment(XDG_CACHE_HOME=str(tmp_path / f"cache-{name}")),
                                                    stdout=log, stderr=subprocess.STDOUT)
         for name, process in processes.items():
@@ -55,22 +58,21 @@ def test_the_tiny_suite_run_into_s3_publishes_the_tables_of_the_same_run_on_disk
             if process.poll() is None:
                 process.kill()
     disk, objects = Warehouse(tmp_path / "disk"), ObjectWarehouse(s3_warehouse)
-    partitions = sorted(disk.partitions())
-    assert partitions == [(model, "step-000000") for model in ("tiny-gemma3", "tiny-llama", "tiny-olmo3")]
-    assert sorted(objects.partitions()) == partitions
-    for model, checkpoint in partitions:
-        _same_tables(disk, objects, model, checkpoint)
+    assert sorted(disk.partitions()) == [("tiny-llama", "step-000000")]
+    assert sorted(objects.partitions()) == [(model, "step-000000") for model in ("tiny-gemma3", "tiny-llama",
+                                                                                 "tiny-olmo3")]
+    _same_tables(disk, objects, "tiny-llama", "step-000000")
     store, cache = ObjectStore(s3_warehouse), {"XDG_CACHE_HOME": str(tmp_path / "cache-s3")}
     assert not store.list("_staging/") and not store.list("_locks/")  # published, leases freed
     assert not (REPOSITORY / "s3:").exists()  # once, the URL became a local folder of that name
-    answer = run_cli("sql", "SELECT status, count(*) AS n FROM partitions GROUP BY status", "--csv",
+    answer = run_cli_in_process("sql", "SELECT status, count(*) AS n FROM partitions GROUP BY status", "--csv",
                      "--warehouse", url, env=environment(**cache))
     assert answer.returncode == 0 and answer.stdout.replace('"', "").split() == ["status,n", "complete,3"], \
         answer.stdout + answer.stderr
-    statuses = run_cli("sql", "SELECT status FROM runs", "--csv", "--warehouse", url, env=environment(**cache))
+    statuses = run_cli_in_process("sql", "SELECT status FROM runs", "--csv", "--warehouse", url, env=environment(**cache))
     assert statuses.stdout.replace('"', "").split() == ["status", "success", "success", "success"], \
         statuses.stdout + statuses.stderr
-    check = run_cli("check", "--warehouse", url, env=environment(**cache))
+    check = run_cli_in_process("check", "--warehouse", url, env=environment(**cache))
     assert check.returncode == 0 and "every published file is readable" in check.stdout, check.stdout + check.stderr
 
 
@@ -79,7 +81,8 @@ def test_a_second_writer_is_refused_while_a_live_run_holds_the_partition_on_s3(b
     holder = ObjectWarehouse(s3_warehouse, run_id="the-first-writer")
     # this test's process holds the lease as a single-process run: alive, so judged live
     holder.acquire_lease("m", "local", single_process=True)
-    completed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(s3_warehouse),
+    completed = run_cli_in_process("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse",
+                                   str(s3_warehouse),
                         env=environment(XDG_CACHE_HOME=str(tmp_path / "cache")), timeout=600)
     assert completed.returncode == 1, completed.stdout[-3000:]
     assert "being materialized by run the-first-writer" in completed.stdout + completed.stderr
@@ -120,7 +123,7 @@ def test_a_writer_killed_mid_run_leaves_nothing_visible_and_a_rerun_publishes_th
     assert not store.list("_locks/")
     left = objects.unpublished("m", "local")  # the killed run's objects: named by no manifest, its lease gone
     assert left and {written_by(found.relative)[2] for found in left} == {records["killed"]}
-    reclaim = run_cli("check", "--reclaim", "--warehouse", url, env=env)
+    reclaim = run_cli_in_process("check", "--reclaim", "--warehouse", url, env=env)
     assert reclaim.returncode == 0, reclaim.stdout + reclaim.stderr
     assert not objects.unpublished("m", "local")
     _same_tables(Warehouse(root), objects, "m", "local")  # what was published is untouched by the reclaim

@@ -16,7 +16,7 @@ from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
 from resdyn.dagster_project.store.schema import TABLES
 from resdyn.dagster_project.store.warehouse import Warehouse
 
-from ..cli_helpers import RESDYN, environment
+from ..cli_helpers import environment, run_cli_in_process
 from ..s3_helpers import put_published_generation
 
 
@@ -57,8 +57,7 @@ def test_named_questions_models_and_sql_through_the_cli_print_the_same_over_s3(m
     root, location = mirrored
 
     def cli(*arguments) -> str:
-        completed = subprocess.run([*RESDYN, *arguments], env=environment(**s3_environment), capture_output=True,
-                                   text=True, timeout=300)
+        completed = run_cli_in_process(*arguments, env=environment(**s3_environment))
         assert completed.returncode == 0, completed.stderr[-2000:]
         return completed.stdout
 
@@ -129,8 +128,7 @@ def test_check_over_s3_reads_every_published_object_names_damage_and_reclaims_le
     store = ObjectStore(location)
 
     def check(*extra) -> subprocess.CompletedProcess:
-        return subprocess.run([*RESDYN, "check", "--warehouse", str(location), *extra],
-                              env=environment(**s3_environment), capture_output=True, text=True, timeout=300)
+        return run_cli_in_process("check", "--warehouse", str(location), *extra, env=environment(**s3_environment))
 
     clean = check()
     assert clean.returncode == 0 and "every published file is readable" in clean.stdout, clean.stdout + clean.stderr

@@ -26,7 +26,7 @@ from resdyn.dagster_project.store.object_leases import (
 )
 from resdyn.dagster_project.store.object_store import ObjectStore
 
-from ..cli_helpers import RESDYN, environment
+from ..cli_helpers import environment, run_cli_in_process
 
 RACERS = 8
 
@@ -149,8 +149,7 @@ def test_an_object_store_warehouse_is_refused_by_name_and_never_becomes_a_local_
     """Where a folder is still needed (a report without --output FILE: it is drawn on this machine), an s3://
     warehouse is a one-line refusal naming the fix, before the store is asked anything (it was a local folder named
     `s3:` holding the whole study)."""
-    completed = subprocess.run([*RESDYN, "report", "--warehouse", str(s3_warehouse)], cwd=tmp_path,
-                               env=environment(), capture_output=True, text=True, timeout=300)
+    completed = run_cli_in_process("report", "--warehouse", str(s3_warehouse), env=environment(), cwd=tmp_path)
     assert completed.returncode == 2
     assert "object-store warehouse" in completed.stderr and "--output FILE" in completed.stderr, completed.stderr
     assert not (tmp_path / "s3:").exists()

@@ -51,6 +51,7 @@ def run_cli_in_process(*arguments, env=None, cwd=REPOSITORY) -> subprocess.Compl
     from resdyn.dagster_project.interface.cli import main
 
     saved_environment, saved_directory = dict(os.environ), os.getcwd()
+    environment_of_the_run = env or environment()  # (read before this process's is cleared)
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)  # what configure_logging's basicConfig gives a fresh process
     handler.setLevel(logging.WARNING)
@@ -58,7 +59,7 @@ def run_cli_in_process(*arguments, env=None, cwd=REPOSITORY) -> subprocess.Compl
     root = logging.getLogger()
     root.addHandler(handler)
     os.environ.clear()
-    os.environ.update(env or environment())
+    os.environ.update(environment_of_the_run)
     os.chdir(cwd)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -1,7 +1,10 @@
 """Worker processes get the BLAS thread limit for every BLAS their work loads (numpy's and scipy's OpenBLAS are
 two libraries), not only for what was loaded when the pool started them."""
 
+import os
+
 from resdyn.dagster_project.asset_layer.parallel import default_workers, ordered_parallel_map
+from resdyn.threads import THREAD_VARIABLES
 
 
 def _blas_threads_after_scipy(_item) -> dict[str, int]:
@@ -11,7 +14,9 @@ def _blas_threads_after_scipy(_item) -> dict[str, int]:
     return {pool["filepath"]: pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
 
 
-def test_every_blas_of_a_spawned_worker_keeps_the_pools_thread_limit():
+def test_every_blas_of_a_spawned_worker_keeps_the_pools_thread_limit(monkeypatch):
+    for variable in THREAD_VARIABLES:  # the pool's limit, not one the suite set for its own workers (conftest)
+        monkeypatch.delenv(variable, raising=False)
     workers = 2
     limit = max(1, default_workers() // workers)  # what ordered_parallel_map gives each worker
     seen = list(ordered_parallel_map(_blas_threads_after_scipy, range(workers), workers=workers))
@@ -27,5 +32,7 @@ def test_the_limit_holds_for_a_blas_loaded_after_it(tmp_path):
     code = ("from resdyn.threads import limit_blas_threads\nlimit_blas_threads(1)\n"
             "import numpy, scipy.linalg\nfrom threadpoolctl import threadpool_info\n"
             "print(sorted({p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas'}))")
-    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    environment = {key: value for key, value in os.environ.items() if key not in THREAD_VARIABLES}
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env=environment).stdout
     assert output.strip() == "[1]", output

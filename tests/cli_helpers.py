@@ -40,10 +40,12 @@ def run_cli(*arguments, env=None, timeout=300) -> subprocess.CompletedProcess:
 
 def run_cli_in_process(*arguments, env=None, cwd=REPOSITORY) -> subprocess.CompletedProcess:
     """:func:`run_cli` for the commands that read or refuse (``sql``, ``check``, ``claims``, ``forget``, a run that
-    stops before its first step): the CLI's ``main`` in this process, with ``env`` as the whole environment, ``cwd``
-    (the repository) as the working directory, and stdout, stderr and the log records (warnings and worse, as the CLI's own
-    logging writes them) captured, so that the answer reads as a subprocess' does. A subprocess would spend seconds
-    importing what this process already holds."""
+    stops before its first step) and for runs no test kills or signals: the CLI's ``main`` in this process, with
+    ``env`` as the whole environment, ``cwd`` (the repository) as the working directory, and stdout, stderr and the
+    log records (warnings and worse, as the CLI's own logging writes them) captured, so that the answer reads as a
+    subprocess' does. A subprocess would spend seconds importing what this process already holds. What it cannot
+    show: a Python warning (pytest records those) and output a module prints when first imported; a check of a
+    one-line answer keeps one subprocess per kind of refusal (:func:`run_cli`)."""
     import contextlib
     import io
     import logging
@@ -57,11 +59,11 @@ def run_cli_in_process(*arguments, env=None, cwd=REPOSITORY) -> subprocess.Compl
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
-    root.addHandler(handler)
-    os.environ.clear()
-    os.environ.update(environment_of_the_run)
-    os.chdir(cwd)
     try:
+        root.addHandler(handler)
+        os.environ.clear()
+        os.environ.update(environment_of_the_run)
+        os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main([str(argument) for argument in arguments])

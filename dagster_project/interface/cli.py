@@ -339,8 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "address HOST:6379 or a client address ray://HOST:10001 "
                                            "[RESDYN_RAY_ADDRESS]")
     run.add_argument("--parallel-runs", type=int, default=0,
-                     help="partitions run at once, each in a process of its own (0: all with the multiprocess and "
-                     "ray executors, one after another in this process with in_process)")
+                     help="partitions run at once with the multiprocess and ray executors (0: all)")
     run.add_argument("--select", help="only these assets of each partition, in Dagster's asset selection syntax "
                      "(e.g. 'group:inputs or group:measurements', then 'not (group:inputs or group:measurements)'); their upstream tables must "
                      "be in the warehouse already; default: every asset")

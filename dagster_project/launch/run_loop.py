@@ -77,9 +77,7 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
     """Materialize ``keys`` under ``config`` (made ready by :func:`~.study_definitions.prepare`, as :func:`run_request` does):
     every asset, or the assets of
     ``selection`` (Dagster's selection syntax; their upstream tables must be published). With ``resume``, the
-    partitions the warehouse holds complete at these settings are left out. ``parallel_runs`` partitions run at
-    once, each in a process of its own (0: all of them; with the in-process executor 0 and 1 run them one after
-    another in this process)."""
+    partitions the warehouse holds complete at these settings are left out."""
     import dagster as dg
 
     from resdyn.dagster_project.asset_layer.partitions import register_partitions
@@ -94,10 +92,7 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
     if selected_keys:
         for key in keys:
             check_inputs(selection, selected_keys, store.published_table_names(*split_partition_key(key)), key)
-    # in process, partitions run one after another unless more at once are asked for: then each runs in a process
-    # of its own (the in-process executor inside it), as with the other executors
-    each_in_a_process = config.executor != "in_process" or (parallel_runs > 1 and len(keys) > 1)
-    if each_in_a_process:
+    if config.executor != "in_process":
         _persistent_dagster_home(store)
     instance = dg.DagsterInstance.get() if dagster_home() else dg.DagsterInstance.ephemeral()
     register_partitions(instance, keys)
@@ -107,7 +102,7 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
     signals = SignalRecorder()
     interrupts.watch(signals)  # steps stop at their next check point, and nothing of the run is published
     try:
-        if not each_in_a_process:
+        if config.executor == "in_process":
             outcome.stopped = _run_in_process(keys, config, instance, selected_keys, run_config, signals, outcome,
                                            progress)
         else:

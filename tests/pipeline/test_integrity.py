@@ -23,6 +23,7 @@ from ..cli_helpers import (
     REPOSITORY,
     environment,
     partition_state,
+    run_cli,
     run_cli_in_process,
     save_model,
     snapshot,
@@ -482,7 +483,7 @@ def test_environment_settings_are_honoured_and_a_bad_one_is_named(built, tmp_pat
     # a flag beats the variable
     bad = environment(RESDYN_SAMPLES="abc")
     assert run_cli_in_process("sql", "SELECT 1 AS one", "--warehouse", str(root), env=bad).returncode == 0
-    refused = run_cli_in_process("run", "--model", str(model), "--warehouse", str(root), env=bad)
+    refused = run_cli("run", "--model", str(model), "--warehouse", str(root), env=bad)  # a process: one line
     assert refused.returncode == 2 and "RESDYN_SAMPLES" in refused.stderr and refused.stderr.count("\n") == 1
     flagged = run_cli_in_process("run", "--model", str(model), "--samples", "x", "--warehouse", str(root), env=bad)
     assert "--samples" in flagged.stderr and "RESDYN_SAMPLES" not in flagged.stderr

@@ -33,10 +33,12 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 QUICK = ["--samples", "5", "--seq-len", "12", "--per-sample", "1", "--leiden-seeds", "2", "--permutations", "30",
          "--log-level", "WARNING"]
 # the model's steps (a model-resource step: the one killed), the four checks that read its tables back (side by side
-# on the two nodes) and an analysis step that reads the activations from the store
-SELECTION = "group:inputs or group:measurements or key:graph_edges"
+# on the two nodes), an analysis step that reads the activations from the store and the spectral step, whose worker
+# pool reads the mean Jacobians from the store in processes of its own
+SELECTION = "group:inputs or group:measurements or key:graph_edges or key:layer_metrics"
 TABLES = ["model_checkpoints", "samples", "activations", "jacobians", "sample_jacobians", "finite_difference_probe",
-          "graph_edges"]
+          "graph_edges", "eigenvalues", "singular_values", "layer_metrics", "cumulative_rank", "schur_surgery",
+          "schur_forms"]
 
 
 def _environment(**extra) -> dict:
@@ -124,8 +126,9 @@ def test_partitions_through_ray_into_s3_equal_in_process_on_disk_even_when_a_ste
         assert "STEP_UP_FOR_RETRY" in kinds and "STEP_RESTARTED" in kinds, (killed, output[-3000:])
         assert "LOGS_CAPTURED" in kinds
         steps = {entry.step_key for entry in events if entry.step_key}
-        assert {"measurements", "graph_edges", "jacobians_jacobians_match_finite_differences"} <= steps, steps
-        assert "spectral_analysis" not in steps, steps  # the selection, not the whole partition
+        assert {"measurements", "graph_edges", "spectral_analysis",
+                "jacobians_jacobians_match_finite_differences"} <= steps, steps
+        assert "transient_analysis" not in steps, steps  # the selection, not the whole partition
     finally:
         del os.environ["DAGSTER_HOME"]
 

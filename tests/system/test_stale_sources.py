@@ -11,7 +11,7 @@ from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.models.gguf_import import IMPORT_RECORD, describe_gguf
 from resdyn.models.registry import ModelRegistry
 
-from ..cli_helpers import QUICK, run_cli_in_process
+from ..cli_helpers import QUICK, run_cli, run_cli_in_process
 from ..gguf_files import random_model, write_gguf
 
 SMALL = ["--samples", "8", "--folds", "2", *QUICK]
@@ -57,7 +57,7 @@ def test_a_gguf_file_changed_in_place_makes_its_derived_checkpoints_stale_until_
     stale = [line for line in check.stdout.splitlines() if line.startswith("stale: ")]
     assert len(stale) == len(MADE) and all(old[:12] in line and new[:12] in line and "resdyn run --model t --checkpoint"
                                    in line for line in stale), check.stdout
-    claims = run_cli_in_process("claims", "t", "--trained", "local", "--warehouse", str(warehouse))
+    claims = run_cli("claims", "t", "--trained", "local", "--warehouse", str(warehouse))  # a process: one line
     assert claims.returncode == 2 and claims.stderr.count("\n") == 1, claims.stderr
     assert "no longer the one t is registered with" in claims.stderr and "`resdyn run --model t --checkpoint" in \
         claims.stderr

@@ -51,11 +51,12 @@ for model, checkpoint in sorted(store.partitions()):
 print(json.dumps({"tables": hashes, "columns": columns}))
 """
 
-def _run(python: str, root: Path, target: list[str], samples: int, options: list[str]) -> float:
+def _run(python: str, root: Path, target: list[str], samples: int | None, options: list[str]) -> float:
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     started = time.perf_counter()
     # cwd outside both trees: `python -m` puts the working directory first on sys.path
-    subprocess.run([python, "-m", "resdyn", "run", *target, *options, "--samples", str(samples), "--warehouse",
+    sample_flag = ["--samples", str(samples)] if samples is not None else []  # else resdyn's default or the preset's
+    subprocess.run([python, "-m", "resdyn", "run", *target, *options, *sample_flag, "--warehouse",
                     str(root), "--log-level", "ERROR"], env=environment, check=True, stdout=subprocess.DEVNULL,
                    cwd=root.parent)
     return time.perf_counter() - started
@@ -83,10 +84,10 @@ def main() -> None:
     parser.add_argument("--suite", default=None)
     parser.add_argument("--model", default=None)
     parser.add_argument("--checkpoint", default=None)
-    parser.add_argument("--samples", type=int, default=128)
+    parser.add_argument("--samples", type=int, default=None, help="default: resdyn's (128), or the preset's")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--executor", default=None, help="passed to both runs")
-    parser.add_argument("--preset", default=None, help="passed to both runs (before --samples, which it sets too)")
+    parser.add_argument("--preset", default=None, help="passed to both runs (--samples, if given, overrides its n)")
     arguments = parser.parse_args()
     options = [*(["--executor", arguments.executor] if arguments.executor else []),
                *(["--preset", arguments.preset] if arguments.preset else [])]

@@ -15,6 +15,16 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 _LIMITS = None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the system says, else every core)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def threads_per_part(parts: int) -> int:
+    """The threads each of ``parts`` processes sharing :func:`usable_cores` gets (at least one)."""
+    return max(1, usable_cores() // parts)
+
+
 def limit_blas_threads(threads: int) -> None:
     """Give this process's BLAS/OpenMP pools ``threads`` threads each: the environment for libraries loaded
     later (each reads its variable when it loads), then numpy and scipy.linalg loaded and limited now."""

@@ -51,13 +51,14 @@ def run_cli_in_process(*arguments, env=None, cwd=REPOSITORY) -> subprocess.Compl
     import logging
 
     from resdyn.dagster_project.interface.cli import main
+    from resdyn.dagster_project.launch.console import LOG_FORMAT
 
     saved_environment, saved_directory = dict(os.environ), os.getcwd()
     environment_of_the_run = env or environment()  # (read before this process's is cleared)
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)  # what configure_logging's basicConfig gives a fresh process
     handler.setLevel(logging.WARNING)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
     try:
         root.addHandler(handler)

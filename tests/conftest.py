@@ -23,11 +23,10 @@ if (SHARED_DATA / "wikitext-2-raw").is_dir():
 # before numpy or torch loads: two workers' thread pools on the same cores spin against each other (the SmolLM2 test
 # beside one busy core: 152 s of CPU with two threads, 101 s with one)
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    from resdyn.threads import THREAD_VARIABLES
+    from resdyn.threads import THREAD_VARIABLES, threads_per_part  # (this module loads neither numpy nor torch)
 
-    _SHARE = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     for _variable in THREAD_VARIABLES:
-        os.environ.setdefault(_variable, str(_SHARE))
+        os.environ.setdefault(_variable, str(threads_per_part(int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 from .cli_helpers import QUICK, run_cli, save_model  # noqa: E402
 from .tiny_models import FAMILIES, random_tiny_model  # noqa: E402,F401 - for test modules that import them from here

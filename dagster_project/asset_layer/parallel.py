@@ -10,7 +10,6 @@ of the consumer, so memory stays bounded when each result is large (a d x d Schu
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -18,12 +17,11 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from itertools import islice
 
 from resdyn.dagster_project.asset_layer import interrupts
-from resdyn.threads import limit_blas_threads
+from resdyn.threads import limit_blas_threads, threads_per_part, usable_cores
 
 
 def default_workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-
+    return usable_cores()
 
 
 def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, lookahead: int = 1) -> Iterator:
@@ -36,7 +34,7 @@ def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, l
             interrupts.check(where)
             yield function(item)
         return
-    threads = max(1, default_workers() // workers)
+    threads = threads_per_part(workers)
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=limit_blas_threads,
                                initargs=(threads,))

@@ -43,8 +43,11 @@ def quiet_failures(log_level: str) -> None:
             named.addFilter(_FailureFilter())
 
 
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"  # the CLI's warnings and worse on stderr
+
+
 def configure_logging() -> None:
     """The CLI's logging (and that of each process it starts, which begins unconfigured): warnings and worse."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     # the commands name each file a view leaves out themselves, once (cli._warn_problems)
     logging.getLogger("resdyn.dagster_project.store.views").setLevel(logging.ERROR)

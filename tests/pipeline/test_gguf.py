@@ -149,17 +149,6 @@ def test_import_memory_is_bounded_by_a_few_tensors(tmp_path, fresh_seed, monkeyp
     assert peak <= 4 * largest + 32 * 1024**2 and peak < total / 3, (peak, largest, total)
 
 
-def _environment() -> dict:
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    environment.pop("DAGSTER_HOME", None)
-    return environment
-
-
-def _answer(*arguments):
-    """A command that reads or refuses, in this process (:func:`run_cli_in_process`)."""
-    return run_cli_in_process(*arguments, env=_environment())
-
-
 def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp_path, fresh_seed):
     good = write_gguf(random_model("llama", fresh_seed), tmp_path / "good.gguf")
     truncated = tmp_path / "truncated.gguf"
@@ -195,7 +184,7 @@ def test_damaged_and_foreign_files_give_one_line_errors_and_register_nothing(tmp
     for number, (path, expected) in enumerate(cases.items()):
         arguments = ("run", "--model", str(path), "--warehouse", str(warehouse))
         # the first as a process of its own: all it prints (a warning at import included) is the one line
-        result = run_cli(*arguments, env=_environment()) if number == 0 else _answer(*arguments)
+        result = run_cli(*arguments) if number == 0 else run_cli_in_process(*arguments)
         assert result.returncode == 2, (path, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], (path, result.stderr)
@@ -218,7 +207,7 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     # test's small settings (what is checked is the origin, the controls and the claims, not the analysis' precision)
     settings = ("--samples", "6", "--seq-len", "16", "--per-sample", "2", "--leiden-seeds", "2", "--permutations", "50")
     arguments = ("run", "--model", str(path), "--null-model", *settings, "--warehouse", str(warehouse))
-    first = _answer(*arguments)
+    first = run_cli_in_process(*arguments)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "tiny-gguf@local ok" in first.stdout and "tiny-gguf@init ok" in first.stdout
     assert "tiny-gguf@init-quantized ok" in first.stdout  # the quantization control
@@ -252,7 +241,7 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     assert not torch.equal(quantized["model.layers.0.mlp.up_proj.weight"], null["model.layers.0.mlp.up_proj.weight"])
     assert all(sha in r["model_source"] for r in store.query("SELECT model_source FROM runs").to_pylist())
     # the claims of the paper on this pair (null model vs the file), recomputed here from the tables
-    claims = _answer("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(warehouse))
+    claims = run_cli_in_process("claims", "tiny-gguf", "--trained", "local", "--warehouse", str(warehouse))
     assert claims.returncode == 0, claims.stdout[-2000:] + claims.stderr[-2000:]
     claims_directory = warehouse / "_artefacts" / "claims" / "tiny-gguf"
     claims_record = json.loads((claims_directory / "claims.json").read_text())
@@ -261,7 +250,7 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     inputs = warehouse.parent / "claims-inputs"
     for source in (("--warehouse", str(warehouse), "--save-inputs", str(inputs)), ("--inputs", str(inputs))):
         output = inputs.parent / f"claims-from-{source[-2].strip('-')}"
-        again = _answer("claims", "tiny-gguf", "--trained", "local", *source, "--output", str(output))
+        again = run_cli_in_process("claims", "tiny-gguf", "--trained", "local", *source, "--output", str(output))
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         assert json.loads((output / "claims.json").read_text()) == claims_record, source
         assert (output / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
@@ -288,7 +277,7 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
         keep_claims_inputs(other, inputs)
     assert {path: path.read_bytes() for path in inputs.rglob("*.parquet")} == kept
     # and with a second real warehouse (the session's m@local: another model, d = 32), through the CLI
-    second = _answer("claims", "m", "--warehouse", str(built[1]), "--save-inputs", str(inputs),
+    second = run_cli_in_process("claims", "m", "--warehouse", str(built[1]), "--save-inputs", str(inputs),
                   "--output", str(inputs.parent / "claims-of-m"))
     assert second.returncode == 2 and "nothing was written" in second.stderr, second.stdout[-2000:] + second.stderr
     assert second.stderr.strip().count("\n") == 0
@@ -326,12 +315,12 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
         "FROM cumulative_rank GROUP BY checkpoint").to_pylist()}
     bottleneck = next(claim for claim in claims_record["claims"] if claim["key"] == "cumulative_bottleneck")
     assert bottleneck["trained_estimate"]["value"] == pytest.approx(ranks["local"]["first"] / ranks["local"]["last"])
-    report = _answer("report", "--warehouse", str(warehouse))
+    report = run_cli_in_process("report", "--warehouse", str(warehouse))
     assert report.returncode == 0 and "tiny-gguf: init vs local" in (warehouse / "report.html").read_text()
     record = warehouse / "_models" / "tiny-gguf" / "local" / IMPORT_RECORD
     stamp = record.stat().st_mtime_ns
 
-    again = _answer("run", "--model", str(path), *settings, "--warehouse", str(warehouse), "--select",
+    again = run_cli_in_process("run", "--model", str(path), *settings, "--warehouse", str(warehouse), "--select",
                     "key:model_checkpoints")
     assert again.returncode == 0 and record.stat().st_mtime_ns == stamp  # unchanged: not imported again
     # a changed file: tests/system/test_stale_sources.py (imported again, and what was derived from it remade)

@@ -24,13 +24,14 @@ def _mounted_tmpfs(directory: Path, megabytes: int) -> bool:
 
 def _run(model: Path, root: Path, *extra, file_size_cap: int | None = None) -> subprocess.CompletedProcess:
     """A run of ``model`` into ``root``: in this process, or a process of its own whose file size is capped."""
+    arguments = ["run", "--model", str(model), *ARGUMENTS, *extra, "--warehouse", str(root)]
     if file_size_cap is None:
-        return run_cli_in_process("run", "--model", str(model), *ARGUMENTS, *extra, "--warehouse", str(root))
+        return run_cli_in_process(*arguments)
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_cap, file_size_cap))
 
-    return subprocess.run([*RESDYN, "run", "--model", str(model), *ARGUMENTS, *extra, "--warehouse", str(root)],
+    return subprocess.run([*RESDYN, *arguments],
                           cwd=REPOSITORY, env=environment(), capture_output=True, text=True, timeout=600,
                           preexec_fn=cap)
 

@@ -82,8 +82,7 @@ def test_a_second_writer_is_refused_while_a_live_run_holds_the_partition_on_s3(b
     # this test's process holds the lease as a single-process run: alive, so judged live
     holder.acquire_lease("m", "local", single_process=True)
     completed = run_cli_in_process("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse",
-                                   str(s3_warehouse),
-                        env=environment(XDG_CACHE_HOME=str(tmp_path / "cache")))
+                                   str(s3_warehouse), env=environment(XDG_CACHE_HOME=str(tmp_path / "cache")))
     assert completed.returncode == 1, completed.stdout[-3000:]
     assert "being materialized by run the-first-writer" in completed.stdout + completed.stderr
     assert ObjectTables(ObjectStore(s3_warehouse)).manifest("m", "local")["tables"] == {}  # nothing published

@@ -2,11 +2,13 @@
 
 Per sublayer (in parallel processes at large d): numerical abscissa and radius, pseudospectral radii
 on the eps grid and the Kreiss lower bound, from the real Schur form and ||J||_2 that spectral_analysis
-stored (schur_forms, layer_metrics): no matrix is factored twice. Then, in depth order with at most 8 matrices held, the
-norm of every window of consecutive maps against the product of their spectral radii. The figure
-draws the pseudospectra of the most and the least non-normal sublayer (by henrici_rel_j_minus_i)
+stored (schur_forms, layer_metrics): no matrix is factored twice. Then, as the results come back in depth
+order (at most 8 matrices held), the norm of every window of consecutive maps against the product of their
+spectral radii. The figure draws the pseudospectra of the most and the least non-normal sublayer (by henrici_rel_j_minus_i)
 and the growth beyond the spectrum against the window length.
 """
+
+import itertools
 
 import dagster as dg
 import numpy as np
@@ -68,27 +70,35 @@ def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
              for index, layer, sublayer in order]
     progress = StageProgress(context, "transient dynamics", len(order))
     results = []  # consumed as they arrive, so each sublayer's line is logged when it is done
-    dynamics_rows, pseudo_rows, radii = [], [], []
-    for (_, layer, sublayer), result in zip(order, ordered_parallel_map(transient_of_matrix, tasks,
-                                                                         workers=workers)):
-        results.append(result)
-        key = {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer)}
-        radii.append(result.spectral_radius)
-        dynamics_rows.append({**key, "spectral_radius": result.spectral_radius, "spectral_norm": result.spectral_norm,
-                              "numerical_abscissa": result.numerical_abscissa,
-                              "numerical_abscissa_j_minus_i": result.numerical_abscissa_j_minus_i,
-                              "numerical_radius": result.numerical_radius,
-                              "numerical_radius_upper": result.numerical_radius_upper,
-                              "kreiss_lower_bound": result.kreiss_lower_bound,
-                              "growth_beyond_spectrum": result.spectral_norm / result.spectral_radius
-                              if result.spectral_radius > 0 else float("inf")})
-        for epsilon, radius in sorted(result.pseudospectral_radii.items()):
-            pseudo_rows.append({**key, "eps": epsilon, "pseudospectral_radius": radius,
-                                "excess_over_normal": (radius - result.spectral_radius) / epsilon})
-        progress.done(f"depth {key['depth']}, {sublayer}")
-        interrupts.check(f"transient_analysis of {context.partition_key}")
-    growth = list(transient_growth((jacobians.matrix(index) for index, _, _ in order), radii,
-                                   spectral_norms=[metrics[layer, sublayer]["sigma_max"] for _, layer, sublayer in order]))
+    dynamics_rows, pseudo_rows = [], []
+
+    def analysed():
+        """(J, rho(J), ||J||_2) in depth order as the workers' results come back, their rows recorded on the way."""
+        for (index, layer, sublayer), result in zip(order, ordered_parallel_map(transient_of_matrix, tasks,
+                                                                                workers=workers)):
+            results.append(result)
+            key = {"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer)}
+            dynamics_rows.append({**key, "spectral_radius": result.spectral_radius,
+                                  "spectral_norm": result.spectral_norm,
+                                  "numerical_abscissa": result.numerical_abscissa,
+                                  "numerical_abscissa_j_minus_i": result.numerical_abscissa_j_minus_i,
+                                  "numerical_radius": result.numerical_radius,
+                                  "numerical_radius_upper": result.numerical_radius_upper,
+                                  "kreiss_lower_bound": result.kreiss_lower_bound,
+                                  "growth_beyond_spectrum": result.spectral_norm / result.spectral_radius
+                                  if result.spectral_radius > 0 else float("inf")})
+            for epsilon, radius in sorted(result.pseudospectral_radii.items()):
+                pseudo_rows.append({**key, "eps": epsilon, "pseudospectral_radius": radius,
+                                    "excess_over_normal": (radius - result.spectral_radius) / epsilon})
+            progress.done(f"depth {key['depth']}, {sublayer}")
+            interrupts.check(f"transient_analysis of {context.partition_key}")
+            yield jacobians.matrix(index), result.spectral_radius, metrics[layer, sublayer]["sigma_max"]
+
+    # The windows' products are taken here while the workers analyse the next sublayers (this process was idle
+    # then, and the products took ~10 s after them per SmolLM2 partition); tee holds at most one depth's matrix.
+    for_matrices, for_radii, for_norms = itertools.tee(analysed(), 3)
+    growth = list(transient_growth((matrix for matrix, _, _ in for_matrices), (radius for _, radius, _ in for_radii),
+                                   spectral_norms=(norm for _, _, norm in for_norms)))
     context.log.info(f"{context.partition_key}: transient growth over {len(order)} sublayers done, "
                      f"{progress.seconds():.0f} s")
     tables = {

@@ -4,7 +4,11 @@ Spectral factorizations of large matrices (LAPACK's Hessenberg QR in particular)
 cores poorly, so sublayers are analysed in separate processes, each with its share of the BLAS
 threads. ``spawn`` processes: forking a process that holds torch and Dagster threads is unsafe.
 Results come back in submission order and only ``workers + lookahead`` tasks are submitted ahead
-of the consumer, so memory stays bounded when each result is large (a d x d Schur form).
+of the consumer, so memory stays bounded when each result is large (a d x d Schur form). The consumer
+works on each result while the pool computes the next (the spectral stage's products through depth), so
+it too gets only its share of the BLAS threads while the pool runs: with OpenBLAS's default (every core)
+its threads spun against the workers' and the spectral stage of a SmolLM2 partition (d = 576) took 1.75x
+as long (benchmarks/results/caller_blas_threads.json).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from itertools import islice
+
+from threadpoolctl import threadpool_limits
 
 from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.threads import limit_blas_threads, threads_per_part, usable_cores
@@ -39,6 +45,7 @@ def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, l
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=limit_blas_threads,
                                initargs=(threads,))
     finished = False
+    caller = threadpool_limits(limits=threads_per_part(workers + 1), user_api="blas")  # restored below
     try:
         iterator = iter(items)
         pending = deque(pool.submit(function, item) for item in islice(iterator, workers + lookahead))
@@ -58,6 +65,7 @@ def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, l
                 process.terminate()
             for process in workers_running:
                 process.join(timeout=5)
+        caller.restore_original_limits()
 
 
 def _result_or_stop(future, where: str):

@@ -35,6 +35,7 @@ TITLES = {
     "redesign_equivalence": "The code before and after a redesign (issue 32's assets, issue 44's layout), side by side (`benchmarks/redesign_equivalence.py`)",
     "test_durations": "The test suite, every test's seconds, the slowest 40 shown (`make test-durations`)",
     "communities_scan": "The gamma scan, coarse to fine against every seed at every gamma (`benchmarks/communities_scan.py`)",
+    "caller_blas_threads": "The spectral stage with its own process at its share of the BLAS threads against every core, side by side (`benchmarks/caller_blas_threads.py`)",
     "object_store": "The tiny suite and one matrix table on the test S3 server against local disk, side by side (`benchmarks/object_store.py`)",
 }
 

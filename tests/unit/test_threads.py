@@ -34,3 +34,41 @@ def test_the_limit_holds_for_a_blas_loaded_after_it(tmp_path):
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env=child_environment(drop=THREAD_VARIABLES)).stdout
     assert output.strip() == "[1]", output
+
+
+def _caller_blas_threads() -> dict[str, int]:
+    from threadpoolctl import threadpool_info
+
+    return {pool["filepath"]: pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+
+def _nothing(item):
+    return item
+
+
+def test_the_caller_gets_its_share_of_the_blas_threads_while_the_pool_runs_and_its_own_back_after():
+    import scipy.linalg  # noqa: F401 - the consumer's BLAS (the spectral stage's products through depth)
+    from threadpoolctl import threadpool_limits
+
+    workers = 2
+    share = max(1, usable_cores() // (workers + 1))  # the caller works beside the workers
+    own = 2 if share != 2 else 3  # a count the share is not, so that a limit that never came or stayed shows
+    with threadpool_limits(limits=own, user_api="blas"):
+        before = _caller_blas_threads()
+        during = [_caller_blas_threads() for _ in ordered_parallel_map(_nothing, range(3), workers=workers)]
+        after = _caller_blas_threads()
+    assert before and set(before.values()) == {own}, before
+    assert all(set(seen.values()) == {share} for seen in during), during
+    assert after == before, (before, after)
+
+
+def test_an_abandoned_pool_gives_the_caller_its_threads_back():
+    import scipy.linalg  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=3, user_api="blas"):
+        results = ordered_parallel_map(_nothing, range(10), workers=2)
+        next(results)
+        assert set(_caller_blas_threads().values()) == {max(1, usable_cores() // 3)}
+        results.close()  # the consumer stops early (a failure downstream, a stop)
+        assert set(_caller_blas_threads().values()) == {3}

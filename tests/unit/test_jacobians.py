@@ -7,6 +7,7 @@ from resdyn.jacobians.autodiff import AutodiffBackend, batch_jacobians
 from resdyn.jacobians.engine import analyse_samples
 from resdyn.jacobians.streaming import RunningMoments
 from resdyn.models.adapters import adapter_for
+from resdyn.models.adapters.base import LayerInputs
 
 from ..tiny_models import FAMILIES, random_tiny_model
 
@@ -119,6 +120,30 @@ def test_row_function_equals_the_whole_sequence_function(family, extra, fresh_se
             assert _relative(batch_jacobians(row, x1), batch_jacobians(whole, x0)) < 1e-12, (family, position)
             with torch.no_grad():
                 assert _relative(row(x1 + 0.1), whole(x0 + 0.1)) < 1e-13
+
+
+@pytest.mark.parametrize("family, extra", ROW_CASES, ids=[f"{f}-{'-'.join(e) or 'default'}" for f, e in ROW_CASES])
+def test_the_pre_mlp_pass_records_the_keys_and_values_the_row_function_would_and_changes_nothing(family, extra,
+                                                                                                 fresh_seed):
+    """One attention pass of the whole sequence gives the pre-MLP residual (bit for bit the map without a cache)
+    and the keys and values the row function holds fixed (bit for bit those of its own recording pass)."""
+    model = random_tiny_model(family, fresh_seed, **extra)
+    adapter = adapter_for(model.config.model_type)
+    generator = torch.Generator().manual_seed(fresh_seed)
+    captured = adapter.capture_layer_inputs(model, torch.randint(0, 256, (3, 12), generator=generator))
+    position = int(torch.randint(0, 12, (1,), generator=generator))
+    for layer, inputs in zip(adapter.decoder_layers(model), captured):
+        alone = LayerInputs(inputs.hidden, inputs.arguments)  # the row function records its own keys and values
+        row_alone, x0 = adapter.row_function(layer, alone, "attn", position)
+        with torch.no_grad():
+            plain = adapter.attention_map(layer, inputs.hidden, inputs.arguments)
+        assert torch.equal(adapter.pre_mlp(layer, inputs), plain), family
+        assert inputs.context is not None  # recorded by the pre-MLP pass, so the row function records nothing more
+        for recorded, own in ((inputs.context.keys, alone.context.keys), (inputs.context.values, alone.context.values)):
+            assert (recorded is None and own is None) or torch.equal(recorded, own), family
+        row, x1 = adapter.row_function(layer, inputs, "attn", position)
+        with torch.no_grad():
+            assert torch.equal(row(x1 + 0.1), row_alone(x0 + 0.1)), family
 
 
 @pytest.mark.parametrize("sublayer", ["attn", "mlp"])

@@ -290,10 +290,16 @@ class FamilyAdapter:
         raise ValueError(f"unknown boundary {boundary!r}; expected one of {BOUNDARIES}")
 
     def pre_mlp(self, layer: nn.Module, inputs: LayerInputs) -> torch.Tensor:
-        """The pre-MLP residual of every token (cached on ``inputs``)."""
+        """The pre-MLP residual of every token (cached on ``inputs``). The same pass records every position's
+        keys and values (``inputs.context``) for :meth:`row_function`, which ran the whole sequence's attention
+        once more for them: the module returns the keys and values it computed from an empty
+        :class:`FixedContextCache`, so the output is the one without it."""
         if inputs.pre_mlp is None:
+            recorder = FixedContextCache()
             with torch.no_grad():
-                inputs.pre_mlp = self.attention_map(layer, inputs.hidden, inputs.arguments)
+                inputs.pre_mlp = self.attention_map(layer, inputs.hidden, {**inputs.arguments, "cache": recorder})
+            if inputs.context is None:
+                inputs.context = recorder
         return inputs.pre_mlp
 
     def positional_function(

@@ -51,15 +51,21 @@ for model, checkpoint in sorted(store.partitions()):
 print(json.dumps({"tables": hashes, "columns": columns}))
 """
 
-def _run(python: str, root: Path, target: list[str], samples: int | None, options: list[str]) -> float:
+def _run(python: str, root: Path, target: list[str], samples: int | None, options: list[str]) -> tuple[float, dict]:
+    """(wall seconds, {partition: {step: seconds}} from the run's --summary) of one `resdyn run`."""
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    summary = root.parent / f"{root.name}-summary.json"
     started = time.perf_counter()
     # cwd outside both trees: `python -m` puts the working directory first on sys.path
     sample_flag = ["--samples", str(samples)] if samples is not None else []  # else resdyn's default or the preset's
     subprocess.run([python, "-m", "resdyn", "run", *target, *options, *sample_flag, "--warehouse",
-                    str(root), "--log-level", "ERROR"], env=environment, check=True, stdout=subprocess.DEVNULL,
-                   cwd=root.parent)
-    return time.perf_counter() - started
+                    str(root), "--log-level", "ERROR", "--summary", str(summary)], env=environment, check=True,
+                   stdout=subprocess.DEVNULL, cwd=root.parent)
+    seconds = time.perf_counter() - started
+    steps = {partition: {step: numbers["seconds"] for step, numbers in run.get("steps", {}).items()
+                         if numbers.get("seconds", 0) >= 1.0}
+             for partition, run in json.loads(summary.read_text()).items()}
+    return seconds, steps
 
 
 def _hashes(python: str, root: Path) -> dict[str, dict]:
@@ -95,12 +101,15 @@ def main() -> None:
               ["--model", arguments.model, *(["--checkpoint", arguments.checkpoint] if arguments.checkpoint else [])])
     commits = {"before": _commit(arguments.before), "after": _commit(arguments.after)}  # what runs, read before it does
     seconds: dict[str, list[float]] = {"before": [], "after": []}
+    steps: dict[str, list[dict]] = {"before": [], "after": []}  # each round's step seconds (>= 1 s), per partition
     hashes: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="resdyn-equivalence-") as scratch:
         for round_number in range(arguments.rounds):
             for label, python in (("before", arguments.before), ("after", arguments.after)):
                 root = Path(scratch) / f"{label}-{round_number}"
-                seconds[label].append(round(_run(python, root, target, arguments.samples, options), 1))
+                wall, of_steps = _run(python, root, target, arguments.samples, options)
+                seconds[label].append(round(wall, 1))
+                steps[label].append(of_steps)
                 hashes[label] = _hashes(python, root)
                 print(f"round {round_number + 1}: {label} {seconds[label][-1]} s, {len(hashes[label]['tables'])} tables",
                       flush=True)
@@ -114,7 +123,7 @@ def main() -> None:
                          for key in differing}
     result = {"target": " ".join(target), "samples": arguments.samples, "options": " ".join(options),
               "commits": commits,
-              "seconds": seconds,
+              "seconds": seconds, "step_seconds": steps,
               "ratio_after_over_before": round(sum(seconds["after"]) / sum(seconds["before"]), 3),
               "tables_compared": len(after["tables"]), "tables_differing": differing,
               "columns_differing": columns_differing,

@@ -11,6 +11,7 @@ sublayers gets its own interval (resdyn/claims.py).
 """
 
 
+import math
 from itertools import islice
 
 import numpy as np
@@ -94,7 +95,7 @@ def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumu
     kept = _kept_samples_by_sublayer(sample_jacobians)
     # Each sublayer's two noise ratios need no fold's result: they are taken between the results, a share after
     # each (this process only waits while the folds run; after them they took ~10 s per SmolLM2 partition).
-    noise, remaining, share = {}, iter(order), -(-len(order) // n_folds)
+    noise, remaining, share = {}, iter(order), math.ceil(len(order) / n_folds)
     by_fold = []
     for fold, result in enumerate(ordered_parallel_map(fold_through_depth, [(fold, steps[fold])
                                                                            for fold in range(n_folds)],
@@ -102,6 +103,7 @@ def _intervals(context, settings, jacobians, jacobian_folds, layer_metrics, cumu
         by_fold.append(result)
         progress.done(f"fold {fold}")
         for index, layer, sublayer in islice(remaining, share):
+            interrupts.check(f"sampling_intervals of {context.partition_key}")
             noise[(layer, sublayer)] = _noise_ratios(jacobians.matrix(index), jacobian_folds, sample_jacobians,
                                                      fold_groups[(layer, sublayer)], fold_counts[(layer, sublayer)],
                                                      kept.get((layer, sublayer), []))

@@ -8,7 +8,7 @@ spectral radii. The figure draws the pseudospectra of the most and the least non
 and the growth beyond the spectrum against the window length.
 """
 
-import itertools
+import contextlib
 
 import dagster as dg
 import numpy as np
@@ -70,10 +70,10 @@ def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
              for index, layer, sublayer in order]
     progress = StageProgress(context, "transient dynamics", len(order))
     results = []  # consumed as they arrive, so each sublayer's line is logged when it is done
-    dynamics_rows, pseudo_rows = [], []
+    dynamics_rows, pseudo_rows, radii, norms = [], [], [], []
 
     def analysed():
-        """(J, rho(J), ||J||_2) in depth order as the workers' results come back, their rows recorded on the way."""
+        """Each J in depth order as the workers' results come back; its rows, rho(J) and ||J||_2 recorded first."""
         for (index, layer, sublayer), result in zip(order, ordered_parallel_map(transient_of_matrix, tasks,
                                                                                 workers=workers)):
             results.append(result)
@@ -92,13 +92,16 @@ def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
                                     "excess_over_normal": (radius - result.spectral_radius) / epsilon})
             progress.done(f"depth {key['depth']}, {sublayer}")
             interrupts.check(f"transient_analysis of {context.partition_key}")
-            yield jacobians.matrix(index), result.spectral_radius, metrics[layer, sublayer]["sigma_max"]
+            radii.append(result.spectral_radius)
+            norms.append(metrics[layer, sublayer]["sigma_max"])
+            yield jacobians.matrix(index)
 
-    # The windows' products are taken here while the workers analyse the next sublayers (this process was idle
-    # then, and the products took ~10 s after them per SmolLM2 partition); tee holds at most one depth's matrix.
-    for_matrices, for_radii, for_norms = itertools.tee(analysed(), 3)
-    growth = list(transient_growth((matrix for matrix, _, _ in for_matrices), (radius for _, radius, _ in for_radii),
-                                   spectral_norms=(norm for _, _, norm in for_norms)))
+    # The windows' products are taken here while the workers analyse the next sublayers (this process only waited
+    # then; the products took ~10 s after them per SmolLM2 partition). transient_growth zips the matrices with
+    # the radii and norms and asks for each matrix first, so the lists already hold that depth's entries; no
+    # matrix is kept here (transient_growth holds its window's).
+    with contextlib.closing(analysed()) as matrices:  # on a failure the pool stops now, not when collected
+        growth = list(transient_growth(matrices, iter(radii), spectral_norms=iter(norms)))
     context.log.info(f"{context.partition_key}: transient growth over {len(order)} sublayers done, "
                      f"{progress.seconds():.0f} s")
     tables = {

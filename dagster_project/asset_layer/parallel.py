@@ -7,8 +7,8 @@ Results come back in submission order and only ``workers + lookahead`` tasks are
 of the consumer, so memory stays bounded when each result is large (a d x d Schur form). The consumer
 works on each result while the pool computes the next (the spectral stage's products through depth), so
 it too gets only its share of the BLAS threads while the pool runs: with OpenBLAS's default (every core)
-its threads spun against the workers' and the spectral stage of a SmolLM2 partition (d = 576) took 1.75x
-as long (benchmarks/results/caller_blas_threads.json).
+its threads spun against the workers', and the spectral stage's work on 30 SmolLM2 sublayers (d = 576) took
+1.82x as long (benchmarks/results/caller_blas_threads.json).
 """
 
 from __future__ import annotations
@@ -33,39 +33,47 @@ def default_workers() -> int:
 def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, lookahead: int = 1) -> Iterator:
     """``map(function, items)`` over ``workers`` spawned processes (inline when workers <= 1). A stop the CLI was
     asked for (:mod:`.interrupts`) is checked before each item starts and each result is handed on; on a stop, or
-    any early end, the workers are terminated rather than waited for, so a stop costs at most one item's wait."""
+    any early end, the workers are terminated rather than waited for, so a stop costs at most one item's wait.
+
+    While the workers run, this process's BLAS has ``threads_per_part(workers + 1)`` threads (module docstring);
+    it gets its own back, and the pool is shut down, before the last result is handed on (a consumer that zips
+    the results with a list of the same length never asks for more), or at any early end."""
     where = f"the work items of {getattr(function, '__name__', 'a parallel stage')}"
     if workers <= 1:
         for item in items:
             interrupts.check(where)
             yield function(item)
         return
-    threads = threads_per_part(workers)
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=limit_blas_threads,
-                               initargs=(threads,))
-    finished = False
-    caller = threadpool_limits(limits=threads_per_part(workers + 1), user_api="blas")  # restored below
+    caller = threadpool_limits(limits=threads_per_part(workers + 1), user_api="blas")
+    pool, finished = None, False
     try:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=limit_blas_threads, initargs=(threads_per_part(workers),))
         iterator = iter(items)
         pending = deque(pool.submit(function, item) for item in islice(iterator, workers + lookahead))
         while pending:
             result = _result_or_stop(pending.popleft(), where)
             for item in islice(iterator, 1):
                 pending.append(pool.submit(function, item))
+            if not pending:  # the last result: nothing runs beside the consumer's work on it
+                finished = True
+                pool.shutdown(wait=True)
+                caller.restore_original_limits()
             yield result
         finished = True
     finally:
-        if finished:
-            pool.shutdown(wait=True)
-        else:  # stopped, failed or abandoned: running items are not worth their wait
-            workers_running = list((pool._processes or {}).values())  # no public way to stop a running task
-            pool.shutdown(wait=False, cancel_futures=True)  # (it forgets its processes: taken above)
-            for process in workers_running:
-                process.terminate()
-            for process in workers_running:
-                process.join(timeout=5)
-        caller.restore_original_limits()
+        try:
+            if pool is not None and not finished:  # stopped, failed or abandoned: running items are not worth their wait
+                workers_running = list((pool._processes or {}).values())  # no public way to stop a running task
+                pool.shutdown(wait=False, cancel_futures=True)  # (it forgets its processes: taken above)
+                for process in workers_running:
+                    process.terminate()
+                for process in workers_running:
+                    process.join(timeout=5)
+            elif pool is not None:
+                pool.shutdown(wait=True)  # no items at all, or already done
+        finally:
+            caller.restore_original_limits()  # idempotent: the limits it found, again
 
 
 def _result_or_stop(future, where: str):

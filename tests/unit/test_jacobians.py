@@ -9,7 +9,7 @@ from resdyn.jacobians.streaming import RunningMoments
 from resdyn.models.adapters import adapter_for
 from resdyn.models.adapters.base import LayerInputs
 
-from ..tiny_models import FAMILIES, random_tiny_model
+from ..tiny_models import FAMILIES, random_granite_model, random_tiny_model
 
 
 def _central_differences(function, x0, step=1e-5):
@@ -122,12 +122,16 @@ def test_row_function_equals_the_whole_sequence_function(family, extra, fresh_se
                 assert _relative(row(x1 + 0.1), whole(x0 + 0.1)) < 1e-13
 
 
-@pytest.mark.parametrize("family, extra", ROW_CASES, ids=[f"{f}-{'-'.join(e) or 'default'}" for f, e in ROW_CASES])
+RECORDING_CASES = [*ROW_CASES, ("granite", {})]
+
+
+@pytest.mark.parametrize("family, extra", RECORDING_CASES,
+                         ids=[f"{f}-{'-'.join(e) or 'default'}" for f, e in RECORDING_CASES])
 def test_the_pre_mlp_pass_records_the_keys_and_values_the_row_function_would_and_changes_nothing(family, extra,
                                                                                                  fresh_seed):
     """One attention pass of the whole sequence gives the pre-MLP residual (bit for bit the map without a cache)
     and the keys and values the row function holds fixed (bit for bit those of its own recording pass)."""
-    model = random_tiny_model(family, fresh_seed, **extra)
+    model = random_granite_model(fresh_seed) if family == "granite" else random_tiny_model(family, fresh_seed, **extra)
     adapter = adapter_for(model.config.model_type)
     generator = torch.Generator().manual_seed(fresh_seed)
     captured = adapter.capture_layer_inputs(model, torch.randint(0, 256, (3, 12), generator=generator))

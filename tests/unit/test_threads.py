@@ -46,29 +46,53 @@ def _nothing(item):
     return item
 
 
-def test_the_caller_gets_its_share_of_the_blas_threads_while_the_pool_runs_and_its_own_back_after():
+def _own_and_share(workers: int) -> tuple[int, int]:
+    """(a thread count for the caller that is not its share, its share beside ``workers`` workers)."""
+    share = max(1, usable_cores() // (workers + 1))  # the caller works beside the workers
+    return (2 if share != 2 else 3), share
+
+
+def test_the_caller_gets_its_share_of_the_blas_threads_while_the_pool_runs_and_its_own_for_the_last_result():
     import scipy.linalg  # noqa: F401 - the consumer's BLAS (the spectral stage's products through depth)
     from threadpoolctl import threadpool_limits
 
     workers = 2
-    share = max(1, usable_cores() // (workers + 1))  # the caller works beside the workers
-    own = 2 if share != 2 else 3  # a count the share is not, so that a limit that never came or stayed shows
+    own, share = _own_and_share(workers)  # distinct, so that a limit that never came or stayed shows
     with threadpool_limits(limits=own, user_api="blas"):
         before = _caller_blas_threads()
-        during = [_caller_blas_threads() for _ in ordered_parallel_map(_nothing, range(3), workers=workers)]
+        # zipped with a list of the same length, as the stages do: the generator is never asked past its last result
+        during = [_caller_blas_threads() for _, _ in zip(range(4), ordered_parallel_map(_nothing, range(4),
+                                                                                        workers=workers))]
         after = _caller_blas_threads()
     assert before and set(before.values()) == {own}, before
-    assert all(set(seen.values()) == {share} for seen in during), during
-    assert after == before, (before, after)
+    assert all(set(seen.values()) == {share} for seen in during[:-1]), during
+    assert during[-1] == before and after == before, (before, during[-1], after)  # no worker runs beside the last
 
 
 def test_an_abandoned_pool_gives_the_caller_its_threads_back():
     import scipy.linalg  # noqa: F401
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=3, user_api="blas"):
+    own, share = _own_and_share(2)
+    with threadpool_limits(limits=own, user_api="blas"):
         results = ordered_parallel_map(_nothing, range(10), workers=2)
         next(results)
-        assert set(_caller_blas_threads().values()) == {max(1, usable_cores() // 3)}
+        assert set(_caller_blas_threads().values()) == {share}
         results.close()  # the consumer stops early (a failure downstream, a stop)
-        assert set(_caller_blas_threads().values()) == {3}
+        assert set(_caller_blas_threads().values()) == {own}
+
+
+def _fails(item):
+    raise ValueError(f"item {item}")
+
+
+def test_a_failing_worker_gives_the_caller_its_threads_back():
+    import pytest
+    import scipy.linalg  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    own, _ = _own_and_share(2)
+    with threadpool_limits(limits=own, user_api="blas"):
+        with pytest.raises(ValueError, match="item 0"):
+            list(ordered_parallel_map(_fails, range(4), workers=2))
+        assert set(_caller_blas_threads().values()) == {own}

@@ -291,9 +291,9 @@ class FamilyAdapter:
 
     def pre_mlp(self, layer: nn.Module, inputs: LayerInputs) -> torch.Tensor:
         """The pre-MLP residual of every token (cached on ``inputs``). The same pass records every position's
-        keys and values (``inputs.context``) for :meth:`row_function`, which ran the whole sequence's attention
-        once more for them: the module returns the keys and values it computed from an empty
-        :class:`FixedContextCache`, so the output is the one without it."""
+        keys and values (``inputs.context``), so :meth:`row_function` need not run the whole sequence's attention
+        again for them; the module takes back from an empty :class:`FixedContextCache` the keys and values it
+        gave it, so the output is the one without a cache."""
         if inputs.pre_mlp is None:
             recorder = FixedContextCache()
             with torch.no_grad():

@@ -70,10 +70,10 @@ def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
              for index, layer, sublayer in order]
     progress = StageProgress(context, "transient dynamics", len(order))
     results = []  # consumed as they arrive, so each sublayer's line is logged when it is done
-    dynamics_rows, pseudo_rows, radii, norms = [], [], [], []
+    dynamics_rows, pseudo_rows, radii = [], [], []
 
     def analysed():
-        """Each J in depth order as the workers' results come back; its rows, rho(J) and ||J||_2 recorded first."""
+        """Each J in depth order as the workers' results come back; its rows and rho(J) recorded first."""
         for (index, layer, sublayer), result in zip(order, ordered_parallel_map(transient_of_matrix, tasks,
                                                                                 workers=workers)):
             results.append(result)
@@ -93,15 +93,15 @@ def _analyse(context, settings, outputs, jacobians, schur_forms, layer_metrics):
             progress.done(f"depth {key['depth']}, {sublayer}")
             interrupts.check(f"transient_analysis of {context.partition_key}")
             radii.append(result.spectral_radius)
-            norms.append(metrics[layer, sublayer]["sigma_max"])
             yield jacobians.matrix(index)
 
     # The windows' products are taken here while the workers analyse the next sublayers (this process only waited
     # then; the products took ~10 s after them per SmolLM2 partition). transient_growth zips the matrices with
-    # the radii and norms and asks for each matrix first, so the lists already hold that depth's entries; no
-    # matrix is kept here (transient_growth holds its window's).
+    # the radii and asks for each matrix first, so the list already holds that depth's radius; no matrix is kept
+    # here (transient_growth holds its window's).
     with contextlib.closing(analysed()) as matrices:  # on a failure the pool stops now, not when collected
-        growth = list(transient_growth(matrices, iter(radii), spectral_norms=iter(norms)))
+        growth = list(transient_growth(matrices, iter(radii), spectral_norms=[
+            metrics[layer, sublayer]["sigma_max"] for _, layer, sublayer in order]))
     context.log.info(f"{context.partition_key}: transient growth over {len(order)} sublayers done, "
                      f"{progress.seconds():.0f} s")
     tables = {

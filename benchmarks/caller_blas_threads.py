@@ -26,19 +26,20 @@ import numpy as np
 import pyarrow.parquet as pq
 from threadpoolctl import threadpool_limits
 
+from resdyn.assets.spectra import SURGERY_ALPHAS
 from resdyn.dagster_project.asset_layer import ordered_parallel_map
+from resdyn.dagster_project.store.matrices import matrix_of
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
 from resdyn.threads import usable_cores
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "caller_blas_threads.json"
-SURGERY_ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)  # assets/spectra.py's
 
 
 def _matrices(jacobians: str | None, width: int, count: int) -> list[np.ndarray]:
     if jacobians:
         parquet = pq.ParquetFile(jacobians)
-        return [np.stack(parquet.read_row_group(index, columns=["values"]).column("values").to_numpy(
-            zero_copy_only=False)) for index in range(min(count, parquet.num_row_groups))]
+        return [matrix_of(parquet.read_row_group(index, columns=["row", "values"]))
+                for index in range(min(count, parquet.num_row_groups))]
     rng = np.random.default_rng(0)
     return [np.eye(width) + rng.standard_normal((width, width)) / (2 * np.sqrt(width)) for _ in range(count)]
 

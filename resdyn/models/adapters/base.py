@@ -291,15 +291,13 @@ class FamilyAdapter:
 
     def pre_mlp(self, layer: nn.Module, inputs: LayerInputs) -> torch.Tensor:
         """The pre-MLP residual of every token (cached on ``inputs``). The same pass records every position's
-        keys and values (``inputs.context``), so :meth:`row_function` need not run the whole sequence's attention
-        again for them; the module takes back from an empty :class:`FixedContextCache` the keys and values it
+        keys and values (``inputs.context``), which :meth:`row_function` holds fixed: one whole-sequence attention
+        pass serves both. The module takes back from the empty :class:`FixedContextCache` the keys and values it
         gave it, so the output is the one without a cache."""
         if inputs.pre_mlp is None:
-            recorder = FixedContextCache()
+            inputs.context = FixedContextCache()
             with torch.no_grad():
-                inputs.pre_mlp = self.attention_map(layer, inputs.hidden, {**inputs.arguments, "cache": recorder})
-            if inputs.context is None:
-                inputs.context = recorder
+                inputs.pre_mlp = self.attention_map(layer, inputs.hidden, {**inputs.arguments, "cache": inputs.context})
         return inputs.pre_mlp
 
     def positional_function(
@@ -346,10 +344,7 @@ class FamilyAdapter:
         if sublayer != "attn":
             return self.positional_function(layer, inputs, sublayer, position)
         if inputs.context is None:
-            recorder = FixedContextCache()
-            with torch.no_grad():
-                self.attention_map(layer, inputs.hidden, {**inputs.arguments, "cache": recorder})
-            inputs.context = recorder
+            self.pre_mlp(layer, inputs)  # its one whole-sequence pass records the keys and values
         keys, values = inputs.context.keys, inputs.context.values  # None: the layer reuses another's (Gemma 4)
         batch, length, _ = inputs.hidden.shape
         arguments = row_arguments(inputs.arguments, position, layer.self_attn, batch, length, inputs.hidden.dtype,

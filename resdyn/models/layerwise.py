@@ -270,11 +270,14 @@ class LayerwiseModel:
         return PreparedBatch(input_ids, hidden, arguments)
 
     @torch.no_grad()
-    def advance(self, layer: nn.Module, batch: PreparedBatch, index: int) -> None:
-        """Replace the batch's residual by decoder layer ``index``'s output (the HF layer's own forward,
-        which also fills Gemma 4's shared-KV storage for the layers that reuse it)."""
-        output = layer(batch.hidden, **batch.arguments[index])
-        batch.hidden = output[0] if isinstance(output, tuple) else output
+    def advance(self, layer: nn.Module, batch: PreparedBatch, index: int, output: torch.Tensor | None = None) -> None:
+        """Replace the batch's residual by decoder layer ``index``'s output: ``output`` where the caller has it
+        already (FamilyAdapter.layer_output), else the HF layer's own forward (which also fills Gemma 4's
+        shared-KV storage for the layers that reuse it)."""
+        if output is None:
+            output = layer(batch.hidden, **batch.arguments[index])
+            output = output[0] if isinstance(output, tuple) else output
+        batch.hidden = output
         batch.arguments[index] = {}  # this layer's masks and per-layer inputs are no longer needed
 
 

@@ -150,6 +150,25 @@ def test_the_pre_mlp_pass_records_the_keys_and_values_the_row_function_would_and
             assert torch.equal(row(x1 + 0.1), row_alone(x0 + 0.1)), family
 
 
+@pytest.mark.parametrize("family, extra", RECORDING_CASES,
+                         ids=[f"{f}-{'-'.join(e) or 'default'}" for f, e in RECORDING_CASES])
+def test_the_layer_output_from_the_pre_mlp_residual_is_the_layers_own_forward_bit_for_bit(family, extra, fresh_seed):
+    """The layer-major driver advances the residual stream by mlp_map(pre_mlp(h)) instead of the layer's forward
+    (which would run the attention again): the HF layer's own output, captured by a hook, bit for bit; None for
+    Gemma 4, whose forward also stores keys and values for later layers."""
+    model = random_granite_model(fresh_seed) if family == "granite" else random_tiny_model(family, fresh_seed, **extra)
+    adapter = adapter_for(model.config.model_type)
+    generator = torch.Generator().manual_seed(fresh_seed)
+    captured = adapter.capture_layer_inputs(model, torch.randint(0, 256, (3, 12), generator=generator))
+    for layer, inputs in zip(adapter.decoder_layers(model), captured):
+        output = adapter.layer_output(layer, inputs)
+        if family == "gemma4":
+            assert output is None
+            continue
+        assert output is not None and torch.equal(output, inputs.output), family
+        assert output.data_ptr() != inputs.pre_mlp.data_ptr()  # a new tensor: the pre-MLP residual may be freed
+
+
 @pytest.mark.parametrize("sublayer", ["attn", "mlp"])
 def test_chunked_vmap_equals_one_chunk_and_the_chunk_bound_sees_attention_width(sublayer, fresh_seed, monkeypatch):
     """The per-sample path in chunks of cotangents (as at paper scale) equals one chunk to rounding; the

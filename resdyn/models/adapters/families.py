@@ -97,6 +97,9 @@ class Gemma4Adapter(Gemma3Adapter):
 
     families = ("gemma4", "gemma4_text")
     per_token_arguments = ("per_layer_input",)
+    # a layer that stores keys and values for later layers does so in its own forward; the maps write into a
+    # private copy (attention_output), so only the forward fills the model's storage
+    forward_is_the_two_maps = False
     conventions = {
         **FamilyAdapter.conventions,
         "per_layer_input": "computed from the token embeddings (h_0) before layer 0 and held fixed by every map; "

@@ -120,21 +120,47 @@ def coupling_test(amplification: np.ndarray, is_boundary: np.ndarray, degree: np
                               undefined_reason(n_boundary, n_interior))
     u, effect, p_value = rank_biserial(amplification[is_boundary], amplification[~is_boundary])
     strata = degree_strata(np.asarray(degree)[finite]) if degree is not None else np.zeros(len(amplification), int)
-    ranks = scipy.stats.rankdata(amplification)
-    rng = np.random.default_rng(seed)
-    labels = is_boundary.copy()
-    extreme = 0
     # effect from rank sums: U_b = R_b - n_b (n_b + 1) / 2, so permuting labels needs no re-ranking
-    scale = 2.0 / (n_boundary * n_interior)
-    offset = n_boundary * (n_boundary + 1) / 2
-    groups = [np.flatnonzero(strata == s) for s in np.unique(strata)]
-    for _ in range(n_permutations):
-        for members in groups:
-            labels[members] = rng.permutation(labels[members])
-        permuted = scale * (ranks[labels].sum() - offset) - 1.0
-        extreme += abs(permuted) >= abs(effect) - 1e-12
-        labels[:] = is_boundary
+    boundary_rank_sums = _permuted_rank_sums(scipy.stats.rankdata(amplification), is_boundary, strata,
+                                             n_permutations, np.random.default_rng(seed))
+    permuted = 2.0 / (n_boundary * n_interior) * (boundary_rank_sums - n_boundary * (n_boundary + 1) / 2) - 1.0
+    extreme = int(np.sum(np.abs(permuted) >= abs(effect) - 1e-12))
     return CouplingResult(n_boundary, n_interior, u, effect, p_value, (1 + extreme) / (1 + n_permutations))
+
+
+def coupling_test_of(task: tuple) -> CouplingResult:
+    """:func:`coupling_test` of one (amplification, is_boundary, degree, n_permutations, seed) tuple: the unit a
+    process pool maps over the sublayers (each test has its own seed, so the order of the work changes nothing)."""
+    amplification, is_boundary, degree, n_permutations, seed = task
+    return coupling_test(amplification, is_boundary, degree, n_permutations=n_permutations, seed=seed)
+
+
+PERMUTATION_CHUNK = 2048  # permutations drawn at once: (chunk, units) indices in memory
+
+
+def _permuted_rank_sums(ranks: np.ndarray, is_boundary: np.ndarray, strata: np.ndarray, n_permutations: int,
+                        rng: np.random.Generator) -> np.ndarray:
+    """The boundary group's rank sum after each of ``n_permutations`` shuffles of the labels within every stratum.
+
+    The draws are made in the order they always were (per permutation, stratum by stratum, one Fisher-Yates
+    shuffle of the stratum's labels: ``rng.shuffle`` of its positions consumes the generator exactly as
+    ``rng.permutation`` of its labels did), so a seed gives the same p as before; only the sums are vectorised.
+    Ranks are multiples of 1/2, so every sum is exact in float64 whatever the order of summation."""
+    members = [np.flatnonzero(strata == stratum) for stratum in np.unique(strata)]
+    labels = [is_boundary[m].astype(np.float64) for m in members]
+    stratum_ranks = [ranks[m] for m in members]
+    sums = np.empty(n_permutations)
+    for start in range(0, n_permutations, PERMUTATION_CHUNK):
+        count = min(PERMUTATION_CHUNK, n_permutations - start)
+        orders = [np.tile(np.arange(len(m)), (count, 1)) for m in members]
+        shuffle = rng.shuffle
+        for row in range(count):
+            for order in orders:
+                shuffle(order[row])
+        # the permuted labels of stratum s are labels[s][order]: their rank sum is that 0/1 matrix times its ranks
+        sums[start:start + count] = sum(stratum_labels[order] @ r for stratum_labels, order, r
+                                        in zip(labels, orders, stratum_ranks))
+    return sums
 
 
 def false_discovery(p_values, method: str = "bh") -> np.ndarray:

@@ -26,6 +26,7 @@ its (documented, three-part) format.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -34,6 +35,7 @@ import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -94,6 +96,33 @@ def _reader(path: Path):
         raise GGUFError(f"{path} is not a readable GGUF file ({type(error).__name__}: "
                         f"{str(error).splitlines()[0] if str(error) else 'no detail'}): it is truncated or corrupt; "
                         "download it again (compare its sha256 with the publisher's)") from None
+
+
+@contextmanager
+def _read_once(reader, path: Path):
+    """For the length of one import, the ``gguf`` package's reader of ``path`` is ``reader`` and its tensor name
+    maps are built once per (architecture, layers).
+
+    Why: transformers parses the file's metadata anew in each call that takes the file (``load_gguf_checkpoint``
+    for the config, the tokenizer's ``from_pretrained``), 1.9 s a time for SmolLM2's 49,152-token vocabulary, and
+    ``get_gguf_hf_weights_map`` rebuilds gguf's ``TensorNameMap`` for every module of the model it recurses into
+    (397 for SmolLM2, 4.3 s); no API takes a reader or a name map. Both import their ``gguf`` names at call time,
+    so those names answer here, and are restored on the way out. A reader of another file, or with other
+    arguments, is built as before."""
+    import gguf
+
+    original_reader, original_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    def reader_of(file, *arguments, **keywords):
+        if not arguments and not keywords and Path(file).resolve() == path:
+            return reader
+        return original_reader(file, *arguments, **keywords)
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader_of, functools.lru_cache(maxsize=None)(original_name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
 
 
 def _field(reader, key: str, default=None):
@@ -233,9 +262,10 @@ def import_gguf(path: str | os.PathLike, destination: str | os.PathLike, *,
         elif existing is not None:
             progress(f"{path.name}: imported by importer version {existing.importer_version}, now {IMPORTER_VERSION}: "
                      "importing it again")
-        plan = _plan(reader, description)
-        with replacing(destination) as staging:
-            return _write(plan, staging, progress, shard_bytes)
+        with _read_once(reader, path):
+            plan = _plan(reader, description)
+            with replacing(destination) as staging:
+                return _write(plan, staging, progress, shard_bytes)
 
 
 @dataclass
@@ -256,16 +286,20 @@ def check_importable(path: str | os.PathLike) -> GGUFDescription:
     """:func:`describe_gguf` plus everything an import checks before decoding a tensor (the config transformers
     reads from the metadata, the GGUF -> HF name of every tensor, shapes, missing tensors): what the CLI runs
     before it registers a file, so that a file it cannot import registers nothing."""
-    reader, description = _open(Path(path).resolve())
-    _plan(reader, description)
+    path = Path(path).resolve()
+    reader, description = _open(path)
+    with _read_once(reader, path):
+        _plan(reader, description)
     return description
 
 
 def hf_tensor_types(path: str | os.PathLike) -> tuple[GGUFDescription, dict[str, str]]:
     """The file's description and the GGML type of each tensor an import writes, under its Hugging Face name (the
     names as :func:`import_gguf` maps them)."""
-    reader, description = _open(Path(path).resolve())
-    plan = _plan(reader, description)
+    path = Path(path).resolve()
+    reader, description = _open(path)
+    with _read_once(reader, path):
+        plan = _plan(reader, description)
     return description, {hf_name: tensor.tensor_type.name for tensor, hf_name, _ in plan.tensors}
 
 

@@ -38,12 +38,23 @@ def _weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_import_equals_the_source_weights_and_transformers_gguf_loading(tmp_path, family, fresh_seed):
+def test_import_equals_the_source_weights_and_transformers_gguf_loading(tmp_path, family, fresh_seed, monkeypatch):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     model = random_model(family, fresh_seed)
     path = write_gguf(model, tmp_path / "model.gguf", quantize=QUANTIZED)
+    built = []
+
+    class CountedReader(gguf.GGUFReader):
+        def __init__(self, *arguments, **keywords):
+            built.append(arguments)
+            super().__init__(*arguments, **keywords)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountedReader)
     record = import_gguf(path, tmp_path / "imported")
+    # the file's metadata parsed once (transformers' config and tokenizer readings get that reader), and gguf's
+    # own names given back afterwards
+    assert len(built) == 1 and gguf.GGUFReader is CountedReader
     n_tensors = len(gguf.GGUFReader(path).tensors)
     assert record.quantization == {"Q8_0": 2 * 2 + 1, "F32": n_tensors - 5}  # q and up of 2 layers, the embedding
     assert record.sha256 == describe_gguf(path).sha256 and record.tied_embeddings

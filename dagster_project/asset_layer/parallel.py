@@ -14,6 +14,7 @@ its threads spun against the workers', and the spectral stage's work on 30 SmolL
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -84,3 +85,98 @@ def _result_or_stop(future, where: str):
             return future.result(timeout=0.5)
         except FuturesTimeout:
             continue
+
+
+class ChainWorkers:
+    """Chains of work carried through depth, each by a spawned process that keeps its state between steps.
+
+    ``factories`` is a list of (callable, arguments): worker i builds ``state = callable(*arguments)`` once, then
+    for every step :meth:`send` starts runs ``state.push(*inputs)`` and sends the result back; :meth:`receive`
+    gives the oldest step's results. Inputs go through a queue (pickled by a feeder thread), so a consumer can
+    start the next step before it takes the last one's results and no worker waits for it between steps. A
+    cumulative product through depth is one such chain; chains that share nothing run side by side on the cores a
+    single consumer left idle (the spectral stage's Schur surgery: docs/performance.md). Each worker has
+    ``threads`` BLAS threads. A stop (:mod:`.interrupts`) is checked while results are awaited; a failure in a
+    worker is raised here with its traceback; leaving the ``with`` block ends every worker (terminated when the
+    block ends early)."""
+
+    def __init__(self, factories: list[tuple[Callable, tuple]], *, threads: int, where: str) -> None:
+        self.factories, self.threads, self.where = factories, threads, where
+        self.inputs, self.connections, self.processes = [], [], []
+        self.outstanding = 0  # steps sent whose results have not been received
+
+    def __enter__(self) -> ChainWorkers:
+        context = multiprocessing.get_context("spawn")
+        try:
+            for factory, arguments in self.factories:
+                inputs, (ours, theirs) = context.Queue(), context.Pipe(duplex=False)
+                process = context.Process(target=_chain_worker, args=(inputs, theirs, factory, arguments,
+                                                                      self.threads), daemon=True)
+                process.start()
+                theirs.close()
+                self.inputs.append(inputs)
+                self.connections.append(ours)
+                self.processes.append(process)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def send(self, *inputs) -> None:
+        """Start every chain's next step on ``inputs`` (:meth:`receive` gives the results, oldest step first)."""
+        for queue in self.inputs:
+            queue.put(inputs)
+        self.outstanding += 1
+
+    def receive(self) -> list:
+        """The results of the oldest step :meth:`send` started and :meth:`receive` has not given, in the order of
+        ``factories``."""
+        if not self.outstanding:
+            raise RuntimeError("receive() without a step sent")
+        results = []
+        for connection, process in zip(self.connections, self.processes):
+            while not connection.poll(0.5):
+                interrupts.check(self.where)
+                if not process.is_alive():
+                    raise RuntimeError(f"a worker of {self.where} ended without a result (exit code "
+                                       f"{process.exitcode}); see the log above")
+            status, value = connection.recv()
+            if status == "error":
+                raise RuntimeError(f"a worker of {self.where} failed:\n{value}")
+            results.append(value)
+        self.outstanding -= 1
+        return results
+
+    def __exit__(self, kind, value, traceback) -> None:
+        for queue, process in zip(self.inputs, self.processes):
+            if kind is None:
+                queue.put(None)  # done: the worker returns
+            else:
+                process.terminate()  # stopped or failed: what a worker still computes is not worth its wait
+        for process in self.processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=5)
+        for queue in self.inputs:
+            queue.close()
+            queue.cancel_join_thread()  # a terminated worker reads nothing more: the feeder must not wait for it
+        for connection in self.connections:
+            connection.close()
+
+
+def _chain_worker(inputs, connection, factory: Callable, arguments: tuple, threads: int) -> None:
+    import signal
+    import traceback
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer stops the run (interrupts); it ends this worker
+    limit_blas_threads(threads)
+    try:
+        state = factory(*arguments)
+        while (step := inputs.get()) is not None:
+            connection.send(("ok", state.push(*step)))
+    except BaseException:
+        try:
+            connection.send(("error", traceback.format_exc()))
+        except OSError:  # the consumer is gone
+            pass

@@ -1,0 +1,92 @@
+"""Chains through depth in worker processes that keep their state: the same results as in this process, a
+worker's failure raised here, and no worker left behind."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from resdyn.dagster_project.asset_layer.parallel import ChainWorkers
+from resdyn.depth import SchurSurgery
+
+
+class _RunningProduct:
+    """A state of the kind ChainWorkers carries: P <- M P, and what the step saw (its BLAS threads)."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale, self.product = scale, None
+
+    def push(self, matrix: np.ndarray):
+        from threadpoolctl import threadpool_info
+
+        matrix = self.scale * matrix
+        self.product = matrix if self.product is None else matrix @ self.product
+        threads = {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+        return scipy.linalg.svdvals(self.product), threads
+
+
+class _FailsAtStep:
+    def __init__(self, step: int) -> None:
+        self.step, self.count = step, 0
+
+    def push(self, _):
+        self.count += 1
+        if self.count == self.step:
+            raise ValueError(f"step {self.step} fails")
+        return self.count
+
+
+def test_chains_in_workers_give_what_the_same_states_give_here_one_step_ahead(fresh_seed):
+    rng = np.random.default_rng(fresh_seed)
+    matrices = [rng.normal(size=(40, 40)) / 6 for _ in range(5)]
+    scales = (1.0, 0.5, 2.0)
+    here = [_RunningProduct(scale) for scale in scales]
+    expected = [[state.push(m)[0] for state in here] for m in matrices]
+    received = []
+    with ChainWorkers([(_RunningProduct, (scale,)) for scale in scales], threads=1, where="a test") as chains:
+        for matrix in matrices:
+            chains.send(matrix)
+            if chains.outstanding > 1:  # one step ahead, as the spectral stage sends them
+                received.append(chains.receive())
+        while chains.outstanding:
+            received.append(chains.receive())
+        processes = list(chains.processes)
+    assert len(received) == len(matrices)
+    for step, results in zip(expected, received):
+        for value, (singular_values, threads) in zip(step, results):
+            np.testing.assert_array_equal(singular_values, value)  # the same operations on one thread: the same bits
+            assert threads == {1}
+    assert not any(process.is_alive() for process in processes)
+
+
+def test_a_failing_chain_raises_its_error_here_and_no_worker_is_left():
+    with pytest.raises(RuntimeError, match="ValueError: step 2 fails"):
+        with ChainWorkers([(_FailsAtStep, (2,)), (_FailsAtStep, (9,))], threads=1, where="a test") as chains:
+            processes = list(chains.processes)
+            for _ in range(3):
+                chains.send(None)
+                chains.receive()
+    assert not any(process.is_alive() for process in processes)
+    with pytest.raises(RuntimeError, match="without a step sent"):
+        with ChainWorkers([(_FailsAtStep, (9,))], threads=1, where="a test") as chains:
+            chains.receive()
+
+
+def test_the_spectral_stage_surgery_in_workers_equals_one_schur_surgery_bit_for_bit(fresh_seed):
+    """One worker per normal part, rows reassembled in the order of one SchurSurgery: the same numbers."""
+    from threadpoolctl import threadpool_limits
+
+    from resdyn.assets.spectra import SURGERY_ALPHAS, _SurgeryChains
+    from resdyn.spectra import analyse_sublayer
+
+    rng = np.random.default_rng(fresh_seed)
+    spectra = [analyse_sublayer(np.eye(30) + rng.normal(size=(30, 30)) / 8) for _ in range(4)]
+    with threadpool_limits(limits=1, user_api="blas"):  # the workers' one thread, here too
+        serial = SchurSurgery(SURGERY_ALPHAS)
+        expected = [row for spectrum in spectra for row in serial.push(spectrum.schur_form, spectrum.schur_basis)]
+    rows = []
+    with _SurgeryChains(workers=2, where="a test") as chains:
+        for spectrum in spectra:
+            chains.send(spectrum.schur_form, spectrum.schur_basis)
+        while chains.outstanding:
+            rows += chains.receive()
+    assert rows == expected

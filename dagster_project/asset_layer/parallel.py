@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from itertools import islice
+from queue import Empty
 
 from threadpoolctl import threadpool_limits
 
@@ -171,9 +172,18 @@ def _chain_worker(inputs, connection, factory: Callable, arguments: tuple, threa
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer stops the run (interrupts); it ends this worker
     limit_blas_threads(threads)
+    parent = multiprocessing.parent_process()
     try:
         state = factory(*arguments)
-        while (step := inputs.get()) is not None:
+        while True:
+            try:
+                step = inputs.get(timeout=1.0)
+            except Empty:  # the queue's write end is ours too, so a consumer killed outright sends no EOF
+                if parent is not None and not parent.is_alive():
+                    return
+                continue
+            if step is None:
+                return
             connection.send(("ok", state.push(*step)))
     except BaseException:
         try:

@@ -136,7 +136,27 @@ def _redesign(results: dict) -> list[str]:
     conditions = [f"- `{run['target']}` ({run['commits']['after']}): {run['conditions']}"
                   for run in runs if run.get("conditions")]
     return [*lines, "", *sorted(notes), *([""] + columns if columns else []), *([""] + explained if explained else []),
-            *([""] + conditions if conditions else [])]
+            *([""] + conditions if conditions else []), *_redesign_steps(runs)]
+
+
+def _redesign_steps(runs: list[dict]) -> list[str]:
+    """Per run with step seconds (--summary): each step's seconds in the first round of each tree, side by side."""
+    lines = []
+    for run in runs:
+        steps = run.get("step_seconds")
+        if not steps or not steps.get("before") or not steps.get("after"):
+            continue
+        before, after = steps["before"][0], steps["after"][0]
+        for partition in sorted(set(before) | set(after)):
+            old, new = before.get(partition, {}), after.get(partition, {})
+            lines += ["", f"Steps of `{partition}`, {run['commits']['before']} -> {run['commits']['after']} "
+                          "(seconds, steps of at least 1 s):", "",
+                      "| step | before (s) | after (s) | after / before |", "|---|---|---|---|"]
+            for step in sorted(set(old) | set(new), key=lambda name: -max(old.get(name, 0), new.get(name, 0))):
+                ratio = new[step] / old[step] if step in old and step in new and old[step] else None
+                lines.append(f"| {step} | {_cell(old.get(step))} | {_cell(new.get(step))} | "
+                             f"{_cell(round(ratio, 3) if ratio is not None else None)} |")
+    return lines
 
 
 def _paper_scale(results: dict) -> list[str]:

@@ -90,3 +90,47 @@ def test_the_spectral_stage_surgery_in_workers_equals_one_schur_surgery_bit_for_
         while chains.outstanding:
             rows += chains.receive()
     assert rows == expected
+
+
+def test_workers_end_when_their_consumer_is_killed_outright(tmp_path):
+    """SIGKILL of the consumer runs no cleanup: each worker sees its parent gone and returns."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "consumer.py"
+    script.write_text(
+        "import time\n"
+        "from resdyn.dagster_project.asset_layer.parallel import ChainWorkers\n"
+        "from resdyn.depth import CumulativeProduct\n"
+        "if __name__ == '__main__':\n"
+        "    with ChainWorkers([(CumulativeProduct, ()), (CumulativeProduct, ())], threads=1, where='x') as chains:\n"
+        "        print(*(process.pid for process in chains.processes), flush=True)\n"
+        "        time.sleep(600)\n")
+    consumer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(pid) for pid in consumer.stdout.readline().split()]
+        assert len(workers) == 2
+        consumer.send_signal(signal.SIGKILL)
+        consumer.wait(timeout=30)
+
+        def running(pid: int) -> bool:  # a zombie nobody reaped has ended
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except FileNotFoundError:
+                return False
+
+        deadline = time.time() + 60  # they poll their parent each second; the bound only rules out a hang
+        while any(running(pid) for pid in workers) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(running(pid) for pid in workers)
+    finally:
+        consumer.kill()
+        for pid in workers if "workers" in locals() else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -86,8 +86,9 @@ class _SurgeryChains:
     per normal part (SCHUR_ORDERINGS) in a ChainWorkers process of its own. The products of one normal part share
     nothing with another's, and carried here they were 0.96 s of single-threaded work per SmolLM2 sublayer while
     the Schur forms took 0.17 s in the pool: the stage waited on this process. Rows come back in the one
-    SchurSurgery's order (SCHUR_ORDERINGS, then alphas), the same numbers (each chain the same operations, on one
-    BLAS thread either way)."""
+    SchurSurgery's order (SCHUR_ORDERINGS, then alphas). Each chain does the same operations either way; the numbers
+    are the same where the BLAS thread count is (one thread on a 2-core machine, here and in the workers; another
+    count may move the last digits, as the thread count of any BLAS product does)."""
 
     def __init__(self, workers: int, where: str) -> None:
         self.surgery = SchurSurgery(SURGERY_ALPHAS) if workers <= 1 else None

@@ -141,7 +141,12 @@ class ChainWorkers:
                 if not process.is_alive():
                     raise RuntimeError(f"a worker of {self.where} ended without a result (exit code "
                                        f"{process.exitcode}); see the log above")
-            status, value = connection.recv()
+            try:
+                status, value = connection.recv()
+            except (EOFError, OSError):  # killed outright (out of memory, a signal): its end of the pipe closed
+                process.join(timeout=5)
+                raise RuntimeError(f"a worker of {self.where} ended without a result (exit code "
+                                   f"{process.exitcode})") from None
             if status == "error":
                 raise RuntimeError(f"a worker of {self.where} failed:\n{value}")
             results.append(value)
@@ -149,6 +154,8 @@ class ChainWorkers:
         return results
 
     def __exit__(self, kind, value, traceback) -> None:
+        if self.outstanding:  # left with steps not received: their results are not worth the workers' time
+            kind = kind or RuntimeError
         for queue, process in zip(self.inputs, self.processes):
             if kind is None:
                 queue.put(None)  # done: the worker returns

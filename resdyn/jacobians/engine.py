@@ -168,7 +168,7 @@ def analyse_layer(
     for batch_number, (batch, inputs) in enumerate(batches):
         positions = list(batch[0].positions)
         index.extend((sample.sample_id, t) for sample in batch for t in positions)
-        with clock("activations"):
+        with clock("activations"), float64_casts(inputs.hidden.dtype):  # the pre-MLP residual is the layer's output
             for boundary in BOUNDARIES:
                 residual = adapter.sublayer_input(inputs, layer, boundary)[:, positions]
                 activations[boundary].append(residual.to(torch.float32).cpu().numpy().reshape(-1, d_model))

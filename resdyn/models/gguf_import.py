@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 import tracemalloc
 from collections import Counter
@@ -111,18 +112,22 @@ def _read_once(reader, path: Path):
     arguments, is built as before."""
     import gguf
 
-    original_reader, original_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with _GGUF_NAMES:  # one import at a time swaps them (threads of one process), so each puts back the real ones
+        original_reader, original_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
 
-    def reader_of(file, *arguments, **keywords):
-        if not arguments and not keywords and Path(file).resolve() == path:
-            return reader
-        return original_reader(file, *arguments, **keywords)
+        def reader_of(file, *arguments, **keywords):
+            if not arguments and not keywords and Path(file).resolve() == path:
+                return reader
+            return original_reader(file, *arguments, **keywords)
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader_of, functools.lru_cache(maxsize=None)(original_name_map)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_of, functools.lru_cache(maxsize=None)(original_name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
+
+
+_GGUF_NAMES = threading.RLock()
 
 
 def _field(reader, key: str, default=None):

@@ -71,6 +71,21 @@ def test_a_failing_chain_raises_its_error_here_and_no_worker_is_left():
             chains.receive()
 
 
+class _KilledAtStep:
+    def push(self, _):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+
+
+def test_a_worker_killed_outright_is_named_with_its_exit_code_not_an_eof():
+    with pytest.raises(RuntimeError, match=r"ended without a result \(exit code -9\)"):
+        with ChainWorkers([(_KilledAtStep, ())], threads=1, where="a test") as chains:
+            chains.send(None)
+            chains.receive()
+
+
 def test_the_spectral_stage_surgery_in_workers_equals_one_schur_surgery_bit_for_bit(fresh_seed):
     """One worker per normal part, rows reassembled in the order of one SchurSurgery: the same numbers."""
     from threadpoolctl import threadpool_limits

@@ -51,13 +51,14 @@ def test_an_empty_group_makes_the_test_undefined_not_insignificant():
     np.testing.assert_allclose(q[[0, 2, 3]], scipy.stats.false_discovery_control([0.01, 0.04, 0.03]), rtol=1e-12)
 
 
-def _stratified_permutation_p(amplification, is_boundary, degree, n_permutations, seed):
-    """The degree-stratified permutation p by its definition, one permutation at a time: within every degree bin
-    the labels shuffled by rng.permutation, the rank-biserial effect recomputed by scipy's Mann-Whitney U."""
+def _stratified_permutations(amplification, is_boundary, degree, n_permutations, seed):
+    """(p, boundary rank sum of each permutation) by the definition, one permutation at a time: within every degree
+    bin the labels shuffled by rng.permutation, the rank-biserial effect recomputed by scipy's Mann-Whitney U."""
     rng = np.random.default_rng(seed)
     strata = coupling.degree_strata(degree)
+    ranks = scipy.stats.rankdata(amplification)
     _, effect, _ = coupling.rank_biserial(amplification[is_boundary], amplification[~is_boundary])
-    extreme = 0
+    extreme, sums = 0, []
     for _ in range(n_permutations):
         labels = is_boundary.copy()
         for stratum in np.unique(strata):
@@ -65,12 +66,13 @@ def _stratified_permutation_p(amplification, is_boundary, degree, n_permutations
             labels[members] = rng.permutation(is_boundary[members])
         _, permuted, _ = coupling.rank_biserial(amplification[labels], amplification[~labels])
         extreme += abs(permuted) >= abs(effect) - 1e-12
-    return (1 + extreme) / (1 + n_permutations)
+        sums.append(ranks[labels].sum())
+    return (1 + extreme) / (1 + n_permutations), np.array(sums)
 
 
 def test_the_permutation_p_is_the_one_of_its_definition_draw_for_draw(fresh_seed, monkeypatch):
     """The vectorised rank sums (in chunks) make the same draws as shuffling each stratum's labels permutation by
-    permutation: the same seed gives the same p exactly, ties and a chunk boundary included."""
+    permutation: the same rank sum in every permutation and the same p, ties and a chunk boundary included."""
     rng = np.random.default_rng(fresh_seed)
     monkeypatch.setattr(coupling, "PERMUTATION_CHUNK", 37)  # 150 permutations: four full chunks and a partial one
     for n_units in (23, 90):
@@ -78,8 +80,12 @@ def test_the_permutation_p_is_the_one_of_its_definition_draw_for_draw(fresh_seed
         is_boundary = rng.random(n_units) < 0.3
         degree = rng.integers(1, 12, n_units).astype(float)
         seed = int(rng.integers(0, 2**31))
+        p, sums = _stratified_permutations(amplification, is_boundary, degree, 150, seed)
         result = coupling.coupling_test(amplification, is_boundary, degree, n_permutations=150, seed=seed)
-        assert result.p_permutation == _stratified_permutation_p(amplification, is_boundary, degree, 150, seed)
+        assert result.p_permutation == p
+        np.testing.assert_array_equal(coupling._permuted_rank_sums(
+            scipy.stats.rankdata(amplification), is_boundary, coupling.degree_strata(degree), 150,
+            np.random.default_rng(seed)), sums)
 
 
 def test_unit_amplification_columns(fresh_seed):

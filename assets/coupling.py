@@ -92,10 +92,10 @@ def _coupling_tests(context, settings, outputs, unit_amplification, communities,
     workers = (settings.workers or default_workers()) if settings.n_permutations * units_tested >= PARALLEL_MIN_DRAWS else 1
     for (layer, sublayer), result in zip(sublayers, ordered_parallel_map(coupling.coupling_test_of, tasks,
                                                                          workers=workers)):
-        boundary = STARTING_BOUNDARY[sublayer]
         progress.done(f"{layer}/{sublayer}")
         defined = result.defined
-        rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer), "boundary": boundary,
+        rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
+                     "boundary": STARTING_BOUNDARY[sublayer],
                      "n_boundary": result.n_boundary, "n_interior": result.n_interior,
                      "u_statistic": result.u_statistic if defined else None, "effect": result.effect if defined else None,
                      "p_value": result.p_value, "p_permutation": result.p_permutation,

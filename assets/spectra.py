@@ -81,47 +81,23 @@ def spectral_analysis(context, settings, outputs, jacobians: MatrixTable):
     yield from _analyse(context, settings, outputs, jacobians)
 
 
-class _SurgeryChains:
-    """The Schur surgery's chains through depth: one SchurSurgery in this process, or, with worker processes, one
-    per normal part (SCHUR_ORDERINGS) in a ChainWorkers process of its own. The products of one normal part share
-    nothing with another's, and carried here they were 0.96 s of single-threaded work per SmolLM2 sublayer while
-    the Schur forms took 0.17 s in the pool: the stage waited on this process. Rows come back in the one
-    SchurSurgery's order (SCHUR_ORDERINGS, then alphas). Each chain does the same operations either way; the numbers
-    are the same where the BLAS thread count is (one thread on a 2-core machine, here and in the workers; another
-    count may move the last digits, as the thread count of any BLAS product does)."""
+def _surgery_chains(workers: int, where: str) -> ChainWorkers:
+    """The Schur surgery's chains through depth, one SchurSurgery per normal part (SCHUR_ORDERINGS), each in a
+    worker process of its own when the stage has workers. The products of one normal part share nothing with
+    another's, and carried in the stage's own process they were 0.96 s of single-threaded work per SmolLM2
+    sublayer while the Schur forms took 0.17 s in the pool: the stage waited on that process. A step's rows, the
+    chains' concatenated (:func:`_surgery_rows`), are in the order of one SchurSurgery(SURGERY_ALPHAS)
+    (SCHUR_ORDERINGS, then alphas). Each chain does the same operations either way; the numbers are the same where
+    the BLAS thread count is (one thread on a 2-core machine, here and in the workers; another count may move the
+    last digits, as the thread count of any BLAS product does)."""
+    return ChainWorkers([(SchurSurgery, (SURGERY_ALPHAS, (ordering,))) for ordering in SCHUR_ORDERINGS],
+                        threads=threads_per_part(workers + len(SCHUR_ORDERINGS)), where=where,
+                        in_processes=workers > 1)
 
-    def __init__(self, workers: int, where: str) -> None:
-        self.surgery = SchurSurgery(SURGERY_ALPHAS) if workers <= 1 else None
-        self.chains = None if workers <= 1 else ChainWorkers(
-            [(SchurSurgery, (SURGERY_ALPHAS, (ordering,))) for ordering in SCHUR_ORDERINGS],
-            threads=threads_per_part(workers + len(SCHUR_ORDERINGS)), where=where)
-        self.pending = []
 
-    def __enter__(self):
-        if self.chains is not None:
-            self.chains.__enter__()
-        return self
-
-    def __exit__(self, *exception) -> None:
-        if self.chains is not None:
-            self.chains.__exit__(*exception)
-
-    def send(self, schur_form, schur_basis) -> None:
-        """Start the next depth's step (the chains take it while this process goes on)."""
-        if self.chains is not None:
-            self.chains.send(schur_form, schur_basis)
-        else:
-            self.pending.append(self.surgery.push(schur_form, schur_basis))
-
-    @property
-    def outstanding(self) -> int:
-        return self.chains.outstanding if self.chains is not None else len(self.pending)
-
-    def receive(self) -> list[dict]:
-        """The oldest step's rows."""
-        if self.chains is not None:
-            return [row for rows in self.chains.receive() for row in rows]
-        return self.pending.pop(0)
+def _surgery_rows(chains: ChainWorkers) -> list[dict]:
+    """The oldest depth's schur_surgery rows."""
+    return [row for rows in chains.receive() for row in rows]
 
 
 def _analyse(context, settings, outputs, jacobians):
@@ -133,7 +109,7 @@ def _analyse(context, settings, outputs, jacobians):
                for name in ("eigenvalues", "singular_values", "schur_forms", "cumulative_rank")}
     progress = StageProgress(context, "spectra", len(order))
     with writers["eigenvalues"], writers["singular_values"], writers["schur_forms"], writers["cumulative_rank"], \
-            _SurgeryChains(workers, f"the Schur surgery of {context.partition_key}") as surgery:
+            _surgery_chains(workers, f"the Schur surgery of {context.partition_key}") as surgery:
         results = ordered_parallel_map(analyse_matrix, [jacobians.reference(index) for index, _, _ in order],
                                        workers=workers)
         for (index, layer, sublayer), result in zip(order, results):
@@ -159,10 +135,10 @@ def _analyse(context, settings, outputs, jacobians):
                                                                        pa.array(singular))}))
             rank_rows.append(rank_summary(step))
             if surgery.outstanding > 1:  # the depth before: one step ahead, no chain waits for this process
-                surgery_rows += surgery.receive()
+                surgery_rows += _surgery_rows(surgery)
             del result
         while surgery.outstanding:
-            surgery_rows += surgery.receive()
+            surgery_rows += _surgery_rows(surgery)
     tables = {
         "layer_metrics": rows_table("layer_metrics", metric_rows),
         "schur_surgery": rows_table("schur_surgery", surgery_rows),

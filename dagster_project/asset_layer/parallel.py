@@ -91,22 +91,29 @@ def _result_or_stop(future, where: str):
 class ChainWorkers:
     """Chains of work carried through depth, each by a spawned process that keeps its state between steps.
 
-    ``factories`` is a list of (callable, arguments): worker i builds ``state = callable(*arguments)`` once, then
-    for every step :meth:`send` starts runs ``state.push(*inputs)`` and sends the result back; :meth:`receive`
-    gives the oldest step's results. Inputs go through a queue (pickled by a feeder thread), so a consumer can
-    start the next step before it takes the last one's results and no worker waits for it between steps. A
+    ``factories`` is a list of (callable, arguments): chain i builds ``state = callable(*arguments)`` once, then
+    for every step :meth:`send` starts it runs ``state.push(*inputs)``; :meth:`receive` gives the oldest step's
+    results, in the order of ``factories``. Inputs go through a queue (pickled by a feeder thread), so a consumer
+    can start the next step before it takes the last one's results and no worker waits for it between steps. A
     cumulative product through depth is one such chain; chains that share nothing run side by side on the cores a
     single consumer left idle (the spectral stage's Schur surgery: docs/performance.md). Each worker has
     ``threads`` BLAS threads. A stop (:mod:`.interrupts`) is checked while results are awaited; a failure in a
     worker is raised here with its traceback; leaving the ``with`` block ends every worker (terminated when the
-    block ends early)."""
+    block ends early or leaves steps unreceived). ``in_processes=False``: the same states stepped in this process
+    at :meth:`send` (as ``ordered_parallel_map`` runs inline for one worker), where a process costs more than it
+    saves."""
 
-    def __init__(self, factories: list[tuple[Callable, tuple]], *, threads: int, where: str) -> None:
-        self.factories, self.threads, self.where = factories, threads, where
+    def __init__(self, factories: list[tuple[Callable, tuple]], *, threads: int, where: str,
+                 in_processes: bool = True) -> None:
+        self.factories, self.threads, self.where, self.in_processes = factories, threads, where, in_processes
         self.inputs, self.connections, self.processes = [], [], []
+        self.states, self.pending = [], deque()  # in this process: the states, and results not yet received
         self.outstanding = 0  # steps sent whose results have not been received
 
     def __enter__(self) -> ChainWorkers:
+        if not self.in_processes:
+            self.states = [factory(*arguments) for factory, arguments in self.factories]
+            return self
         context = multiprocessing.get_context("spawn")
         try:
             for factory, arguments in self.factories:
@@ -125,8 +132,11 @@ class ChainWorkers:
 
     def send(self, *inputs) -> None:
         """Start every chain's next step on ``inputs`` (:meth:`receive` gives the results, oldest step first)."""
-        for queue in self.inputs:
-            queue.put(inputs)
+        if self.in_processes:
+            for queue in self.inputs:
+                queue.put(inputs)
+        else:
+            self.pending.append([state.push(*inputs) for state in self.states])
         self.outstanding += 1
 
     def receive(self) -> list:
@@ -134,33 +144,32 @@ class ChainWorkers:
         ``factories``."""
         if not self.outstanding:
             raise RuntimeError("receive() without a step sent")
+        self.outstanding -= 1
+        if not self.in_processes:
+            return self.pending.popleft()
         results = []
         for connection, process in zip(self.connections, self.processes):
-            while not connection.poll(0.5):
+            while not connection.poll(0.5):  # a worker that ends closes its end of the pipe: poll sees it
                 interrupts.check(self.where)
-                if not process.is_alive():
-                    raise RuntimeError(f"a worker of {self.where} ended without a result (exit code "
-                                       f"{process.exitcode}); see the log above")
             try:
                 status, value = connection.recv()
-            except (EOFError, OSError):  # killed outright (out of memory, a signal): its end of the pipe closed
+            except (EOFError, OSError):  # killed outright (out of memory, a signal) before it sent a result
                 process.join(timeout=5)
                 raise RuntimeError(f"a worker of {self.where} ended without a result (exit code "
                                    f"{process.exitcode})") from None
             if status == "error":
                 raise RuntimeError(f"a worker of {self.where} failed:\n{value}")
             results.append(value)
-        self.outstanding -= 1
         return results
 
     def __exit__(self, kind, value, traceback) -> None:
-        if self.outstanding:  # left with steps not received: their results are not worth the workers' time
-            kind = kind or RuntimeError
+        # stopped, failed, or left with steps not received: what a worker still computes is not worth its wait
+        abandoned = kind is not None or self.outstanding > 0
         for queue, process in zip(self.inputs, self.processes):
-            if kind is None:
-                queue.put(None)  # done: the worker returns
+            if abandoned:
+                process.terminate()
             else:
-                process.terminate()  # stopped or failed: what a worker still computes is not worth its wait
+                queue.put(None)  # done: the worker returns
         for process in self.processes:
             process.join(timeout=30)
             if process.is_alive():

@@ -324,13 +324,14 @@ def measure_layer_major(
             measurement = analyse_layer(adapter, layer_index, layer, inputs, backend=backend, options=options,
                                         n_layers=layerwise.n_layers, progress=progress)
             clock = _Stopwatch()
-            with clock("forward"), float64_casts(layerwise.dtype):
-                # no layer reads the last one's output; the others' come from the pre-MLP residuals the
-                # measurements computed (adapter.layer_output: the attention is not run twice)
-                for (_, layer_inputs), state in zip(inputs if layer_index < layerwise.n_layers - 1 else [], prepared):
-                    layer_inputs.context = None  # the keys and values the probe held fixed
-                    layerwise.advance(layer, state, layer_index, output=adapter.layer_output(layer, layer_inputs))
-                    layer_inputs.pre_mlp = None
+            if layer_index < layerwise.n_layers - 1:  # no layer reads the last one's output
+                with clock("forward"), float64_casts(layerwise.dtype):
+                    # from the pre-MLP residuals the measurements computed (adapter.layer_output: the attention is
+                    # not run twice), each batch's freed as it is advanced
+                    for (_, layer_inputs), state in zip(inputs, prepared):
+                        layer_inputs.context = None  # the keys and values the probe held fixed
+                        layerwise.advance(layer, state, layer_index, output=adapter.layer_output(layer, layer_inputs))
+                        layer_inputs.pre_mlp = None
             del inputs
         measurement.seconds.update(clock.totals, read_weights=read_seconds)
         release_freed_memory()

@@ -99,10 +99,13 @@ def _reader(path: Path):
                         "download it again (compare its sha256 with the publisher's)") from None
 
 
+_GGUF_NAMES = threading.RLock()  # held while one import has gguf's names swapped (_read_once)
+
+
 @contextmanager
 def _read_once(reader, path: Path):
-    """For the length of one import, the ``gguf`` package's reader of ``path`` is ``reader`` and its tensor name
-    maps are built once per (architecture, layers).
+    """Within the block, the ``gguf`` package's reader of ``path`` is ``reader`` and its tensor name maps are built
+    once per (architecture, layers).
 
     Why: transformers parses the file's metadata anew in each call that takes the file (``load_gguf_checkpoint``
     for the config, the tokenizer's ``from_pretrained``), 1.9 s a time for SmolLM2's 49,152-token vocabulary, and
@@ -112,7 +115,7 @@ def _read_once(reader, path: Path):
     arguments, is built as before."""
     import gguf
 
-    with _GGUF_NAMES:  # one import at a time swaps them (threads of one process), so each puts back the real ones
+    with _GGUF_NAMES:  # one at a time (threads of one process), so each puts back the real ones
         original_reader, original_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
 
         def reader_of(file, *arguments, **keywords):
@@ -125,9 +128,6 @@ def _read_once(reader, path: Path):
             yield
         finally:
             gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
-
-
-_GGUF_NAMES = threading.RLock()
 
 
 def _field(reader, key: str, default=None):
@@ -267,10 +267,9 @@ def import_gguf(path: str | os.PathLike, destination: str | os.PathLike, *,
         elif existing is not None:
             progress(f"{path.name}: imported by importer version {existing.importer_version}, now {IMPORTER_VERSION}: "
                      "importing it again")
-        with _read_once(reader, path):
-            plan = _plan(reader, description)
-            with replacing(destination) as staging:
-                return _write(plan, staging, progress, shard_bytes)
+        plan = _plan(reader, description)
+        with replacing(destination) as staging:
+            return _write(plan, staging, progress, shard_bytes)
 
 
 @dataclass
@@ -285,33 +284,31 @@ class _Plan:
     tensors: list  # (reader tensor, HF name, HF shape) in file order
     ignored: list[str]
     tied: bool
+    reader: object  # the file's GGUFReader: transformers' tokenizer reading gets it (_read_once)
 
 
 def check_importable(path: str | os.PathLike) -> GGUFDescription:
     """:func:`describe_gguf` plus everything an import checks before decoding a tensor (the config transformers
     reads from the metadata, the GGUF -> HF name of every tensor, shapes, missing tensors): what the CLI runs
     before it registers a file, so that a file it cannot import registers nothing."""
-    path = Path(path).resolve()
-    reader, description = _open(path)
-    with _read_once(reader, path):
-        _plan(reader, description)
+    reader, description = _open(Path(path).resolve())
+    _plan(reader, description)
     return description
 
 
 def hf_tensor_types(path: str | os.PathLike) -> tuple[GGUFDescription, dict[str, str]]:
     """The file's description and the GGML type of each tensor an import writes, under its Hugging Face name (the
     names as :func:`import_gguf` maps them)."""
-    path = Path(path).resolve()
-    reader, description = _open(path)
-    with _read_once(reader, path):
-        plan = _plan(reader, description)
+    reader, description = _open(Path(path).resolve())
+    plan = _plan(reader, description)
     return description, {hf_name: tensor.tensor_type.name for tensor, hf_name, _ in plan.tensors}
 
 
 def _plan(reader, description: GGUFDescription) -> _Plan:
     path = Path(description.path)
     try:
-        return _plan_with_transformers(reader, description)
+        with _read_once(reader, path):  # transformers reads the config and every tensor's name here
+            return _plan_with_transformers(reader, description)
     except GGUFError:
         raise
     except Exception as error:  # transformers' GGUF readers raise KeyError, ValueError, NotImplementedError, ...
@@ -364,7 +361,7 @@ def _plan_with_transformers(reader, description: GGUFDescription) -> _Plan:
     if missing:
         raise GGUFError(f"{path.name} lacks {len(missing)} tensor(s) the {config.model_type} model needs "
                         f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): not a complete model file")
-    return _Plan(description, parsed_config, config, processor, name_map, planned, ignored, tied)
+    return _Plan(description, parsed_config, config, processor, name_map, planned, ignored, tied, reader)
 
 
 def _write(plan: _Plan, staging: Path, progress, shard_bytes: int) -> ImportRecord:
@@ -376,7 +373,8 @@ def _write(plan: _Plan, staging: Path, progress, shard_bytes: int) -> ImportReco
     description = plan.description
     path = Path(description.path)
     plan.config.save_pretrained(staging)
-    AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(staging)
+    with _read_once(plan.reader, path):
+        AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(staging)
 
     shards, current, current_bytes = [], [], 0
     for item in plan.tensors:

@@ -90,7 +90,7 @@ def test_the_spectral_stage_surgery_in_workers_equals_one_schur_surgery_bit_for_
     """One worker per normal part, rows reassembled in the order of one SchurSurgery: the same numbers."""
     from threadpoolctl import threadpool_limits
 
-    from resdyn.assets.spectra import SURGERY_ALPHAS, _SurgeryChains
+    from resdyn.assets.spectra import SURGERY_ALPHAS, _surgery_chains, _surgery_rows
     from resdyn.spectra import analyse_sublayer
 
     rng = np.random.default_rng(fresh_seed)
@@ -98,13 +98,15 @@ def test_the_spectral_stage_surgery_in_workers_equals_one_schur_surgery_bit_for_
     with threadpool_limits(limits=1, user_api="blas"):  # the workers' one thread, here too
         serial = SchurSurgery(SURGERY_ALPHAS)
         expected = [row for spectrum in spectra for row in serial.push(spectrum.schur_form, spectrum.schur_basis)]
-    rows = []
-    with _SurgeryChains(workers=2, where="a test") as chains:
-        for spectrum in spectra:
-            chains.send(spectrum.schur_form, spectrum.schur_basis)
-        while chains.outstanding:
-            rows += chains.receive()
-    assert rows == expected
+    for workers in (2, 1):  # in worker processes, and stepped in this process (on one thread, as they are)
+        rows = []
+        with _surgery_chains(workers=workers, where="a test") as chains, \
+                threadpool_limits(limits=1, user_api="blas"):
+            for spectrum in spectra:
+                chains.send(spectrum.schur_form, spectrum.schur_basis)
+            while chains.outstanding:
+                rows += _surgery_rows(chains)
+        assert rows == expected
 
 
 def test_workers_end_when_their_consumer_is_killed_outright(tmp_path):

@@ -28,8 +28,9 @@ from typing import NoReturn
 from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.dagster_project.asset_layer.steps import STEP_RETRIES
 from resdyn.dagster_project.configuration.settings import settings_hash
-from resdyn.dagster_project.store.errors import PartitionBusyError, SchemaMismatchError
+from resdyn.dagster_project.store.errors import LeaseLostError, PartitionBusyError, SchemaMismatchError
 from resdyn.dagster_project.store.leases import now
+from resdyn.dagster_project.store.manifests import published_by_run
 from resdyn.dagster_project.store.outputs import PartitionOutputs
 from resdyn.dagster_project.store.run_records import record_run_row
 from resdyn.dagster_project.store.schema import TABLES
@@ -68,20 +69,35 @@ class PartitionRun:
         (first: on a full disk that frees the room its record needs); a step that will be retried keeps what the
         run's other steps staged, so that its retry can still publish them."""
         message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        left = []  # what could not be done, and why: said in one line (a full disk, an object store out of reach)
         try:
             if attempt >= STEP_RETRIES.max_retries:
                 self.store.discard_run(self.model, self.checkpoint)
-            self.record(status="failed", ended_at=now(), error=f"{step}: {type(error).__name__}: {message}"[:2000])
-        except Exception as failure:  # noqa: BLE001 - the step's own error is the one to report (a full disk, an
-            # object store out of reach: botocore's errors are no OSError); the next run sweeps what is left
-            log.warning("%s@%s: could not record the failed run %s (%s)", self.model, self.checkpoint,
-                        self.store.run_id, failure)
+            if published_by_run(self.store.manifest_state(self.model, self.checkpoint)[0], self.store.run_id):
+                # stopped after its publication (a signal between the manifest swap and the record): the generation
+                # is the run's, and its record says so rather than `failed`
+                self.record(status="success", ended_at=now(),
+                            error=f"published; then {step}: {type(error).__name__}: {message}"[:2000])
+            else:
+                self.record(status="failed", ended_at=now(),
+                            error=f"{step}: {type(error).__name__}: {message}"[:2000])
+        except Exception as failure:  # noqa: BLE001 - the step's own error is the one to report (botocore's errors
+            left.append(("recorded `failed`", failure))  # are no OSError)
         finally:
-            try:
-                self.store.release_lease(self.model, self.checkpoint)
-            except Exception as failure:  # noqa: BLE001 - as above; the lease's run is judged dead by the next run
-                log.warning("%s@%s: could not free the lease of run %s (%s)", self.model, self.checkpoint,
-                            self.store.run_id, failure)
+            self._free_lease(left)
+
+    def _free_lease(self, left: list) -> None:
+        """Free the lease, then say in one line what of the failure's bookkeeping could not be done (``left``)."""
+        try:
+            self.store.release_lease(self.model, self.checkpoint)
+        except Exception as failure:  # noqa: BLE001 - as above
+            left.append(("its lease freed", failure))
+        if left:
+            cause = left[0][1]
+            log.warning("%s@%s: run %s could not be %s (%s: %s); the next run of the partition finds it ended, records "
+                        "it and takes the lease over (`resdyn check` lists what it left)", self.model, self.checkpoint,
+                        self.store.run_id, " nor ".join(what for what, _ in left), type(cause).__name__,
+                        (str(cause).strip().splitlines() or [""])[0])
 
     def publish_if_complete(self, context) -> None:
         """Publish the partition when this run has staged every table of its selection (one manifest swap, the
@@ -145,10 +161,10 @@ def partition_run(context, warehouse, settings) -> Iterator[PartitionOutputs]:
 
 def fail_step(run: PartitionRun, context, error: BaseException) -> NoReturn:
     """Record ``error``, the exception being handled, as the failure of ``context``'s step on ``run``, and raise. A
-    schema mismatch becomes a Dagster failure its retry policy does not rerun (the same data would not fit a second
-    time), recorded as the last attempt; any other error is raised again as it is, recorded with its attempt (a
-    retry may still publish)."""
-    if isinstance(error, SchemaMismatchError):
+    schema mismatch (the same data would not fit a second time) and a lost lease (another run took the partition
+    over: store/fencing.py) become a Dagster failure its retry policy does not rerun, recorded as the last attempt;
+    any other error is raised again as it is, recorded with its attempt (a retry may still publish)."""
+    if isinstance(error, (SchemaMismatchError, LeaseLostError)):
         import dagster as dg
 
         run.fail(step_name(context), error)

@@ -25,3 +25,13 @@ class SchemaMismatchError(ValueError):
     """Data that does not fit its table's schema (dagster_project/store/schema.py): a column the schema lacks, a
     column it needs and the data lacks, or a value that does not cast to the column's type. Never dropped or
     filled with nulls: the fix is in the body that made the data or in the schema entry."""
+
+
+class LeaseLostError(PartitionBusyError):
+    """A run's lease was taken over (or the partition fenced) before it could publish: nothing of the run is published
+    (store/fencing.py)."""
+
+
+class DamagedManifestError(CorruptPartitionError):
+    """A partition's manifest cannot be read whole: what it names is unknown, so nothing of the partition may be
+    written over or removed until it is restored (``resdyn check --restore``)."""

@@ -1,9 +1,11 @@
 """Leases: which run may write a partition now (``_locks/<model>@<checkpoint>.json``).
 
 A second run of the same partition stops at once with a message naming the run that holds it,
-unless that run is gone: its Dagster run status says it ended (on the instance the lease names),
-or, for a single-process run on this machine, its process is gone; a lease nothing here can judge
-(another machine, no instance) is respected.
+unless that run is gone: the process that owns it (``owner_pid``: the ``resdyn run`` that launched it, whose end ends
+every process of the run, resdyn/lifeline.py) is gone, its Dagster run status says it ended (on the instance the lease
+names), or, for a single-process run on this machine, its process is gone; a lease nothing here can judge (another
+machine, no instance) is respected. A lease carries a fencing token (store/fencing.py): a run that takes a dead run's
+lease over fences the partition against the old token first, so the old run can never publish.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import time
 from pathlib import Path
 
 from resdyn.dagster_project.store.errors import PartitionBusyError
+from resdyn.dagster_project.store.fencing import next_token
 from resdyn.files import atomic_write_text, file_lock, process_alive
+from resdyn.lifeline import owner_alive, owner_record
 
 IN_PROGRESS_STATUSES = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"}
 
@@ -45,6 +49,10 @@ def lease_is_live(lease: dict, instance=None) -> bool:
 
 
 def _lease_is_live(lease: dict, instance) -> bool:
+    owner = lease.get("owner_pid")
+    if lease.get("host") == socket.gethostname() and isinstance(owner, int) and not owner_alive(
+            owner, lease.get("owner_start")):
+        return False  # the process that owned the run is gone, and every process of the run ended with it
     if lease.get("host") == socket.gethostname() and lease.get("single_process"):
         if not process_alive(int(lease.get("pid", 0))):
             return False
@@ -62,24 +70,43 @@ def _lease_is_live(lease: dict, instance) -> bool:
 def acquire_lease(store, model: str, checkpoint: str, *, single_process: bool, instance=None) -> None:
     path = store.lease_path(model, checkpoint)
     with file_lock(path.with_name(path.name + ".lock")):
+        previous = None
         if path.is_file():
             try:
-                lease = json.loads(path.read_text())
+                previous = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError):
-                lease = {"run_id": "?"}
-            if lease.get("run_id") == store.run_id:
+                previous = {"run_id": "?"}
+            if not isinstance(previous, dict):
+                previous = {"run_id": "?"}
+            if previous.get("run_id") == store.run_id:
                 return
-            if lease.get("run_id") != "?" and _lease_is_live(lease, instance):
+            if previous.get("run_id") != "?" and _lease_is_live(previous, instance):
                 raise PartitionBusyError(
-                    f"partition {model}@{checkpoint} is being materialized by run {lease['run_id']} (pid "
-                    f"{lease.get('pid')} on {lease.get('host')} since {lease.get('started_at')}); wait for it to "
-                    f"finish, or stop it. If that run is gone, delete {path}."
+                    f"partition {model}@{checkpoint} is being materialized by run {previous['run_id']} (pid "
+                    f"{previous.get('pid')} on {previous.get('host')} since {previous.get('started_at')}); wait for it "
+                    f"to finish, or stop it. If that run is gone, delete {path}."
                 )
-            mark_killed(store, model, checkpoint, lease.get("run_id"))
+            mark_killed(store, model, checkpoint, previous.get("run_id"))
+        token = next_token(previous, store.manifest_state(model, checkpoint)[0])
+        if previous is not None:  # before this run writes anything, the run it takes over can no longer publish
+            store.fence_out(model, checkpoint, token)
         home = None if instance is None or instance.is_ephemeral else instance.root_directory
-        atomic_write_text(path, json.dumps({"run_id": store.run_id, "pid": os.getpid(), "host": socket.gethostname(),
+        atomic_write_text(path, json.dumps({"run_id": store.run_id, "fence": token, "pid": os.getpid(),
+                                            "host": socket.gethostname(), **owner_record(),
                                             "single_process": single_process, "dagster_home": home,
                                             "started_at": now()}))
+
+
+def read_lease(store, model: str, checkpoint: str) -> dict | None:
+    """The partition's lease as its file holds it (None: no lease); an unreadable one is a lease of an unknown run."""
+    path = store.lease_path(model, checkpoint)
+    try:
+        lease = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError):
+        return {"run_id": "?"}
+    return lease if isinstance(lease, dict) else {"run_id": "?"}
 
 
 def release_lease(store, model: str, checkpoint: str) -> None:

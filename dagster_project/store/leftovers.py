@@ -7,6 +7,11 @@ A run that fails removes its own (:func:`discard_run`), and so does a run stoppe
 left (its files, and a manifest write it was killed in: ``_published/.../.checkpoint=<c>.json.*.inprogress``) is
 swept by the next run of the partition before it writes (:func:`sweep_partition`), and ``resdyn check`` lists it
 by path and size, with ``resdyn check --reclaim`` to remove it at once.
+
+A partition whose manifest is damaged has no leftovers: what the manifest named cannot be told from what a dead run
+left, so its tables and figures are *unknown* (:func:`unknown_files`) and nothing removes them until the manifest is
+restored (store/manifest_recovery.py); only temp files of dead writers, which no manifest ever names, are leftovers
+there (a staging entry is kept too: it says what a run wrote, should the manifest need rebuilding by hand).
 """
 
 from __future__ import annotations
@@ -77,12 +82,13 @@ def unpublished_files(store, model: str | None = None, checkpoint: str | None = 
                 pass  # removed meanwhile
 
     for m, c in sorted(_partitions(store, model, checkpoint)):
-        named = named_files(store.manifest(m, c))
+        manifest, damaged = store.manifest_state(m, c)
+        named = named_files(manifest)
         for table in TABLES:
             if table == "runs":  # every run's record is kept: the history of the partition
                 continue
             directory = store.partition_directory(table, m, c)
-            for path in directory.glob("*.parquet"):
+            for path in directory.glob("*.parquet") if not damaged else ():
                 if str(path.relative_to(store.root)) not in named:
                     add(path, path.stem, m, c)
             if run_id is None:
@@ -91,14 +97,21 @@ def unpublished_files(store, model: str | None = None, checkpoint: str | None = 
                         left.append(Leftover(path, path.stat().st_size, "", m, c))
         if run_id is None:
             left += [Leftover(path, size, "", m, c) for path, size in _dead_manifest_writes(store, m, c)]
-        for path in (store.root / "_staging").glob(f"*/model={m}/checkpoint={c}/*.json"):
+        for path in (store.root / "_staging").glob(f"*/model={m}/checkpoint={c}/*.json") if not damaged else ():
             add(path, path.parents[2].name, m, c)
-        for path in (store.root / "_artefacts" / "figures" / m / c).glob("*/*.png"):
+        for path in (store.root / "_artefacts" / "figures" / m / c).glob("*/*.png") if not damaged else ():
             relative = str(path.relative_to(store.root))
             full = relative.replace(".inline.png", ".png") if path.stem.endswith(".inline") else relative
             if full not in named:
                 add(path, path.parent.name, m, c)
     return left
+
+
+def unknown_files(store, model: str, checkpoint: str) -> list[Path]:
+    """The tables and figures of a partition whose manifest is damaged: any of them may be what it published."""
+    files = [path for table in TABLES if table != "runs"
+             for path in store.partition_directory(table, model, checkpoint).glob("*.parquet")]
+    return files + sorted((store.root / "_artefacts" / "figures" / model / checkpoint).glob("*/*.png"))
 
 
 def _dead_manifest_writes(store, model: str, checkpoint: str) -> list[tuple[Path, int]]:

@@ -9,9 +9,10 @@ A manifest is trusted by every reader (the views, the report, the UI), so it is 
   path outside the warehouse), with whole-number ``rows`` and ``bytes`` and, for files published
   since content hashes were recorded, the file's ``sha256``.
 
-:func:`read_manifest` returns the usable part of a manifest and one line per problem; a rerun
-publishes over the usable part (so a rerun repairs a damaged manifest) and ``resdyn check`` prints
-the problems. :class:`VerifiedFiles` checks a published file against its entry (size, footer and
+:func:`read_manifest` returns the usable part of a manifest and one line per problem. A manifest with a problem is
+damaged: what it names is unknown, so nothing of its partition is reclaimed (store/leftovers.py); ``resdyn check``
+prints the problems, ``resdyn check --restore`` restores it (store/manifest_recovery.py), and a rerun restores it
+before it publishes over it. :class:`VerifiedFiles` checks a published file against its entry (size, footer and
 sha256), caching a verified hash by (size, mtime) so a view costs a stat per file once verified.
 """
 
@@ -32,7 +33,9 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _fix(model: str, checkpoint: str) -> str:
-    return f"rerun the partition (`resdyn run --model {model} --checkpoint {checkpoint}`) to repair it"
+    return (f"the partition's files are kept, none reclaimed, until `resdyn check --restore` restores it (from the copy "
+            f"kept beside it, or rebuilt from the table files, each file's sha256 checked) or a rerun publishes over "
+            f"it (`resdyn run --model {model} --checkpoint {checkpoint}`)")
 
 
 def _whole(value) -> bool:
@@ -149,6 +152,11 @@ def named_files(manifest: dict) -> set[str]:
         set(manifest.get("figures", {}).values()) | set(manifest.get("previous_figures", {}).values())
 
 
+def published_by_run(manifest: dict, run_id: str | None) -> bool:
+    """Does ``manifest`` publish a table of run ``run_id`` (its publication happened, whatever came after)?"""
+    return run_id is not None and any(entry.get("run_id") == run_id for entry in manifest["tables"].values())
+
+
 def next_generation(manifest: dict, entries: dict[str, dict], figures: dict[str, str] | None = None,
                     figure_files: dict[str, dict] | None = None) -> dict:
     """The manifest that publishes ``entries`` (table -> entry) and ``figures`` (name -> file, each with its
@@ -168,6 +176,10 @@ def next_generation(manifest: dict, entries: dict[str, dict], figures: dict[str,
     if figures:
         published = dict(manifest.get("figures", {}))
         replaced = {name: published[name] for name in figures if published.get(name, figures[name]) != figures[name]}
+        recorded = manifest.get("figure_files", {})  # a replaced figure keeps its size and hash, as `previous`
+        manifest["previous_figure_files"] = {
+            **{name: entry for name, entry in manifest.get("previous_figure_files", {}).items() if name not in replaced},
+            **{name: recorded[name] for name in replaced if name in recorded}}
         manifest["figures"] = {**published, **figures}
         manifest["figure_files"] = {**{name: entry for name, entry in manifest.get("figure_files", {}).items()
                                        if name not in figures}, **(figure_files or {})}

@@ -43,8 +43,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError
+from resdyn.dagster_project.store.errors import CorruptPartitionError, LeaseLostError, MissingPartitionError
+from resdyn.dagster_project.store.fencing import fenced_out, publication_refusal, stamped
 from resdyn.dagster_project.store.leases import lease_is_live
+from resdyn.dagster_project.store.manifest_recovery import (
+    Restoration,
+    copy_generation,
+    copy_name,
+    restoration,
+    restored_text,
+    stale_copies,
+)
 from resdyn.dagster_project.store.manifests import (
     KeyPlaces,
     empty_manifest,
@@ -52,12 +61,14 @@ from resdyn.dagster_project.store.manifests import (
     next_generation,
     parse_manifest,
 )
+from resdyn.dagster_project.store.object_leases import lease_key
 from resdyn.dagster_project.store.object_store import ObjectInfo, ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES, rows_table, table_spec
 from resdyn.dagster_project.store.warehouse import (
     LOG_TABLES,
     TableWriter,
     WrittenTable,
+    describe_parquet,
     hash_batch,
     new_run_id,
 )
@@ -266,14 +277,24 @@ class ObjectTables:
                 raise ObjectStoreError(f"{self.where(file)} ({what}) is no longer the object this run "
                                        "wrote (removed or replaced before publication, e.g. by `resdyn check "
                                        "--reclaim`); nothing was published: rerun the partition")
+        # a takeover raises the manifest's fence before the new holder writes: read the lease once, and let the
+        # compare-and-swap below see any takeover after this read (store/fencing.py)
+        lease = self.lease(model, checkpoint) if self.run_id else None
         for _ in range(PUBLISH_ATTEMPTS):
             current = self.store.get(key)
-            before = self._parse(key, current.data, model, checkpoint)[0] if current is not None else \
-                empty_manifest(model, checkpoint)
-            manifest = next_generation(before, entries, figures, figure_files)
+            before, problems = self._parse(key, current.data, model, checkpoint) if current is not None else \
+                (empty_manifest(model, checkpoint), [])
+            if problems:
+                before = self._restored_for_publication(model, checkpoint, before, problems)
+            refusal = publication_refusal(self.run_id, lease, before) if self.run_id else None
+            if refusal is not None:
+                raise LeaseLostError(f"run {self.run_id} may not publish {model}@{checkpoint}: {refusal}; nothing of "
+                                     "this run was published")
+            manifest = stamped(next_generation(before, entries, figures, figure_files), lease)
             body = json.dumps(manifest, indent=1).encode()
             put = self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)
             if put is not None:
+                self._keep_copy(model, checkpoint, manifest, body)
                 # a run's publication (figures given) also replaces figures: their folder is swept with the tables'
                 prefixes = partition_prefixes(entries, model, checkpoint, figures=figures is not None)
                 self._collect_garbage(manifest, set(before.get("previous", {}).values()) |
@@ -281,6 +302,130 @@ class ObjectTables:
                 return manifest
         raise ObjectStoreError(f"{self.where(key)}: {PUBLISH_ATTEMPTS} publications of other writers won the "
                                "manifest while this one tried; nothing of this run was published, rerun it")
+
+    def lease(self, model: str, checkpoint: str) -> dict | None:
+        """The partition's lease as stored (None: no lease); an unreadable one is a lease of an unknown run."""
+        found = self.store.get(lease_key(model, checkpoint))
+        if found is None:
+            return None
+        try:
+            lease = json.loads(found.data)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return {"run_id": "?"}
+        return lease if isinstance(lease, dict) else {"run_id": "?"}
+
+    def _keep_copy(self, model: str, checkpoint: str, manifest: dict, body: bytes) -> None:
+        """The copy of a published generation beside its manifest, and no copy older than the previous generation's
+        (store/manifest_recovery.py)."""
+        key = manifest_key(model, checkpoint)
+        name = key.rsplit("/", 1)[1]
+        self.store.put(copy_name(key, manifest["generation"]), body)
+        kept = {copy_generation(name, found.relative.rsplit("/", 1)[1]): found
+                for found in self.store.list(copy_name(key, ""))}
+        for generation in stale_copies([generation for generation in kept if generation is not None]):
+            self.store.delete(kept[generation].relative, etag=kept[generation].etag)
+
+    def _restored_for_publication(self, model: str, checkpoint: str, usable: dict, problems: list[str]) -> dict:
+        """As :meth:`~.Warehouse._restored_for_publication`: the restored manifest, else the damaged one's usable part."""
+        found = restoration(self, model, checkpoint)
+        log.warning("%s@%s: its manifest is damaged (%s); publishing over %s", model, checkpoint, problems[0],
+                    f"it restored {found.summary()}" if found.manifest is not None else
+                    f"its usable part ({found.summary()})")
+        if found.manifest is None:
+            return usable
+        return {**found.manifest, **{key: usable[key] for key in ("fenced_below", "fencing_token") if key in usable}}
+
+    def fence_out(self, model: str, checkpoint: str, token: int) -> None:
+        """Refuse every publication under a lease token below ``token`` (store/fencing.py): the manifest rewritten
+        under If-Match (created, publishing nothing, where there is none yet); a damaged one is left as it is."""
+        key = manifest_key(model, checkpoint)
+        for _ in range(PUBLISH_ATTEMPTS):
+            current = self.store.get(key)
+            manifest, problems = self._parse(key, current.data, model, checkpoint) if current is not None else \
+                (empty_manifest(model, checkpoint), [])
+            if problems:
+                log.warning("%s@%s: its manifest is damaged, so no fence was recorded in it (%s)", model, checkpoint,
+                            problems[0])
+                return
+            body = json.dumps(fenced_out(manifest, token), indent=1).encode()
+            if (self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)):
+                return
+        raise ObjectStoreError(f"{self.where(key)}: publications kept winning the manifest while this run fenced it; "
+                               "run it again")
+
+    # -- a damaged manifest's restoration (store/manifest_recovery.py) ----------------------------------------
+
+    def manifest_state(self, model: str, checkpoint: str) -> tuple[dict, list[str]]:
+        """(the usable part of the partition's manifest, its problems): a manifest with a problem is damaged."""
+        key = manifest_key(model, checkpoint)
+        stored = self.store.get(key)
+        return (empty_manifest(model, checkpoint), []) if stored is None else \
+            self._parse(key, stored.data, model, checkpoint)
+
+    def restore_manifest(self, model: str, checkpoint: str) -> Restoration:
+        """Restore the partition's damaged manifest under If-Match on the damaged one (a publication meanwhile wins:
+        nothing is written)."""
+        key = manifest_key(model, checkpoint)
+        current = self.store.get(key)
+        if current is None or not self._parse(key, current.data, model, checkpoint)[1]:
+            return Restoration(None, "", ["it is no longer damaged"])
+        found = restoration(self, model, checkpoint)
+        if found.manifest is not None:
+            body = restored_text(found.manifest).encode()
+            if self.store.replace(key, body, current.etag) is None:
+                return Restoration(None, "", ["it changed while it was being restored: check again"])
+            self._keep_copy(model, checkpoint, found.manifest, body)
+        return found
+
+    @property
+    def manifest_places(self) -> KeyPlaces:
+        return KeyPlaces()
+
+    def kept_manifest_copies(self, model: str, checkpoint: str) -> list[tuple[int, str, bytes]]:
+        key = manifest_key(model, checkpoint)
+        name, copies = key.rsplit("/", 1)[1], []
+        for found in self.store.list(copy_name(key, "")):
+            generation = copy_generation(name, found.relative.rsplit("/", 1)[1])
+            stored = self.store.get(found.relative) if generation is not None else None
+            if stored is not None:
+                copies.append((generation, self.where(found.relative), stored.data))
+        return sorted(copies, reverse=True)
+
+    def file_problem(self, relative: str, record: dict) -> str | None:
+        """Why the object ``relative`` is not what ``record`` (its bytes, sha256) says was published, or None."""
+        hashed = self.store.sha256(relative)
+        if hashed is None:
+            return "missing"
+        if isinstance(record.get("bytes"), int) and hashed[1] != record["bytes"]:
+            return f"damaged (size {hashed[1]}, published {record['bytes']})"
+        if isinstance(record.get("sha256"), str) and hashed[0] != record["sha256"]:
+            return "damaged (content differs from what was published: sha256)"
+        return None
+
+    def table_files(self, table: str, model: str, checkpoint: str) -> list[str]:
+        return [found.relative for found in self.store.list(f"{table}/model={model}/checkpoint={checkpoint}/")
+                if found.relative.endswith(".parquet")]
+
+    def describe_table_file(self, relative: str) -> dict:
+        stored = self.store.get(relative)
+        if stored is None:
+            raise FileNotFoundError(f"{self.where(relative)} is gone")
+        return {"bytes": len(stored.data), "sha256": hashlib.sha256(stored.data).hexdigest(), "etag": stored.etag,
+                **describe_parquet(pq.ParquetFile(pa.BufferReader(stored.data)))}
+
+    def run_figure_files(self, model: str, checkpoint: str) -> dict[str, dict[str, str]]:
+        runs: dict[str, dict[str, str]] = {}
+        for found in self.store.list(figures_prefix(model, checkpoint)):
+            owner = written_by(found.relative)
+            if owner is not None and found.relative.endswith(".png"):
+                runs.setdefault(owner[2], {})[found.relative.rsplit("/", 1)[1].removesuffix(".png")] = found.relative
+        return runs
+
+    def describe_figure(self, relative: str) -> dict:
+        hashed = self.store.sha256(relative)
+        if hashed is None:
+            raise FileNotFoundError(f"{self.where(relative)} is gone")
+        return {"bytes": hashed[1], "sha256": hashed[0]}
 
     def _collect_garbage(self, manifest: dict, superseded: set[str], prefixes: list[str]) -> None:
         """Remove under ``prefixes`` what the generation before the previous one named (``superseded``, named by no
@@ -299,11 +444,12 @@ class ObjectTables:
     def discard(self, model: str, checkpoint: str, run_id: str) -> int:
         """Remove what run ``run_id`` wrote for the partition and no manifest names (its tables, staged entries and
         figures): a failed run's own leftovers; the bytes freed."""
-        named = named_files(self.manifest(model, checkpoint))
-        candidates = [found for table in TABLES if table not in LOG_TABLES
+        manifest, damaged = self.manifest_state(model, checkpoint)
+        named = named_files(manifest)
+        candidates = [found for table in TABLES if table not in LOG_TABLES and not damaged
                       for found in [self.store.info(table_key(table, model, checkpoint, run_id))] if found is not None]
-        candidates += self.store.list(staging_prefix(run_id, model, checkpoint))
-        candidates += self.store.list(f"{figures_prefix(model, checkpoint)}{run_id}/")
+        candidates += self.store.list(staging_prefix(run_id, model, checkpoint)) if not damaged else []
+        candidates += self.store.list(f"{figures_prefix(model, checkpoint)}{run_id}/") if not damaged else []
         return sum(found.size for found in candidates
                    if found.relative not in named and self.store.delete(found.relative, etag=found.etag))
 
@@ -335,8 +481,10 @@ class ObjectTables:
                 if owner is None or (one and owner[:2] != (model, checkpoint)):
                     continue
                 if owner[:2] not in named:
-                    named[owner[:2]] = named_files(self.manifest(*owner[:2]))
-                if owner[2] not in live and found.modified < cutoff and found.relative not in named[owner[:2]]:
+                    manifest, damaged = self.manifest_state(*owner[:2])
+                    named[owner[:2]] = None if damaged else named_files(manifest)  # damaged: every object unknown
+                if owner[2] not in live and found.modified < cutoff and named[owner[:2]] is not None and \
+                        found.relative not in named[owner[:2]]:
                     left.append(found)
         return left
 
@@ -358,6 +506,9 @@ class ObjectTables:
         tables' and figures' prefixes (each table's files, every run's record, figures) and its staged entries; the
         keys removed. The caller holds its lease."""
         removed = []
+        for kept in self.store.list(copy_name(manifest_key(model, checkpoint), "")):  # its kept copies
+            if self.store.delete(kept.relative, etag=kept.etag):
+                removed.append(kept.relative)
         manifest = self.store.info(manifest_key(model, checkpoint))
         if manifest is not None:
             if not self.store.delete(manifest.relative, etag=manifest.etag):  # a publication landed meanwhile

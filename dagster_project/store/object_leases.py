@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from resdyn.dagster_project.store.errors import PartitionBusyError
 from resdyn.dagster_project.store.leases import lease_is_live, now
 from resdyn.dagster_project.store.object_store import ObjectStore
+from resdyn.lifeline import owner_record
 
 
 @dataclass(frozen=True)
@@ -38,19 +39,21 @@ def lease_key(model: str, checkpoint: str) -> str:
 
 
 def holder_record(run_id: str, *, single_process: bool, dagster_home: str | None = None) -> dict:
-    return {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(), "single_process": single_process,
-            "dagster_home": dagster_home, "started_at": now()}
+    return {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(), **owner_record(),
+            "single_process": single_process, "dagster_home": dagster_home, "started_at": now()}
 
 
 def acquire_object_lease(store: ObjectStore, model: str, checkpoint: str, holder: dict, *, is_live=lease_is_live,
-                         on_taken_over=lambda previous: None, attempts: int = 5) -> HeldLease:
+                         on_taken_over=lambda previous, token: None, token_for=lambda previous: 0,
+                         attempts: int = 5) -> HeldLease:
     """Hold the partition's lease for ``holder['run_id']``, or raise :class:`PartitionBusyError` naming the run
     that holds it. ``is_live(lease) -> bool`` judges a lease found there (default: as on disk);
-    ``on_taken_over(previous)`` is told the holder of a dead lease this run took over (its run is then recorded
-    ``killed``)."""
-    relative, body = lease_key(model, checkpoint), json.dumps(holder).encode()
+    ``token_for(previous lease or None) -> int`` is the fencing token the lease is taken with (store/fencing.py);
+    ``on_taken_over(previous, token)`` is told the holder of a dead lease this run took over, and the token it took
+    it with (its run is then recorded ``killed``, and the partition fenced against it)."""
+    relative = lease_key(model, checkpoint)
     for _ in range(attempts):  # each pass ends in a decision unless the lease changed hands under us
-        etag = store.create(relative, body)
+        etag = store.create(relative, json.dumps({**holder, "fence": token_for(None)}).encode())
         if etag is not None:
             return HeldLease(relative, etag, holder)
         found = store.get(relative)
@@ -60,6 +63,8 @@ def acquire_object_lease(store: ObjectStore, model: str, checkpoint: str, holder
             current = json.loads(found.data)
         except (UnicodeDecodeError, json.JSONDecodeError):
             current = {}
+        if not isinstance(current, dict):
+            current = {}
         if current.get("run_id") == holder["run_id"]:
             return HeldLease(relative, found.etag, current)  # ours (a retried PUT whose first answer was lost)
         if current.get("run_id") and is_live(current):
@@ -68,9 +73,10 @@ def acquire_object_lease(store: ObjectStore, model: str, checkpoint: str, holder
                 f"{current.get('pid')} on {current.get('host')} since {current.get('started_at')}); wait for it to "
                 f"finish, or stop it. If that run is gone, delete {store.location.key(relative)} in "
                 f"s3://{store.location.bucket}.")
-        etag = store.replace(relative, body, found.etag)  # a dead or unreadable lease: one taker wins
-        if etag is not None:
-            on_taken_over(current)
+        token = token_for(current)
+        etag = store.replace(relative, json.dumps({**holder, "fence": token}).encode(), found.etag)
+        if etag is not None:  # a dead or unreadable lease: one taker wins
+            on_taken_over(current, token)
             return HeldLease(relative, etag, holder)
     raise PartitionBusyError(f"partition {model}@{checkpoint}: its lease changed hands {attempts} times while this "
                              "run tried to take it; another run is taking it now")

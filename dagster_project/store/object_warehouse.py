@@ -29,9 +29,15 @@ import pyarrow.parquet as pq
 
 from resdyn.dagster_project.configuration.locations import ObjectLocation
 from resdyn.dagster_project.store.artefacts import StudyArtefacts, keep_elsewhere
+from resdyn.dagster_project.store.fencing import next_token
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import lease_is_live, mark_killed
-from resdyn.dagster_project.store.object_generations import ObjectTables, sweep_dead_spools, table_key
+from resdyn.dagster_project.store.object_generations import (
+    ObjectTables,
+    partition_prefixes,
+    sweep_dead_spools,
+    table_key,
+)
 from resdyn.dagster_project.store.object_leases import (
     acquire_object_lease,
     holder_record,
@@ -39,6 +45,7 @@ from resdyn.dagster_project.store.object_leases import (
     release_run_lease,
 )
 from resdyn.dagster_project.store.object_store import ObjectStore, ObjectStoreError
+from resdyn.dagster_project.store.schema import TABLES
 from resdyn.dagster_project.store.warehouse import PublishedPartitions, new_run_id
 from resdyn.files import HOST
 
@@ -117,7 +124,7 @@ class ObjectWarehouse(PublishedPartitions):
                 continue
             manifest, found_problems = self.tables._parse(found.relative, stored.data, model, checkpoint)
             problems += found_problems
-            if manifest["tables"] or not found_problems:
+            if manifest["tables"] or manifest.get("figures"):  # a fence alone (store/fencing.py) is no partition
                 manifests.append(manifest)
         return manifests, problems
 
@@ -186,6 +193,36 @@ class ObjectWarehouse(PublishedPartitions):
 
     def manifest(self, model: str, checkpoint: str) -> dict:
         return self.tables.manifest(model, checkpoint)
+
+    def manifest_state(self, model: str, checkpoint: str) -> tuple[dict, list[str]]:
+        return self.tables.manifest_state(model, checkpoint)
+
+    def damaged_manifests(self) -> list[tuple[str, str, list[str]]]:
+        """(model, checkpoint, problems) of every partition whose manifest is damaged."""
+        found = []
+        for listed in self.store.list("_published/"):
+            parts = listed.relative.removeprefix("_published/").split("/")
+            if len(parts) == 2 and parts[0].startswith("model=") and parts[1].startswith("checkpoint=") and \
+                    parts[1].endswith(".json"):
+                model, checkpoint = parts[0].removeprefix("model="), parts[1].removeprefix("checkpoint=")[:-5]
+                problems = self.tables.manifest_state(model, checkpoint)[1]
+                if problems:
+                    found.append((model, checkpoint, problems))
+        return found
+
+    def restoration(self, model: str, checkpoint: str):
+        """What the partition's manifest would be restored to (store/manifest_recovery.py); nothing is written."""
+        from resdyn.dagster_project.store.manifest_recovery import restoration
+
+        return restoration(self.tables, model, checkpoint)
+
+    def restore_manifest(self, model: str, checkpoint: str):
+        return self.tables.restore_manifest(model, checkpoint)
+
+    def unknown_files(self, model: str, checkpoint: str) -> list:
+        """The tables and figures of a partition whose manifest is damaged (any may be what it published)."""
+        return [found for prefix in partition_prefixes([table for table in TABLES if table != "runs"], model,
+                                                       checkpoint) for found in self.store.list(prefix)]
 
     def has(self, table: str, model: str, checkpoint: str) -> bool:
         return table in self.tables.manifest(model, checkpoint)["tables"]
@@ -275,7 +312,9 @@ class ObjectWarehouse(PublishedPartitions):
         try:
             yield StudyArtefacts(directory)
             files = [path for path in directory.rglob("*") if path.is_file()]
-            for path in sorted(files, key=lambda path: (path.name == "report.html", path.as_posix())):
+            # the figure indexes after the figures they name (the UI serves what an index names), report.html last
+            for path in sorted(files, key=lambda path: (path.name == "report.html", path.name == "figures.json",
+                                                         path.as_posix())):
                 self.store.upload_file(path, path.relative_to(directory).as_posix())
         finally:
             keep_elsewhere(directory, None)
@@ -306,10 +345,15 @@ class ObjectWarehouse(PublishedPartitions):
         naming its holder; a dead holder's run is recorded ``killed``."""
         home = None if instance is None or instance.is_ephemeral else instance.root_directory
         holder = holder_record(self.run_id, single_process=single_process, dagster_home=home)
+
+        def taken_over(previous: dict, token: int) -> None:  # before this run writes, the old one cannot publish
+            self.tables.fence_out(model, checkpoint, token)
+            mark_killed(self, model, checkpoint, previous.get("run_id"))
+
         acquire_object_lease(self.store, model, checkpoint, holder,
-                             is_live=lambda lease: lease_is_live(lease, instance),
-                             on_taken_over=lambda previous: mark_killed(self, model, checkpoint,
-                                                                        previous.get("run_id")))
+                             is_live=lambda lease: lease_is_live(lease, instance), on_taken_over=taken_over,
+                             token_for=lambda previous: next_token(previous, self.tables.manifest_state(
+                                 model, checkpoint)[0]))
 
     def release_lease(self, model: str, checkpoint: str) -> None:
         release_run_lease(self.store, model, checkpoint, self.run_id)

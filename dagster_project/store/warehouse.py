@@ -34,7 +34,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,10 +45,24 @@ import pyarrow.parquet as pq
 from resdyn.dagster_project.configuration.config import warehouse_root
 from resdyn.dagster_project.store import leftovers
 from resdyn.dagster_project.store.artefacts import StudyArtefacts
-from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError, PartitionBusyError
+from resdyn.dagster_project.store.errors import (
+    CorruptPartitionError,
+    LeaseLostError,
+    MissingPartitionError,
+    PartitionBusyError,
+)
+from resdyn.dagster_project.store.fencing import fenced_out, publication_refusal, stamped
 from resdyn.dagster_project.store.handles import MatrixTable
-from resdyn.dagster_project.store.leases import acquire_lease, lease_is_live, release_lease
+from resdyn.dagster_project.store.leases import acquire_lease, lease_is_live, read_lease, release_lease
+from resdyn.dagster_project.store.manifest_recovery import (
+    Restoration,
+    copy_generation,
+    copy_name,
+    restoration,
+    stale_copies,
+)
 from resdyn.dagster_project.store.manifests import (
+    FolderPlaces,
     VerifiedFiles,
     file_sha256,
     hashing_stream,
@@ -171,6 +185,20 @@ def hash_batch(digest, batch: pa.RecordBatch) -> None:
         for buffer in column.buffers():
             if buffer is not None:
                 digest.update(memoryview(buffer))
+
+
+def describe_parquet(parquet: pq.ParquetFile) -> dict:
+    """What a manifest entry records of a table file beside its bytes and sha256, read back from it: its rows, the
+    content hash of its data columns (as :meth:`Warehouse.content_hash`) and the settings hash its rows carry."""
+    names = set(parquet.schema_arrow.names)
+    data_columns = [name for name in parquet.schema_arrow.names if name not in PROVENANCE_COLUMNS]
+    digest, settings = hashlib.sha256(), ""
+    for index in range(parquet.num_row_groups):
+        for batch in parquet.read_row_group(index, columns=data_columns, use_threads=False).to_batches():
+            hash_batch(digest, batch)
+    if "settings_hash" in names and parquet.metadata.num_rows:
+        settings = parquet.read_row_group(0, columns=["settings_hash"]).column(0)[0].as_py() or ""
+    return {"rows": parquet.metadata.num_rows, "content_hash": digest.hexdigest()[:16], "settings_hash": settings}
 
 
 def new_run_id() -> str:
@@ -337,6 +365,10 @@ class Warehouse(PublishedPartitions):
         if manifest.is_file():
             manifest.unlink()
             removed.append(manifest)
+        for kept in manifest.parent.glob(f"{manifest.name}.*"):  # its kept copies (store/manifest_recovery.py)
+            if copy_generation(manifest.name, kept.name) is not None:
+                kept.unlink(missing_ok=True)
+                removed.append(kept)
         for directory in [self.partition_directory(table, model, checkpoint) for table in TABLES] + [
                 self.root / "_artefacts" / kind / model / checkpoint for kind in ("figures",)]:
             if directory.is_dir():
@@ -353,23 +385,123 @@ class Warehouse(PublishedPartitions):
 
     def manifest(self, model: str, checkpoint: str) -> dict:
         """The usable part of the partition's manifest (dagster_project/store/manifests.py): a damaged manifest
-        or entry is left out with a warning, so a rerun publishes over what is still sound."""
-        manifest, problems = read_manifest(self.root, self.manifest_path(model, checkpoint), model, checkpoint,
-                                           strict=True)
+        or entry is left out with a warning (``resdyn check --restore`` restores it)."""
+        manifest, problems = self.manifest_state(model, checkpoint)
         for problem in problems:
             log.warning(problem)
         return manifest
 
+    def manifest_state(self, model: str, checkpoint: str) -> tuple[dict, list[str]]:
+        """(the usable part of the partition's manifest, its problems): a manifest with a problem is damaged, and what
+        it names is unknown (nothing of the partition is removed or published over until it is restored)."""
+        return read_manifest(self.root, self.manifest_path(model, checkpoint), model, checkpoint, strict=True)
+
     def read_manifests(self) -> tuple[list[dict], list[str]]:
-        """Every partition's usable manifest, and one line per problem found in them."""
+        """Every partition's usable manifest, and one line per problem found in them. A manifest that publishes
+        nothing (a takeover's fence before any publication: store/fencing.py) is no partition."""
         manifests, problems = [], []
         for path in sorted((self.root / "_published").glob("model=*/checkpoint=*.json")):
             model, checkpoint = path.parent.name.removeprefix("model="), path.stem.removeprefix("checkpoint=")
             manifest, found = read_manifest(self.root, path, model, checkpoint)
             problems += found
-            if path.is_file() and (manifest["tables"] or not found):
+            if path.is_file() and (manifest["tables"] or manifest.get("figures")):
                 manifests.append(manifest)
         return manifests, problems
+
+    def damaged_manifests(self) -> list[tuple[str, str, list[str]]]:
+        """(model, checkpoint, problems) of every partition whose manifest is damaged."""
+        found = []
+        for path in sorted((self.root / "_published").glob("model=*/checkpoint=*.json")):
+            model, checkpoint = path.parent.name.removeprefix("model="), path.stem.removeprefix("checkpoint=")
+            problems = read_manifest(self.root, path, model, checkpoint)[1]
+            if problems:
+                found.append((model, checkpoint, problems))
+        return found
+
+    def restoration(self, model: str, checkpoint: str) -> Restoration:
+        """What the partition's manifest would be restored to (store/manifest_recovery.py); nothing is written."""
+        return restoration(self, model, checkpoint)
+
+    def restore_manifest(self, model: str, checkpoint: str) -> Restoration:
+        """Restore the partition's damaged manifest (from its newest intact kept copy, else rebuilt from its files), under
+        the manifest's lock; a manifest that is no longer damaged is left as it is."""
+        path = self.manifest_path(model, checkpoint)
+        with file_lock(path.with_name(path.name + ".lock")):
+            if not self.manifest_state(model, checkpoint)[1]:
+                return Restoration(None, "", ["it is no longer damaged"])
+            found = self.restoration(model, checkpoint)
+            if found.manifest is not None:
+                self._write_manifest(model, checkpoint, found.manifest)
+            return found
+
+    def _write_manifest(self, model: str, checkpoint: str, manifest: dict) -> None:
+        """The manifest, then its copy beside it (store/manifest_recovery.py); copies older than the previous
+        generation's are removed. The caller holds the manifest's lock."""
+        path = self.manifest_path(model, checkpoint)
+        text = json.dumps(manifest, indent=1)
+        atomic_write_text(path, text)
+        if not manifest["tables"] and not manifest.get("figures"):
+            return  # a fence alone: no generation to keep
+        atomic_write_text(path.with_name(copy_name(path.name, manifest["generation"])), text)
+        kept = {copy_generation(path.name, item.name): item for item in path.parent.glob(f"{path.name}.*")}
+        for generation in stale_copies([generation for generation in kept if generation is not None]):
+            kept[generation].unlink(missing_ok=True)
+
+    def fence_out(self, model: str, checkpoint: str, token: int) -> None:
+        """Refuse every publication under a lease token below ``token`` (store/fencing.py); a damaged manifest is not
+        rewritten (the lease check under its lock still stops the old run: :meth:`_publish_entries`)."""
+        path = self.manifest_path(model, checkpoint)
+        with file_lock(path.with_name(path.name + ".lock")):
+            manifest, problems = self.manifest_state(model, checkpoint)
+            if problems:
+                log.warning("%s@%s: its manifest is damaged, so no fence was recorded in it (%s)", model, checkpoint,
+                            problems[0])
+                return
+            atomic_write_text(path, json.dumps(fenced_out(manifest, token), indent=1))
+
+    # the reading side of a restoration (store/manifest_recovery.py)
+
+    @property
+    def manifest_places(self) -> FolderPlaces:
+        return FolderPlaces(self.root)
+
+    def kept_manifest_copies(self, model: str, checkpoint: str) -> list[tuple[int, str, bytes]]:
+        """(generation, path, bytes) of the manifest's kept copies, the newest first."""
+        path = self.manifest_path(model, checkpoint)
+        copies = []
+        for item in path.parent.glob(f"{path.name}.*"):
+            generation = copy_generation(path.name, item.name)
+            if generation is not None:
+                try:
+                    copies.append((generation, str(item), item.read_bytes()))
+                except OSError:
+                    continue
+        return sorted(copies, reverse=True)
+
+    def file_problem(self, relative: str, record: dict) -> str | None:
+        """Why the file ``relative`` is not what ``record`` (its bytes and sha256) says was published, or None."""
+        if not isinstance(record.get("bytes"), int):
+            return None if (self.root / relative).is_file() else "missing"
+        return VerifiedFiles(self.root).problem(self.root / relative, record)
+
+    def table_files(self, table: str, model: str, checkpoint: str) -> list[str]:
+        return [str(path.relative_to(self.root)) for path in
+                sorted(self.partition_directory(table, model, checkpoint).glob("*.parquet"))]
+
+    def describe_table_file(self, relative: str) -> dict:
+        """A table file's manifest entry fields, read back from the file (footer, rows, hashes, settings hash)."""
+        path = self.root / relative
+        return {"bytes": path.stat().st_size, "sha256": file_sha256(path), **describe_parquet(pq.ParquetFile(path))}
+
+    def run_figure_files(self, model: str, checkpoint: str) -> dict[str, dict[str, str]]:
+        """run id -> figure name -> file, of every run's figures of the partition."""
+        base = self.root / "_artefacts" / "figures" / model / checkpoint
+        return {folder.name: {path.stem: str(path.relative_to(self.root)) for path in sorted(folder.glob("*.png"))}
+                for folder in sorted(base.glob("*")) if folder.is_dir()}
+
+    def describe_figure(self, relative: str) -> dict:
+        path = self.root / relative
+        return {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
 
     def published_table_names(self, model: str, checkpoint: str) -> set[str]:
         """The tables a partition's manifest publishes (none when it has no readable manifest)."""
@@ -421,26 +553,49 @@ class Warehouse(PublishedPartitions):
 
     def _publish_entries(self, model: str, checkpoint: str, entries: dict[str, dict],
                          figures: dict[str, str] | None = None) -> dict:
+        """One manifest swap publishing ``entries`` and ``figures``. A run's publication holds its lease's lock and
+        the manifest's (in that order, as a takeover does), and is refused when its lease was taken over
+        (store/fencing.py); over a damaged manifest it restores the manifest first, so nothing it hid is lost."""
         path = self.manifest_path(model, checkpoint)
-        with file_lock(path.with_name(path.name + ".lock")):
-            before = self.manifest(model, checkpoint)
-            superseded = dict(before.get("previous", {}))
-            # each figure's size and hash, as for a table's file: `resdyn check` and --resume see a damaged one
-            figure_files = {name: {"bytes": (self.root / file).stat().st_size, "sha256": file_sha256(self.root / file)}
-                            for name, file in (figures or {}).items()}
-            manifest = next_generation(before, entries, figures, figure_files)
-            atomic_write_text(path, json.dumps(manifest, indent=1))
-            verified = VerifiedFiles(self.root)  # the writer hashed each file as it wrote it: no second read
-            for entry in entries.values():
-                if entry.get("sha256") and (self.root / entry["file"]).is_file():
-                    verified.remember(self.root / entry["file"], entry["sha256"])
-            for name, file in (figures or {}).items():  # hashed just above: `check` and --resume need not again
-                verified.remember(self.root / file, manifest["figure_files"][name]["sha256"])
-            verified.save()
+        lease_lock = self.lease_path(model, checkpoint)
+        with file_lock(lease_lock.with_name(lease_lock.name + ".lock")) if self.run_id else nullcontext():
+            lease = read_lease(self, model, checkpoint) if self.run_id else None
+            with file_lock(path.with_name(path.name + ".lock")):
+                before, problems = self.manifest_state(model, checkpoint)
+                if problems:
+                    before = self._restored_for_publication(model, checkpoint, before, problems)
+                refusal = publication_refusal(self.run_id, lease, before) if self.run_id else None
+                if refusal is not None:
+                    raise LeaseLostError(f"run {self.run_id} may not publish {model}@{checkpoint}: {refusal}; nothing "
+                                         "of this run was published")
+                superseded = dict(before.get("previous", {}))
+                # each figure's size and hash, as for a table's file: `resdyn check` and --resume see a damaged one
+                figure_files = {name: {"bytes": (self.root / file).stat().st_size,
+                                       "sha256": file_sha256(self.root / file)} for name, file in (figures or {}).items()}
+                manifest = stamped(next_generation(before, entries, figures, figure_files), lease)
+                self._write_manifest(model, checkpoint, manifest)
+                verified = VerifiedFiles(self.root)  # the writer hashed each file as it wrote it: no second read
+                for entry in entries.values():
+                    if entry.get("sha256") and (self.root / entry["file"]).is_file():
+                        verified.remember(self.root / entry["file"], entry["sha256"])
+                for name, file in (figures or {}).items():  # hashed just above: `check` and --resume need not again
+                    verified.remember(self.root / file, manifest["figure_files"][name]["sha256"])
+                verified.save()
         self._collect_garbage(model, checkpoint, manifest, superseded, set(entries))
         if figures is not None:  # a run's publication: its figures in, the superseded ones out
             self._collect_figure_garbage(model, checkpoint, manifest)
         return manifest
+
+    def _restored_for_publication(self, model: str, checkpoint: str, usable: dict, problems: list[str]) -> dict:
+        """The manifest a publication over a damaged one builds on: the restored one, else the damaged one's usable
+        part (nothing to restore from: no intact copy, no file of a successful run)."""
+        found = self.restoration(model, checkpoint)
+        log.warning("%s@%s: its manifest is damaged (%s); publishing over %s", model, checkpoint, problems[0],
+                    f"it restored {found.summary()}" if found.manifest is not None else
+                    f"its usable part ({found.summary()})")
+        if found.manifest is None:
+            return usable
+        return {**found.manifest, **{key: usable[key] for key in ("fenced_below", "fencing_token") if key in usable}}
 
     def _collect_figure_garbage(self, model: str, checkpoint: str, manifest: dict) -> None:
         """Remove figures neither the published nor the previous generation names, unless a live run wrote them."""

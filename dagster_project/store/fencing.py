@@ -1,0 +1,52 @@
+"""Fencing tokens: a run whose lease was taken over can never publish, on disk or on an object store.
+
+A lease judged dead may belong to a run that is not dead (a process nobody here can see, a machine that paused), so a
+takeover alone cannot stop its writes. Each lease therefore carries a fencing token (Kleppmann, *Designing
+Data-Intensive Applications*, ch. 8, "Fencing tokens"): a whole number larger than any token the partition's lease had
+before (:func:`next_token`). The manifest, the one object a publication changes, keeps two of them:
+
+- ``fencing_token``: the token of the lease whose run published the current generation;
+- ``fenced_below``: the smallest token that may still publish. A run that takes a dead run's lease over raises it to
+  its own token *before* it writes anything (:func:`fenced_out`).
+
+Every publication reads its lease's token and compares it with ``fenced_below`` inside the manifest's compare-and-swap
+(under the manifest's lock on disk, with If-Match on the manifest's ETag on S3): a takeover that lands between the
+comparison and the put changes the manifest, so the put fails and is tried again against the raised fence
+(:func:`publication_refusal`). A writer that holds no lease at all (a script's or a test's, outside any run) may
+publish until a takeover has fenced the partition.
+"""
+
+from __future__ import annotations
+
+
+def token_of(record: dict | None, field: str = "fence") -> int:
+    """A whole-number token from a lease (``fence``) or a manifest field; 0 where there is none."""
+    value = (record or {}).get(field)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def next_token(previous_lease: dict | None, manifest: dict) -> int:
+    """The token of a lease taken now: larger than the previous holder's, the published generation's and the fence."""
+    return max(token_of(previous_lease), token_of(manifest, "fencing_token"), token_of(manifest, "fenced_below")) + 1
+
+
+def fenced_out(manifest: dict, token: int) -> dict:
+    """``manifest`` with every token below ``token`` refused (a takeover by the lease that holds ``token``)."""
+    return {**manifest, "fenced_below": max(token_of(manifest, "fenced_below"), token)}
+
+
+def publication_refusal(run_id: str, lease: dict | None, manifest: dict) -> str | None:
+    """Why run ``run_id``, whose partition's lease is ``lease`` (None: no lease there), may not publish over
+    ``manifest``; None when it may."""
+    if lease is not None and lease.get("run_id") != run_id:
+        return f"its lease was taken over by run {lease.get('run_id')!r}"
+    token, fence = token_of(lease), token_of(manifest, "fenced_below")
+    if token < fence:
+        return (f"its lease (fencing token {token}) was taken over (the partition takes tokens from {fence} on)"
+                if lease is not None else f"it holds no lease and the partition was fenced (tokens from {fence} on)")
+    return None
+
+
+def stamped(manifest: dict, lease: dict | None) -> dict:
+    """The manifest a publication under ``lease`` writes: it records the lease's token."""
+    return {**manifest, "fencing_token": token_of(lease)} if lease is not None else manifest

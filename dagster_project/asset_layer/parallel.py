@@ -25,6 +25,7 @@ from queue import Empty
 from threadpoolctl import threadpool_limits
 
 from resdyn.dagster_project.asset_layer import interrupts
+from resdyn.lifeline import die_with_parent
 from resdyn.threads import limit_blas_threads, threads_per_part, usable_cores
 
 
@@ -50,7 +51,7 @@ def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, l
     pool, finished = None, False
     try:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=limit_blas_threads, initargs=(threads_per_part(workers),))
+                                   initializer=_pool_worker_start, initargs=(threads_per_part(workers),))
         iterator = iter(items)
         pending = deque(pool.submit(function, item) for item in islice(iterator, workers + lookahead))
         while pending:
@@ -76,6 +77,13 @@ def ordered_parallel_map(function: Callable, items: Iterable, *, workers: int, l
                 pool.shutdown(wait=True)  # no items at all, or already done
         finally:
             caller.restore_original_limits()  # idempotent: the limits it found, again
+
+
+def _pool_worker_start(threads: int) -> None:
+    """A pool worker ends with the step that started it, however that ends (a worker blocked on its task queue never
+    sees a SIGKILLed parent: resdyn/lifeline.py), and has ``threads`` BLAS threads."""
+    die_with_parent()
+    limit_blas_threads(threads)
 
 
 def _result_or_stop(future, where: str):
@@ -187,6 +195,7 @@ def _chain_worker(inputs, connection, factory: Callable, arguments: tuple, threa
     import traceback
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer stops the run (interrupts); it ends this worker
+    die_with_parent()  # a consumer SIGKILLed mid-step leaves no worker computing on (the queue poll below waits for one)
     limit_blas_threads(threads)
     parent = multiprocessing.parent_process()
     try:

@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 from resdyn.dagster_project.configuration.locations import LocalLocation, ObjectLocation, parse_location
 from resdyn.dagster_project.configuration.settings import SETTINGS, SettingError, resolve, validate
+from resdyn.lifeline import OWNER_VARIABLE
 
 EXECUTORS = ("in_process", "multiprocess", "ray")
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
@@ -79,8 +80,11 @@ def environment_table() -> str:
 
     preset = Variable("", PRESET_VARIABLE, PRESET_FLAG, "none", "a named set of analysis settings below the flags "
                       f"and variables ({', '.join(sorted(PRESETS))}; the table below)")
+    owner = Variable("", OWNER_VARIABLE, "", "set by `resdyn run`", "not a setting: the process that owns the runs "
+                     "of a process tree (`pid:start:host`), so that every process of a run ends with it and a lease "
+                     "names it (resdyn/lifeline.py); forwarded to Ray steps")
     lines = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
-    for variable in (*ENVIRONMENT, preset):
+    for variable in (*ENVIRONMENT, preset, owner):
         flag = f"`{variable.flag}`" if variable.flag else "-"
         lines.append(f"| `{variable.variable}` | {flag} | {variable.default} | {variable.meaning} |")
     return "\n".join(lines) + "\n"
@@ -93,7 +97,7 @@ AWS_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_D
                  "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
 FORWARDED_VARIABLES = ("DAGSTER_HOME", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_VERBOSITY",
                        "PYTHONPATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "XDG_CACHE_HOME", *AWS_VARIABLES,
-                       *VARIABLES.values())
+                       *VARIABLES.values(), OWNER_VARIABLE)
 
 
 class ConfigError(ValueError):

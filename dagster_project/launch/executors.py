@@ -38,9 +38,10 @@ RAY_ADDRESS_VARIABLE = VARIABLES["ray_address"]
 # What a step process of the multiprocess executor needs before its step starts: the job's module, every asset
 # module and torch, imported once by a fork server the executor starts; each step forks from it. Spawned (Dagster's
 # default), each step imported them again: 2-4 s apiece (benchmarks/redesign_equivalence.py --executor multiprocess).
-# These imports start no Python thread, and the native ones they start (OpenBLAS, jemalloc) handle a fork.
-STEP_PRELOAD = ("resdyn.dagster_project.launch.study_definitions", "resdyn.dagster_project.launch.assets_index",
-                "torch")
+# These imports start no Python thread, and the native ones they start (OpenBLAS, jemalloc) handle a fork. The first
+# makes the fork server and its steps end with their parent when a process here owns the run (resdyn/lifeline.py).
+STEP_PRELOAD = ("resdyn.dagster_project.launch.fork_server_preload", "resdyn.dagster_project.launch.study_definitions",
+                "resdyn.dagster_project.launch.assets_index", "torch")
 
 
 class ExecutorError(ConfigError):

@@ -8,6 +8,7 @@ import numpy as np
 
 from resdyn.corpus import Sample
 from resdyn.dagster_project.asset_layer import interrupts
+from resdyn.dagster_project.asset_layer.stage_messages import stage_message
 from resdyn.models.registry import split_partition_key
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ def n_layers(model_checkpoints) -> int:
 
 class StageProgress:
     """One line per finished item of an analysis stage in the step's log: done / total and seconds so far
-    (a partition's analysis runs for minutes at large d; the UI and ``resdyn run`` show these lines)."""
+    (a partition's analysis runs for minutes at large d; the UI shows these lines, and ``resdyn run`` draws them as a
+    bar with the time left: dagster_project/asset_layer/stage_messages.py)."""
 
     def __init__(self, context, stage: str, total: int) -> None:
         self.context, self.stage, self.total, self.done_count = context, stage, total, 0
@@ -58,6 +60,6 @@ class StageProgress:
         """Log the item, then stop here if a stop was asked for (every stage's loop reports each item: the one
         place that bounds how long a stop waits to the slowest item)."""
         self.done_count += 1
-        self.context.log.info(f"{self.context.partition_key}: {self.stage} {self.done_count}/{self.total} ({what}) "
-                              f"done, {self.seconds():.0f} s")
+        self.context.log.info(stage_message(self.context.partition_key, self.stage, self.done_count, self.total, what,
+                                            self.seconds()))
         interrupts.check(f"{self.stage} of {self.context.partition_key}")

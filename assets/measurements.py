@@ -24,6 +24,7 @@ from resdyn.dagster_project.asset_layer import (
     record_batch,
     written_output,
 )
+from resdyn.dagster_project.asset_layer.stage_messages import stage_message
 from resdyn.figures import jacobian_heatmaps
 from resdyn.naming import SUBLAYERS, sublayer_depth
 
@@ -94,9 +95,10 @@ def _measure(context, checkpoint, settings, outputs, samples):
 
     def progress(layer, n_layers, batch, n_batches):
         interrupts.check(f"measurements of {context.partition_key}")
-        if batch == n_batches or batch % 8 == 0:
-            context.log.info(f"{context.partition_key}: layer {layer + 1}/{n_layers}, batch {batch}/{n_batches} "
-                             f"({time.perf_counter() - started:.0f} s)")
+        if batch == n_batches or batch % 8 == 0:  # every batch of every layer is one item of the stage
+            context.log.info(stage_message(context.partition_key, "jacobian batches", layer * n_batches + batch,
+                                           n_layers * n_batches, f"layer {layer + 1}/{n_layers}, batch {batch}/{n_batches}",
+                                           time.perf_counter() - started))
 
     thumbnails, backends, heads, seconds = {}, {}, {}, {}
     with ExitStack() as stack:

@@ -170,14 +170,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory):
-    """A model on disk and a warehouse holding one complete partition m@local of 6 samples, built once per
-    session through the CLI and shared (tests that change it take a :func:`warehouse_copy`)."""
+def built_run(tmp_path_factory):
+    """:func:`built`, with the run's output: its command run as a script would (no --log-level, no terminal), what
+    tests/pipeline/test_run_display.py reads."""
     base = tmp_path_factory.mktemp("integrity")
     model = save_model(base / "m")
     root = base / "warehouse"
-    completed = run_cli("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root))
+    default_level = [argument for argument in QUICK if argument not in ("--log-level", "ERROR")]
+    completed = run_cli("run", "--model", str(model), "--samples", "6", *default_level, "--warehouse", str(root))
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return model, root, completed
+
+
+@pytest.fixture(scope="session")
+def built(built_run):
+    """A model on disk and a warehouse holding one complete partition m@local of 6 samples, built once per
+    session through the CLI and shared (tests that change it take a :func:`warehouse_copy`)."""
+    model, root, _ = built_run
     return model, root
 
 

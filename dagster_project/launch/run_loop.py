@@ -5,17 +5,23 @@
 configuration (:class:`~.config.StudyConfig`), the partition keys (:mod:`resdyn.models.registration` says which a
 request names), an asset selection and a progress callback. Each partition is one Dagster run: in this process
 for the in-process executor, else a run of the reconstructable job launched from a process of its own. A line is
-printed as each partition starts and ends; SIGINT / SIGTERM stop at the running step's next check point, and
-nothing half-written is published.
+printed as each partition starts and ends; SIGINT / SIGTERM stop at the running step's next check point (in this
+process) or end every process of the runs at once (the other executors' run processes, their fork servers and steps),
+and each stopped partition is then said as it is: published before the stop (its runs row ``success``) or not
+published at all (``failed``, its files removed). The processes a launch starts end with it however it ends, a
+SIGKILL included (resdyn/lifeline.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +29,10 @@ from pathlib import Path
 from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.dagster_project.configuration.config import StudyConfig, dagster_home, use_dagster_home
 from resdyn.dagster_project.launch.console import TRACE_LEVEL_HINT, configure_logging, quiet_failures
+from resdyn.dagster_project.launch.event_log_file import NO_CONSOLE_LEVEL, event_log_path, run_config_loggers
+from resdyn.dagster_project.launch.summary_table import peak_memory_mb, summary_table
 from resdyn.dagster_project.store import open_warehouse
+from resdyn.lifeline import die_with_parent, end_process_trees, owning_runs
 from resdyn.models.registry import split_partition_key
 
 Progress = Callable[[int, int, str, bool], None]  # (number, total, key, done): told as each partition starts, ends
@@ -56,7 +65,7 @@ def _stale_checkpoints(warehouse: str | None, model: str) -> set[str]:
 
 
 def run_request(request, flags: dict, progress=None, *, selection: str | None = None, resume: bool = False,
-                log_level: str = "INFO", parallel_runs: int = 0, summary_file: str | None = None):
+                log_level: str | None = None, parallel_runs: int = 0, summary_file: str | None = None):
     """Resolve the configuration (``flags``: settings and the launch's own values, None where not given), find the
     partitions ``request`` names (registering a new source), and run them: what ``resdyn run`` and
     ``resdyn.run`` both do, with Python values. Returns the :class:`RunOutcome`."""
@@ -72,18 +81,20 @@ def run_request(request, flags: dict, progress=None, *, selection: str | None = 
 
 
 def run_partitions(config: StudyConfig, keys: list[str], selection: str | None = None,
-                  progress: Progress | None = None, *, resume: bool = False, log_level: str = "INFO",
+                  progress: Progress | None = None, *, resume: bool = False, log_level: str | None = None,
                    parallel_runs: int = 0, summary_file: str | Path | None = None) -> RunOutcome:
     """Materialize ``keys`` under ``config`` (made ready by :func:`~.study_definitions.prepare`, as :func:`run_request` does):
     every asset, or the assets of
     ``selection`` (Dagster's selection syntax; their upstream tables must be published). With ``resume``, the
-    partitions the warehouse holds complete at these settings are left out."""
+    partitions the warehouse holds complete at these settings are left out. Every Dagster event of the runs goes to
+    the launch's event-log file (its path printed first); ``log_level`` also shows them on the console at that level,
+    and None draws resdyn's progress display instead (.progress). A table of the partitions ends it."""
     import dagster as dg
 
     from resdyn.dagster_project.asset_layer.partitions import register_partitions
     from resdyn.dagster_project.launch.selection import check_inputs, partition_asset_keys
 
-    quiet_failures(log_level)  # each failed step is one line of this launch's own
+    quiet_failures(log_level or NO_CONSOLE_LEVEL)  # each failed step is one line of this launch's own
     selected_keys = partition_asset_keys(selection)
     store = open_warehouse(config.warehouse)
     store.prepare_for_writing()  # an object store that ignores conditional writes is refused before any write
@@ -94,26 +105,57 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
             check_inputs(selection, selected_keys, store.published_table_names(*split_partition_key(key)), key)
     if config.executor != "in_process":
         _persistent_dagster_home(store)
+    elif dagster_home():
+        write_instance_settings(Path(dagster_home()))
     instance = dg.DagsterInstance.get() if dagster_home() else dg.DagsterInstance.ephemeral()
     register_partitions(instance, keys)
     print(f"resdyn: {len(keys)} partition(s) into {store} ({config.executor} executor): {', '.join(keys)}")
+    event_log = _new_event_log(store, keys) if keys else None
+    if event_log is not None:
+        print(f"resdyn: event log (every Dagster event, DEBUG): {event_log}", flush=True)
     outcome = RunOutcome()
-    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    run_config = {"loggers": run_config_loggers(event_log, log_level)}
     signals = SignalRecorder()
     interrupts.watch(signals)  # steps stop at their next check point, and nothing of the run is published
+    display = None
     try:
+        if log_level is None and keys:  # the console shows no Dagster event: resdyn's display does instead
+            from resdyn.dagster_project.launch.progress import open_display
+            from resdyn.dagster_project.launch.study_definitions import partition_job, step_names
+
+            display = open_display(event_log, keys, len(step_names(partition_job(config, selected_keys))))
         if config.executor == "in_process":
             outcome.stopped = _run_in_process(keys, config, instance, selected_keys, run_config, signals, outcome,
-                                           progress)
+                                           progress, display)
         else:
             outcome.stopped = _run_out_of_process(keys, config, instance, selected_keys, run_config, parallel_runs,
-                                               outcome, progress)
+                                               outcome, signals, progress, display)
+    except KeyboardInterrupt:  # a signal before a partition's run began (its job or the display being built)
+        outcome.stopped = 128 + (signals.poll() or int(signal.SIGINT))
+        print(f"resdyn: stopped by {signal.Signals(outcome.stopped - 128).name} before any partition's run began",
+              flush=True)
     finally:
+        if display is not None:
+            display.close()
         interrupts.unwatch()
         signals.close()
         if summary_file:
             Path(summary_file).write_text(json.dumps(outcome.summary, indent=2))
+    table = summary_table(outcome.summary, keys, outcome.stopped)
+    if table:
+        print("\n" + table, flush=True)
     return outcome
+
+
+def _new_event_log(store, keys: list[str]) -> Path:
+    """The launch's event-log file, made empty now: under the Dagster home's ``logs`` (DAGSTER_HOME, else the one
+    beside the warehouse that the executors with processes of their own use), so that every process of the runs
+    finds its folder."""
+    home = Path(dagster_home()) if dagster_home() else store.local_state_directory / "_dagster_home"
+    path = event_log_path(home, keys)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return path
 
 
 def _step_summary(result) -> dict:
@@ -131,13 +173,22 @@ def _step_summary(result) -> dict:
     return {name: step for name, step in steps.items() if "seconds" in step}
 
 
+UNREACHABLE_STORE = ("the object store did not answer (check that it is up and reachable, AWS_ENDPOINT_URL_S3), "
+                     "then run the same command again with --resume: what was published is kept, what the failed run "
+                     "left is swept")
+
+
 def _failure_lines(result) -> list[str]:
+    """One line per failed step: its error's first line; a store that did not answer says what to do next."""
     lines = []
     for event in result.all_events:
         if event.is_step_failure:
             error = event.step_failure_data.error
             error = error.cause or error  # Dagster wraps the user's exception: show that one
-            lines.append(f"    {event.step_key}: {error.message.strip().splitlines()[0]}")
+            first = error.message.strip().splitlines()[0]
+            unreachable = first.startswith("botocore.exceptions.") and ("connect" in first.lower()
+                                                                        or "timeout" in first.lower())
+            lines.append(f"    {event.step_key}: {first}" + (f"; {UNREACHABLE_STORE}" if unreachable else ""))
     return lines
 
 
@@ -183,12 +234,19 @@ def _persistent_dagster_home(store) -> None:
     """Executors that run steps in other processes need an instance on disk: DAGSTER_HOME, else one beside
     the warehouse (an object store's: in its local state folder)."""
     if dagster_home():
+        write_instance_settings(Path(dagster_home()))
         return
     home = store.local_state_directory / "_dagster_home"
-    home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").is_file():  # the shipped instance settings (telemetry off, run queue)
-        shutil.copyfile(SHIPPED_INSTANCE, home / "dagster.yaml")
+    write_instance_settings(home)
     use_dagster_home(home)
+
+
+def write_instance_settings(home: Path) -> None:
+    """The shipped instance settings (telemetry off, run queue) in ``home``, made if new, unless it holds its own
+    ``dagster.yaml``: without one, Dagster warns at every instance it opens there."""
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").is_file():
+        shutil.copyfile(SHIPPED_INSTANCE, home / "dagster.yaml")
 
 
 def _outcome(result) -> dict:
@@ -199,12 +257,22 @@ def _outcome(result) -> dict:
             "failure_lines": _failure_lines(result) if not result.success else []}
 
 
-def _report(number: int, total: int, key: str, outcome: dict, started: float, launch: RunOutcome) -> None:
+def _report(number: int, total: int, key: str, outcome: dict, started: float, launch: RunOutcome,
+            display=None) -> None:
+    """Record and print how partition ``key`` ended (after its last progress lines, where a display draws them)."""
+    if display is not None:
+        display.partition_ended(key)
+    with display.printing() if display is not None else contextlib.nullcontext():
+        _record_and_print(number, total, key, outcome, started, launch)
+
+
+def _record_and_print(number: int, total: int, key: str, outcome: dict, started: float, launch: RunOutcome) -> None:
     failing, steps, n_checks = outcome["failing_checks"], outcome["steps"], outcome["n_checks"]
     success = outcome["success"] and not failing
     seconds = outcome.get("seconds", time.perf_counter() - started)  # a queued run's own time, not its wait
     launch.summary[key] = {"seconds": round(seconds, 2), "success": success,
-                    "steps": steps, "failing_checks": failing, "run_id": outcome["run_id"]}
+                    "steps": steps, "failing_checks": failing, "run_id": outcome["run_id"],
+                    "n_checks": n_checks, "peak_rss_mb": peak_memory_mb(steps)}
     if steps:
         print("    steps: " + ", ".join(f"{name} {step['seconds']:.1f} s" for name, step in steps.items()), flush=True)
     print(f"[{number}/{total}] {key} {'ok' if success else 'FAILED'} in {seconds:.1f} s; checks "
@@ -302,24 +370,21 @@ def not_yet_complete(store, keys: list[str], wanted: dict, select: str | None) -
     return remaining
 
 
-def _run_in_process(keys, config, instance, selected_keys, run_config, signals, launch, progress=None) -> int:
-    import dagster as dg
+def _run_in_process(keys, config, instance, selected_keys, run_config, signals, launch, progress=None,
+                    display=None) -> int:
+    from resdyn.dagster_project.launch.study_definitions import partition_job
 
-    from resdyn.dagster_project.launch.checks import ALL_CHECKS
-    from resdyn.dagster_project.launch.study_definitions import study_assets, study_resources
-
-    store, assets, resources = open_warehouse(config.warehouse), study_assets(config), study_resources(config)
-    selection = dg.AssetSelection.assets(*selected_keys) if selected_keys else None
+    store, job = open_warehouse(config.warehouse), partition_job(config, selected_keys)
+    launch_id = uuid.uuid4().hex
     for number, key in enumerate(keys, 1):
         started = time.perf_counter()
         print(f"[{number}/{len(keys)}] {key} ...", flush=True)
         if progress is not None:
             progress(number, len(keys), key, False)
         try:
-            result = dg.materialize([*assets, *ALL_CHECKS], partition_key=key, resources=resources,
-                                    instance=instance, raise_on_error=False, tags={"resdyn/cli": "run"},
-                                    selection=selection,
-                                    run_config=run_config)
+            with owning_runs():
+                result = job.execute_in_process(run_config=run_config, instance=instance, partition_key=key,
+                                                raise_on_error=False, tags={"resdyn/cli": "run", LAUNCH_TAG: launch_id})
         except KeyboardInterrupt:
             result = None
         finally:
@@ -328,22 +393,84 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
         if result is not None and result.success and received is not None:
             # A signal can land where Dagster catches it and then forgets it (capture_interrupts clears its flag
             # on the way out; seen under heavy load), so the run finished and published: say so, then stop.
-            _report(number, len(keys), key, _outcome(result), started, launch)
+            _report(number, len(keys), key, _outcome(result), started, launch, display)
             print(f"resdyn: {signal.Signals(received).name} arrived as {key} finished; stopping before the next "
                   "partition.", flush=True)
             return 128 + received
         if received is not None or result is None:
             received = received or int(signal.SIGINT)
-            from resdyn.dagster_project.store.run_records import record_interrupted
-
-            record_interrupted(store, *split_partition_key(key), f"stopped by {signal.Signals(received).name}")
-            print(f"[{number}/{len(keys)}] {key} stopped by {signal.Signals(received).name}; nothing half-written is "
-                  f"published. {_sweep_after_stop(store, key)} Stopping.", flush=True)
+            print(f"[{number}/{len(keys)}] {_close_stopped_runs(store, instance, key, launch_id, received)} "
+                  "Stopping.", flush=True)
             return 128 + received
-        _report(number, len(keys), key, _outcome(result), started, launch)
+        _report(number, len(keys), key, _outcome(result), started, launch, display)
         if progress is not None:
             progress(number, len(keys), key, True)
     return 0
+
+
+def _start_quiet_resource_tracker() -> None:
+    """Start this process's multiprocessing resource tracker (shared by every process the run processes start)
+    without its warning of leaked semaphores: after a stop ends those processes outright it removes their
+    semaphores, and a warning of it at exit would only alarm (seen after every stopped multiprocess run)."""
+    from multiprocessing import resource_tracker
+
+    option = "ignore::UserWarning:multiprocessing.resource_tracker"
+    sys.warnoptions.append(option)  # what the tracker's interpreter is started with (util._args_from_interpreter_flags)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(option)
+
+
+LAUNCH_TAG = "resdyn/launch"  # the launch (one `resdyn run`) a Dagster run belongs to: its stop finds its runs by it
+
+
+def _close_stopped_runs(store, instance, key: str, launch_id: str, signum: int) -> str:
+    """After a stop, whose processes have all ended: this launch's runs of ``key`` (found by their tag) settled
+    (:func:`settle_stopped_runs`), and canceled on the Dagster instance; the sentence that says what became of them."""
+    import dagster as dg
+
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={LAUNCH_TAG: launch_id, "dagster/partition": key}))
+    name = signal.Signals(signum).name
+    for run in runs:
+        if not run.is_finished:
+            instance.report_run_canceled(run, message=f"stopped by {name} (resdyn run)")
+    return settle_stopped_runs(store, key, [run.run_id for run in runs], name)
+
+
+def settle_stopped_runs(store, key: str, run_ids: list[str], stopped_by: str) -> str:
+    """Make what is recorded of the stopped runs ``run_ids`` of ``key`` true (their processes have ended): a run whose
+    generation the manifest publishes is ``success`` in the runs table, any other ``failed``; their leases are freed
+    and what they left unpublished removed. The sentence that says what became of the partition."""
+    from resdyn.dagster_project.store.leases import now
+    from resdyn.dagster_project.store.manifests import published_by_run
+
+    model, checkpoint = split_partition_key(key)
+    if not run_ids:
+        return f"{key} stopped by {stopped_by} before its run started; nothing of it was written."
+    try:
+        manifest = store.manifest_state(model, checkpoint)[0]
+        published = [run_id for run_id in run_ids if published_by_run(manifest, run_id)]
+        for row in store.run_records(model, checkpoint):
+            if row["run_id"] in run_ids:
+                status = "success" if row["run_id"] in published else "failed"
+                if row["status"] != status or row["status"] == "started" or row["ended_at"] is None:
+                    note = f"published; then stopped by {stopped_by}" if status == "success" else \
+                        f"stopped by {stopped_by}"
+                    store.record_run(model, checkpoint, {**{k: v for k, v in row.items() if k not in ("model",
+                                                                                                      "checkpoint")},
+                                                         "status": status, "ended_at": row["ended_at"] or now(),
+                                                         "error": row["error"] or note})
+        for run_id in run_ids:
+            store.bound(run_id, "").release_lease(model, checkpoint)
+    except Exception as error:  # noqa: BLE001 - an object store out of reach: said, not raised
+        return (f"{key} stopped by {stopped_by}; its record could not be updated ({str(error).splitlines()[0]}): "
+                "`resdyn check` says what is published")
+    if published:
+        return (f"{key} stopped by {stopped_by} after its run {published[0]} had published its generation (the runs "
+                "table records it `success`).")
+    return (f"{key} stopped by {stopped_by} before it published; nothing of it is published. "
+            f"{_sweep_after_stop(store, key)}")
 
 
 def _sweep_after_stop(store, key: str) -> str:
@@ -363,25 +490,26 @@ def _sweep_after_stop(store, key: str) -> str:
     return said
 
 
-def _execute_partition(key: str, config: str, run_config: dict, selected_keys) -> dict:
+def _execute_partition(key: str, config: str, run_config: dict, selected_keys, launch_id: str) -> dict:
     """One partition's run of the reconstructable job, in a process of its own (``_run_out_of_process``)."""
     import dagster as dg
 
     from resdyn.dagster_project.launch.study_definitions import reconstructable_job
 
+    die_with_parent()  # the CLI owns this run: killed outright, it takes this process and its steps with it
     configure_logging()  # a spawned process starts with logging unconfigured: the CLI's own settings
     quiet_failures(run_config["loggers"]["console"]["config"]["log_level"])
     started = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         result = dg.execute_job(reconstructable_job(StudyConfig.from_json(config)), instance=instance,
                                 run_config=run_config,
-                                tags={"dagster/partition": key, "resdyn/cli": "run"},
+                                tags={"dagster/partition": key, "resdyn/cli": "run", LAUNCH_TAG: launch_id},
                                 asset_selection=sorted(selected_keys) if selected_keys else None)
         return {**_outcome(result), "seconds": time.perf_counter() - started}
 
 
-def _run_out_of_process(keys, config, instance, selected_keys, run_config, parallel_runs, launch,
-                        progress=None) -> int:
+def _run_out_of_process(keys, config, instance, selected_keys, run_config, parallel_runs, launch, signals,
+                        progress=None, display=None) -> int:
     """Each partition a run of the reconstructable job on the chosen executor, launched from a process of its
     own (``--parallel-runs`` at once), its model-running steps bounded by the model_runner pool.
 
@@ -396,13 +524,16 @@ def _run_out_of_process(keys, config, instance, selected_keys, run_config, paral
     instance.event_log_storage.set_concurrency_slots(MODEL_RUNNER_POOL, config.model_runners)
     parallel = max(1, min(parallel_runs or len(keys), len(keys)))
     started, finished = {}, set()
-    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+    launch_id = uuid.uuid4().hex
+    _start_quiet_resource_tracker()
+    with owning_runs(), ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {}
-        for number, key in enumerate(keys, 1):
-            futures[pool.submit(_execute_partition, key, config.to_json(), run_config, selected_keys)] = (number, key)
-            started[key] = time.perf_counter()
-        print(f"resdyn: {len(keys)} run(s), {parallel} at a time, each in a process of its own", flush=True)
         try:
+            for number, key in enumerate(keys, 1):
+                futures[pool.submit(_execute_partition, key, config.to_json(), run_config, selected_keys,
+                                    launch_id)] = (number, key)
+                started[key] = time.perf_counter()
+            print(f"resdyn: {len(keys)} run(s), {parallel} at a time, each in a process of its own", flush=True)
             for future in as_completed(futures):
                 number, key = futures[future]
                 try:
@@ -410,15 +541,22 @@ def _run_out_of_process(keys, config, instance, selected_keys, run_config, paral
                 except Exception as error:  # the partition's process died (killed, out of memory)
                     outcome = {"success": False, "run_id": None, "steps": {}, "n_checks": 0, "failing_checks": [],
                                "failure_lines": [f"    {type(error).__name__}: {error}"]}
-                _report(number, len(keys), key, outcome, started[key], launch)
+                _report(number, len(keys), key, outcome, started[key], launch, display)
                 finished.add(key)
                 if progress is not None:
                     progress(number, len(keys), key, True)
         except KeyboardInterrupt:
-            print("resdyn: interrupted; runs already handed to the executor are stopped with it", flush=True)
+            received = signals.poll() or int(signal.SIGINT)
+            # every run worker, with its fork server and steps, ends now and is waited for: none publishes after this
+            workers = list(pool._processes or {})  # no public way to stop a running task
+            still = end_process_trees(workers)
             pool.shutdown(wait=False, cancel_futures=True)
+            print(f"resdyn: {signal.Signals(received).name}: stopped the {len(workers)} run process(es) and every "
+                  "process they started" + (f" but pids {still}, which did not end within 10 s" if still else ""),
+                  flush=True)
             store = open_warehouse(config.warehouse)
-            for key in [key for key in keys if key not in finished]:
-                print(f"resdyn: {key}: {_sweep_after_stop(store, key)}", flush=True)
-            return 130
+            for number, key in [(number, key) for number, key in futures.values() if key not in finished]:
+                print(f"[{number}/{len(keys)}] {_close_stopped_runs(store, instance, key, launch_id, received)}",
+                      flush=True)
+            return 128 + received
     return 0

@@ -15,6 +15,7 @@ import os
 import dagster as dg
 
 from resdyn.dagster_project.configuration.config import StudyConfig
+from resdyn.dagster_project.launch.event_log_file import LOGGERS
 from resdyn.dagster_project.launch.executors import (
     check_ray_address,
     executor_definition,
@@ -24,6 +25,7 @@ from resdyn.dagster_project.launch.executors import (
 
 RAY_CONFIG_TAG = "dagster-ray/config"  # the op tag dagster-ray reads a step's resource request from
 STUDY_JOB = "resdyn_job"
+IN_PROCESS_JOB = "__ephemeral_asset_job__"  # the name dg.materialize gives its job, kept for the runs it made before
 
 
 def step_tags(config: StudyConfig, kind: str) -> dict[str, str]:
@@ -75,7 +77,24 @@ def build_definitions(config: StudyConfig) -> dg.Definitions:
                                      description="The study across every complete partition, and report.html.")
     return dg.Definitions(assets=[*study_assets(config), *STUDY_ASSETS], asset_checks=ALL_CHECKS,
                           jobs=[study_job, report_job], sensors=[registry_partitions],
-                          resources=study_resources(config), executor=executor)
+                          resources=study_resources(config), executor=executor, loggers=LOGGERS)
+
+
+def partition_job(config: StudyConfig, selected_keys=None) -> dg.JobDefinition:
+    """The job of one partition's run in this process (the in-process executor): the one ``dg.materialize`` builds
+    of every partitioned asset and check, executing those of ``selected_keys`` (None: all), with resdyn's loggers
+    (``dg.materialize`` takes none). Its steps are those of the study job's run of the same selection."""
+    from resdyn.dagster_project.launch.checks import ALL_CHECKS
+
+    selection = dg.AssetSelection.assets(*selected_keys) if selected_keys else None
+    return dg.Definitions(jobs=[dg.define_asset_job(IN_PROCESS_JOB, selection=selection)],
+                          assets=[*study_assets(config), *ALL_CHECKS], resources=study_resources(config),
+                          loggers=LOGGERS).resolve_job_def(IN_PROCESS_JOB)
+
+
+def step_names(job: dg.JobDefinition) -> list[str]:
+    """The steps a run of ``job`` executes, in an order they can run in (each node is one step)."""
+    return [node.name for node in job.nodes_in_topological_order]
 
 
 def job_from_json(config: str) -> dg.JobDefinition:

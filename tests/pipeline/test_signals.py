@@ -47,3 +47,52 @@ def test_sigterm_interrupts_after_an_in_process_dagster_run_when_sigint_is_ignor
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
     lines = completed.stdout.splitlines()
     assert "pool ended" in lines and "interrupted by SIGTERM" in lines, completed.stdout
+
+
+def _runs_row(store, status: str) -> None:
+    import socket
+
+    from resdyn.dagster_project.store.schema import table_spec
+
+    row = {name: None for name in table_spec("runs").column_names}
+    store.record_run("m", "c", {**row, "run_id": store.run_id, "settings_hash": "s", "status": status,
+                                "host": socket.gethostname(), "pid": os.getpid(), "started_at": "2026-01-01T00:00:00"})
+
+
+def test_a_stopped_run_is_said_and_recorded_as_it_is_published_or_not(tmp_path):
+    """What the launch says of a partition whose run a signal stopped, and what the runs table records, follow the
+    manifest: a run whose generation was published before the stop (the signal landed between the manifest swap and
+    its record) is `success` and said to have published; a run that had only staged is `failed`, its files removed
+    and its lease freed. Before, both were "nothing half-written is published" and `failed`."""
+    import numpy as np
+
+    from resdyn.dagster_project.launch.run_loop import settle_stopped_runs
+    from resdyn.dagster_project.store.schema import rows_table
+    from resdyn.dagster_project.store.warehouse import Warehouse
+
+    rng = np.random.default_rng()
+    table = rows_table("singular_values", [{"layer": 0, "sublayer": "mlp", "depth": int(depth), "idx": i,
+                                            "sigma": 1.0} for i, depth in enumerate(rng.integers(0, 4, 20))])
+    published = Warehouse(tmp_path, run_id="run-published", settings_hash="s")
+    published.acquire_lease("m", "c", single_process=True)
+    _runs_row(published, "started")
+    published.write("singular_values", "m", "c", table)
+    published.publish("m", "c")
+    said = settle_stopped_runs(published, "m@c", ["run-published"], "SIGTERM")
+    assert said == ("m@c stopped by SIGTERM after its run run-published had published its generation (the runs table "
+                    "records it `success`).")
+    assert [(row["status"], row["error"]) for row in published.run_records("m", "c")] == \
+        [("success", "published; then stopped by SIGTERM")]
+    assert not published.lease_path("m", "c").exists()
+
+    staged = Warehouse(tmp_path, run_id="run-staged", settings_hash="s")
+    staged.acquire_lease("m", "c", single_process=True)
+    _runs_row(staged, "started")
+    written = staged.write("singular_values", "m", "c", table)
+    said = settle_stopped_runs(staged, "m@c", ["run-staged"], "SIGINT")
+    assert said.startswith("m@c stopped by SIGINT before it published; nothing of it is published. Removed its 2 "
+                           "unpublished file(s)"), said  # the table and its staging entry
+    assert {row["run_id"]: (row["status"], row["error"]) for row in staged.run_records("m", "c")}["run-staged"] == \
+        ("failed", "stopped by SIGINT")
+    assert not written.path.exists() and not staged.lease_path("m", "c").exists()
+    assert staged.manifest("m", "c")["tables"]["singular_values"]["run_id"] == "run-published"

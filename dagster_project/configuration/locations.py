@@ -5,6 +5,12 @@ A warehouse is named in one form everywhere (``--warehouse``, ``RESDYN_WAREHOUSE
 anything else by name, so that a URL never becomes a local folder called ``s3:`` (``Path("s3://b/p")`` is the
 relative path ``s3:/b/p``). How an S3 store is reached (credentials, region, an endpoint for an S3-compatible
 store) is the AWS SDK's own configuration, read by :mod:`resdyn.dagster_project.store.object_store`.
+
+Every other option that names a place goes through the same parser: :func:`parse_output` for what a command
+writes and can upload (``report --output FILE``, ``claims --output DIR``: a local path, or ``s3://`` where the
+command writes into a local temporary folder and uploads each file under that prefix), and :func:`local_path` for
+what must stay on this machine (``claims --save-inputs/--inputs DIR``, ``run --summary FILE``: an ``s3://`` value
+is refused in one line saying what to give instead). Nothing resdyn writes is ever a folder named ``s3:``.
 """
 
 from __future__ import annotations
@@ -50,11 +56,17 @@ class ObjectLocation:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
 
-def parse_location(value: str | os.PathLike) -> LocalLocation | ObjectLocation:
+def parse_location(value: str | os.PathLike, what: str = "warehouse", forms: str = SUPPORTED
+                   ) -> LocalLocation | ObjectLocation:
     """A warehouse's location from what a user wrote: ``s3://bucket[/prefix]`` is an object store, ``file://PATH``
     and anything without a scheme a local directory; every other scheme, and an ``s3:`` URL without its bucket, is
-    refused with the forms that work."""
+    refused with the forms that work. ``what`` names the value in a refusal (``warehouse``, ``--output``) and
+    ``forms`` says what that option takes."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise LocationError(f"{what} {value!r}: give {forms} (a str or a path), not {type(value).__name__}")
     text = os.fspath(value).strip()
+    if not text:
+        raise LocationError(f"{what} is empty: give {forms}")
     match = _SCHEME.match(text)
     # a URL has '://' (a local name may hold a colon: 'runs:v1'); 's3:' alone is a mistyped URL, never a folder
     if match is None or not (match.group(2) or match.group(1).lower() == "s3"):
@@ -63,18 +75,39 @@ def parse_location(value: str | os.PathLike) -> LocalLocation | ObjectLocation:
     if scheme == "file":
         return LocalLocation(Path(text[len(match.group(0)):] or "/").expanduser().resolve())
     if scheme != "s3":
-        raise LocationError(f"warehouse {text!r}: the scheme {scheme}:// is not supported; give {SUPPORTED} "
+        raise LocationError(f"{what} {text!r}: the scheme {scheme}:// is not supported; give {forms} "
                             "(a store that answers S3 requests, such as MinIO, Ceph or Google Cloud Storage's interoperability "
                             "endpoint, is s3:// with its endpoint in AWS_ENDPOINT_URL_S3)")
     if not match.group(2):
-        raise LocationError(f"warehouse {text!r}: an S3 location is s3://BUCKET/PREFIX (two slashes after s3:)")
+        raise LocationError(f"{what} {text!r}: an S3 location is s3://BUCKET/PREFIX (two slashes after s3:)")
     bucket, _, prefix = text[len(match.group(0)):].partition("/")
     if not _BUCKET.match(bucket) or ".." in bucket:
-        raise LocationError(f"warehouse {text!r}: {bucket!r} is not an S3 bucket name (3-63 lower-case letters, "
+        raise LocationError(f"{what} {text!r}: {bucket!r} is not an S3 bucket name (3-63 lower-case letters, "
                             "digits, dots and hyphens, starting and ending with a letter or a digit): give "
                             "s3://BUCKET/PREFIX")
     prefix = prefix.strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise LocationError(f"warehouse {text!r}: the prefix {prefix!r} has an empty, '.' or '..' part; object keys "
+        raise LocationError(f"{what} {text!r}: the prefix {prefix!r} has an empty, '.' or '..' part; object keys "
                             "are not resolved like paths: give s3://BUCKET/PREFIX with the prefix as its keys read")
     return ObjectLocation(bucket, prefix)
+
+
+def parse_output(value: str | os.PathLike, option: str, *, file: bool = False) -> LocalLocation | ObjectLocation:
+    """Where a command writes what it makes (``option``, e.g. ``--output``): a local path, or ``s3://BUCKET/PREFIX``
+    (the command writes into a local temporary folder, then uploads each file under the prefix). ``file``: the
+    option names one file (``report --output FILE``), so an S3 location needs a key below the bucket."""
+    forms = "a local FILE or s3://BUCKET/KEY" if file else "a local DIR or s3://BUCKET/PREFIX"
+    location = parse_location(value, option, forms)
+    if file and isinstance(location, ObjectLocation) and not location.prefix:
+        raise LocationError(f"{option} {location}: name the object to write, s3://BUCKET/KEY (e.g. "
+                            f"{location}/report.html)")
+    return location
+
+
+def local_path(value: str | os.PathLike, option: str, why: str) -> Path:
+    """A local file or folder an option names (``option``, e.g. ``--save-inputs``), resolved; an ``s3://`` URL (or
+    any other scheme) is refused in one line: ``why`` says why it must be local and what to give instead."""
+    location = parse_location(value, option, "a local path")
+    if isinstance(location, ObjectLocation):
+        raise LocationError(f"{option} {location}: {why}")
+    return location.path

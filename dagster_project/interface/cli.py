@@ -7,7 +7,7 @@
     resdyn sql "SELECT ..." | FILE.sql [--warehouse DIR] [--csv]
     resdyn models [--warehouse DIR]
     resdyn questions [--warehouse DIR]
-    resdyn check [--warehouse DIR]
+    resdyn check [--warehouse DIR] [--reclaim] [--restore]
     resdyn forget MODEL@CHECKPOINT [--yes] [--warehouse DIR]
     resdyn report [--warehouse DIR] [--output FILE]
     resdyn claims MODEL [--null CHECKPOINT] [--trained CHECKPOINT] [--output DIR] [--warehouse DIR]
@@ -118,6 +118,8 @@ def command_forget(arguments) -> int:
     """Remove partition MODEL@CHECKPOINT: its data, its registry entry (user-added models) and its
     Dagster partition key. Asks first unless --yes."""
     store = open_warehouse(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX
+    if store.arrow_filesystem is None:  # a folder that is not there (a mistyped --warehouse): said, not "unknown"
+        store.require_existing()
     model, checkpoint = split_partition_key(arguments.partition)
     known = set(store.registry().partition_keys())
     dagster_keys = set(_dagster_partition_keys())
@@ -125,7 +127,8 @@ def command_forget(arguments) -> int:
         print(f"resdyn: unknown partition {arguments.partition!r}; known: {', '.join(sorted(known))}", file=sys.stderr)
         return 2
     if not arguments.yes:
-        answer = input(f"remove partition {arguments.partition} and all its data under {store}? [y/N] ")
+        answer = _ask(f"remove partition {arguments.partition} and all its data under {store}? [y/N] ",
+                      f"give --yes to remove {arguments.partition} without asking")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 1
@@ -146,6 +149,18 @@ def command_forget(arguments) -> int:
     return 0
 
 
+def _ask(question: str, otherwise: str) -> str:
+    """The answer typed to ``question``; where there is no one to ask (stdin closed or at its end: a script, a
+    pipe), a one-line refusal saying ``otherwise`` (what to give instead)."""
+    if sys.stdin is None or sys.stdin.closed:
+        raise ValueError(f"nothing removed: stdin is closed, so there is no one to ask; {otherwise}")
+    try:
+        return input(question)
+    except EOFError:
+        print(flush=True)  # the question's line ends here
+        raise ValueError(f"nothing removed: stdin ended before an answer; {otherwise}") from None
+
+
 def _dagster_partition_keys() -> list[str]:
     if not dagster_home():
         return []
@@ -158,9 +173,10 @@ def _dagster_partition_keys() -> list[str]:
 
 def command_report(arguments) -> int:
     """The study across every complete partition: five tables with figures, one report.html, and each model's
-    figures comparing its checkpoints."""
+    figures comparing its checkpoints. ``--output s3://BUCKET/KEY``: written in a local temporary folder, then
+    uploaded (the report, and the figures an object-store warehouse's report draws beside it)."""
     from resdyn.dagster_project.configuration.config import warehouse_location
-    from resdyn.dagster_project.configuration.locations import ObjectLocation
+    from resdyn.dagster_project.configuration.locations import ObjectLocation, parse_output
     from resdyn.dagster_project.study.report import (
         build_report,
         checkpoint_comparisons,
@@ -168,50 +184,137 @@ def command_report(arguments) -> int:
         report_needs_output,
     )
 
-    requested = Path(arguments.output) if arguments.output else None
+    target = parse_output(arguments.output, "--output", file=True) if arguments.output else None
+    if target is not None and not isinstance(target, ObjectLocation) and target.path.is_dir():
+        raise ValueError(f"--output {target.path} is a folder: give the report's FILE (e.g. "
+                         f"{target.path / 'report.html'})")
     location = warehouse_location(arguments.warehouse)
-    if requested is None and isinstance(location, ObjectLocation):  # said before the store is asked anything
+    if target is None and isinstance(location, ObjectLocation):  # said before the store is asked anything
         raise ValueError(report_needs_output(location))
+    upload = _Upload(target) if isinstance(target, ObjectLocation) else None
     store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output FILE)
-    artefacts = report_artefacts(store, requested)
-    output, results = build_report(store, requested)
-    _warn_problems(store)
-    for name, (table, figure) in results.items():
-        print(f"{name}: {table.num_rows} rows, {figure}")
-    for name, by_model in checkpoint_comparisons(store, artefacts).items():
-        for model, figure in by_model.items():
-            print(f"{name} of {model}: {figure}")
-    print(f"report: {output}")
+    with _Spool(upload) as spool:
+        requested = spool / target.prefix.rsplit("/", 1)[-1] if upload else target.path if target else None
+        artefacts = report_artefacts(store, requested)
+        output, results = build_report(store, requested)
+        _warn_problems(store)
+        comparisons = checkpoint_comparisons(store, artefacts)
+        shown = upload.send(spool) if upload else {}
+        for name, (table, figure) in results.items():
+            print(f"{name}: {table.num_rows} rows, {shown.get(figure, figure)}")
+        for name, by_model in comparisons.items():
+            for model, figure in by_model.items():
+                print(f"{name} of {model}: {shown.get(figure, figure)}")
+        print(f"report: {shown.get(output, output)}")
     return 0
 
 
+class _Upload:
+    """``--output s3://BUCKET/PREFIX``: what a command wrote into a local temporary folder (:class:`_Spool`), put
+    under the prefix's parent (a FILE's location names its own key) with the project's ObjectStore."""
+
+    def __init__(self, location) -> None:
+        from resdyn.dagster_project.configuration.locations import ObjectLocation
+        from resdyn.dagster_project.store.object_store import ObjectStore
+
+        self.location, self.store = location, ObjectStore(ObjectLocation(location.bucket, ""))  # keys as written
+
+    def check(self) -> None:
+        """Ask the store once before the work (its credentials, bucket and endpoint), not after it."""
+        self.store.client.list_objects_v2(Bucket=self.location.bucket, Prefix=self.location.prefix, MaxKeys=1)
+
+    def send(self, spool: Path, *, into_prefix: bool = False) -> dict[Path, str]:
+        """Upload every file under ``spool``, below the prefix (``into_prefix``: a DIR's location) or beside the key
+        (a FILE's location); local path -> its ``s3://`` URL."""
+        from resdyn.dagster_project.configuration.locations import ObjectLocation
+
+        base = self.location.prefix if into_prefix else self.location.prefix.rpartition("/")[0]
+        folder = ObjectLocation(self.location.bucket, base)
+        sent = {}
+        for path in sorted(path for path in spool.rglob("*") if path.is_file()):
+            relative = path.relative_to(spool).as_posix()
+            self.store.upload_file(path, folder.key(relative))
+            sent[path] = f"s3://{self.location.bucket}/{folder.key(relative)}"
+        return sent
+
+
+class _Spool:
+    """A local temporary folder for what an ``s3://`` output uploads (removed at the end, either way); with no
+    upload, nothing (a ``None`` spool)."""
+
+    def __init__(self, upload: _Upload | None) -> None:
+        self.upload, self.directory = upload, None
+
+    def __enter__(self):
+        import tempfile
+
+        if self.upload is None:
+            return None
+        self.upload.check()
+        self.directory = Path(tempfile.mkdtemp(prefix="resdyn-output-"))
+        return self.directory
+
+    def __exit__(self, *_) -> None:
+        import shutil
+
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
 def command_claims(arguments) -> int:
-    """The paper's claims on one model: null-model checkpoint beside trained, verdicts by fixed rules."""
-    from resdyn.dagster_project.study.claims import build_claims, claim_pairs
+    """The paper's claims on one model: null-model checkpoint beside trained, verdicts by fixed rules.
+    ``--output s3://BUCKET/PREFIX``: written in a local temporary folder, then uploaded under the prefix."""
+    from resdyn.dagster_project.configuration.config import warehouse_location
+    from resdyn.dagster_project.configuration.locations import ObjectLocation, parse_output
+    from resdyn.dagster_project.study.claims import build_claims, claim_pairs, claims_need_output
     from resdyn.dagster_project.study.claims_inputs import claims_inputs, keep_claims_inputs, load_claims_inputs
 
-    output = Path(arguments.output) if arguments.output else None
-    if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
-        if arguments.save_inputs:
-            raise ValueError("--inputs DIR reads kept inputs and --save-inputs DIR keeps a warehouse's: give one "
-                             "(to add a warehouse's checkpoints to DIR: --warehouse W --save-inputs DIR)")
-        frames = load_claims_inputs(Path(arguments.inputs), arguments.model)
-        null, trained = _kept_pair(frames, arguments)
-        report, figure = build_claims(None, arguments.model, null, trained, output, frames=frames)
-    else:
-        store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output DIR)
-        pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
-        _warn_problems(store)
-        null = arguments.null or pair.get("null_checkpoint") or "init"
-        trained = arguments.trained or pair.get("trained_checkpoint") or "trained"
-        frames = None
-        if arguments.save_inputs:  # keep this warehouse's checkpoints beside those kept before, judge them all
-            for folder in keep_claims_inputs(claims_inputs(store, arguments.model), Path(arguments.save_inputs)):
-                print(f"claims inputs kept: {folder}")
-            frames = load_claims_inputs(Path(arguments.save_inputs), arguments.model)
-        report, figure = build_claims(store, arguments.model, null, trained, output, frames=frames)
-    print((figure.parent / "claims.md").read_text().rstrip())
-    print(f"\nclaims: {figure.parent / 'claims.md'}, {figure.parent / 'claims.json'}, {figure}")
+    if arguments.inputs and arguments.save_inputs:
+        raise ValueError("--inputs DIR reads kept inputs and --save-inputs DIR keeps a warehouse's: give one "
+                         "(to add a warehouse's checkpoints to DIR: --warehouse W --save-inputs DIR)")
+    target = parse_output(arguments.output, "--output") if arguments.output else None
+    kept = Path(arguments.inputs or arguments.save_inputs) if arguments.inputs or arguments.save_inputs else None
+    for option, folder in (("--output", None if isinstance(target, ObjectLocation) else target and target.path),
+                           ("--save-inputs", arguments.save_inputs and kept)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise ValueError(f"{option} {folder} is a file, not a folder: give a DIR (made if missing)")
+    if kept is not None and target is not None and not isinstance(target, ObjectLocation) and \
+            target.path.is_relative_to(kept.resolve()):
+        option = "--inputs" if arguments.inputs else "--save-inputs"
+        raise ValueError(f"--output {target} is inside the kept inputs folder {kept} ({option}): the claims written "
+                         "there would be read as a kept checkpoint; give a folder outside it")
+    if target is None and arguments.inputs:
+        raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
+    if target is None and isinstance(warehouse_location(arguments.warehouse), ObjectLocation):  # before any work
+        raise ValueError(claims_need_output(warehouse_location(arguments.warehouse)))
+    upload = _Upload(target) if isinstance(target, ObjectLocation) else None
+    recovered: list[str] = []
+    with _Spool(upload) as spool:
+        output = spool if upload else target.path if target else None
+        try:
+            if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
+                frames = load_claims_inputs(kept, arguments.model, recovered)
+                null, trained = _kept_pair(frames, arguments)
+                report, figure = build_claims(None, arguments.model, null, trained, output, frames=frames)
+            else:
+                store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output)
+                pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
+                _warn_problems(store)
+                null = arguments.null or pair.get("null_checkpoint") or "init"
+                trained = arguments.trained or pair.get("trained_checkpoint") or "trained"
+                frames = None
+                if kept is not None:  # keep this warehouse's checkpoints beside those kept before, judge them all
+                    for folder in keep_claims_inputs(claims_inputs(store, arguments.model), kept, recovered):
+                        print(f"claims inputs kept: {folder}")
+                    frames = load_claims_inputs(kept, arguments.model, recovered)
+                report, figure = build_claims(store, arguments.model, null, trained, output, frames=frames)
+        finally:
+            for line in recovered:  # what a keep that was stopped left in the kept folder, and what was done
+                print(f"resdyn: warning: {line}", file=sys.stderr)
+        print((figure.parent / "claims.md").read_text().rstrip())
+        shown = upload.send(spool, into_prefix=True) if upload else {}
+        written = [figure.parent / "claims.md", figure.parent / "claims.json", figure]
+        print("\nclaims: " + ", ".join(str(shown.get(path, path)) for path in written))
     return 0
 
 
@@ -256,11 +359,20 @@ def command_ui(arguments) -> int:
 
 
 def command_check(arguments) -> int:
-    """Read every published file's footer and schema, and list damaged, missing, stale or unpublished files."""
+    """Read every published file's footer and schema, and list damaged, missing, stale or unpublished files; a damaged
+    manifest's files are kept (listed as such), and ``--restore`` restores the manifest."""
     from resdyn.dagster_project.store.integrity import scan
     from resdyn.dagster_project.store.leftovers import describe, reclaim, unpublished_files
 
     store = open_for_reading(arguments.warehouse)
+    if arguments.restore:
+        for model, checkpoint, _ in store.damaged_manifests():
+            restored = store.restore_manifest(model, checkpoint)
+            print(f"resdyn check --restore: the manifest of {model}@{checkpoint} " + (
+                f"restored {restored.summary()}" if restored.manifest is not None else
+                f"was not restored: {restored.summary()}; rerun the partition (`resdyn run --model {model} "
+                f"--checkpoint {checkpoint}`)"))
+    kept = _kept_behind_damaged_manifests(store)
     if store.arrow_filesystem is not None:  # an object store: its leftovers are objects (store/object_generations.py)
         # as on disk, what no manifest names and no live run wrote is a leftover at once (no grace period: that
         # guards the sweeps runs make while other writers may be uploading, not a person's explicit check)
@@ -270,17 +382,36 @@ def command_check(arguments) -> int:
                   f"{sum(found.size for found in removed)} bytes")
         unpublished = [f"unpublished: {store.tables.where(found.relative)} ({found.size} bytes); `resdyn check "
                        "--reclaim` removes it" for found in store.tables.leftovers(grace=timedelta(0))]
-        problems = scan(store) + unpublished
+        problems = scan(store) + kept + unpublished
     else:
         if arguments.reclaim:
             leftovers = unpublished_files(store)
             freed = reclaim(store, leftovers)
             print(f"resdyn check --reclaim: removed {len(leftovers)} unpublished file(s), {freed} bytes")
-        problems = scan(store) + describe(unpublished_files(store))
+        problems = scan(store) + kept + describe(unpublished_files(store))
     for problem in problems:
         print(problem)
     print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")
     return 1 if problems else 0
+
+
+def _kept_behind_damaged_manifests(store) -> list[str]:
+    """One line per partition whose manifest is damaged: its files are kept, and how the manifest is restored."""
+    from resdyn.dagster_project.store.leftovers import unknown_files
+
+    lines = []
+    for model, checkpoint, _ in store.damaged_manifests():
+        files = store.unknown_files(model, checkpoint) if store.arrow_filesystem is not None else \
+            unknown_files(store, model, checkpoint)
+        size = sum(item.stat().st_size if isinstance(item, Path) else item.size for item in files)
+        copies = store.kept_manifest_copies(model, checkpoint) if store.arrow_filesystem is None else \
+            store.tables.kept_manifest_copies(model, checkpoint)
+        source = (f"from the copy of generation {copies[0][0]} kept beside it" if copies else
+                  "rebuilt from the table files of the runs recorded `success`")
+        lines.append(f"kept: {len(files)} file(s) ({size} bytes) of {model}@{checkpoint}, which its damaged manifest "
+                     f"may name: none is reclaimed while it is damaged; `resdyn check --restore` restores it ({source}, "
+                     "each file's sha256 checked first)")
+    return lines
 
 
 def command_run(arguments) -> int:
@@ -343,7 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--select", help="only these assets of each partition, in Dagster's asset selection syntax "
                      "(e.g. 'group:inputs or group:measurements', then 'not (group:inputs or group:measurements)'); their upstream tables must "
                      "be in the warehouse already; default: every asset")
-    run.add_argument("--log-level", default="INFO", help="Dagster console log level (DEBUG shows every event)")
+    run.add_argument("--log-level", default=None, help="show Dagster's events on the console from this level (DEBUG: "
+                     "every event, with stack traces) instead of the progress display; every event is in the event "
+                     "log file either way (its path is printed first)")
     run.add_argument("--summary", help="write per-partition step seconds and peak memory as JSON to this file")
     run.add_argument("--preset", help="a named set of settings below the flags and RESDYN_* variables: "
                      "'paper' (1,000 windows, the study's sample size) [RESDYN_PRESET]")
@@ -395,7 +528,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="read every published file's footer and schema; list problems")
     check.add_argument("--warehouse")
     check.add_argument("--reclaim", action="store_true", help="first remove the unpublished files that failed or "
-                       "killed runs left (a live run's are kept)")
+                       "killed runs left (a live run's are kept, and so is every file of a partition whose manifest "
+                       "is damaged)")
+    check.add_argument("--restore", action="store_true", help="first restore each damaged manifest: from the copy of "
+                       "its last generation kept beside it, else rebuilt from the table files of the runs recorded "
+                       "`success`; every file's sha256 is checked before it is named")
     check.set_defaults(handler=command_check)
 
     ui = commands.add_parser("ui", help="the Dagster UI with figures inline (webserver + daemon; needs DAGSTER_HOME)")
@@ -408,12 +545,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the options that name a place on this machine only (every --warehouse, report --output and claims --output take
+# s3:// as well): each goes through the one parser (configuration/locations.py), an s3:// value refused in one line
+LOCAL_ONLY = {
+    ("run", "summary"): ("--summary", "the summary is written on this machine: give a local FILE (and copy it to the "
+                                      "store afterwards if you want it there)"),
+    ("claims", "save_inputs"): ("--save-inputs", "kept inputs are a local folder (swapped in by renames under a "
+                                                 "lock, which an object store has not): give a local DIR (copy it "
+                                                 "to the store afterwards if you want it there)"),
+    ("claims", "inputs"): ("--inputs", "kept inputs are read from a local folder: copy them from the store first "
+                                       "(e.g. `aws s3 sync s3://BUCKET/PREFIX DIR`), then give --inputs DIR"),
+}
+
+
+def _local_options(arguments) -> None:
+    from resdyn.dagster_project.configuration.locations import local_path
+
+    for (command, name), (option, why) in LOCAL_ONLY.items():
+        if arguments.command == command and getattr(arguments, name, None) is not None:
+            setattr(arguments, name, str(local_path(getattr(arguments, name), option, why)))
+
+
+_STOPPED_BY: list[int] = []
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM, until a run installs its own handling (run_loop.SignalRecorder): a stop like Ctrl-C that
+    remembers which signal asked for it (the exit code is 128 + it)."""
+    _STOPPED_BY.append(signum)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     configure_logging()
     arguments = build_parser().parse_args(argv)
+    _STOPPED_BY.clear()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if _main_thread() else None
     try:
+        _local_options(arguments)
         return arguments.handler(arguments)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or a SIGTERM this process recorded (_interrupt)
+        if _STOPPED_BY:
+            print(f"resdyn: stopped by {signal.Signals(_STOPPED_BY[-1]).name}", file=sys.stderr)
+            return 128 + _STOPPED_BY[-1]
         print("resdyn: interrupted", file=sys.stderr)
         return 130
     except PartitionBusyError as error:
@@ -430,6 +606,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resdyn: error: the object store: {str(error).strip().splitlines()[0] or type(error).__name__} (check "
               "the bucket, the credentials and AWS_ENDPOINT_URL_S3: docs/configuration.md)", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None and signal.getsignal(signal.SIGTERM) is _interrupt:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _from_the_object_store(error: Exception) -> bool:

@@ -16,12 +16,19 @@ DuckDB, never formatted into the text). A LazyFrame scans exactly the files the 
 publish when it is made: a generation published later is not mixed in, and the one it reads is kept
 on disk until the generation after next (docs/operations.md). ``resdyn.run(...)`` materializes
 through the launch API the CLI calls (run_loop.run_request: leases, provenance, publication) with a progress bar.
+
+The notebook says what the CLI says, where it says it: a file left out of an answer (damaged, missing, rewritten
+since it was published) is a :class:`LeftOutWarning` (``resdyn: warning: left out ...`` on the CLI), an unknown
+model, checkpoint or partition a ``KeyError`` naming the known ones, and an argument of the wrong type a
+``TypeError`` naming the type expected (never an empty frame, nor an error about something else).
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +43,30 @@ from resdyn.dagster_project.store.views import sql_text
 from resdyn.dagster_project.store.warehouse import LOG_TABLES, partition_key_of
 from resdyn.dagster_project.study import figure_frames
 from resdyn.models.registry import split_partition_key
+
+
+class LeftOutWarning(UserWarning):
+    """A published file an answer left out (damaged, missing, rewritten since): what ``resdyn sql`` prints as
+    ``resdyn: warning: left out ...``; `resdyn check` lists them all."""
+
+
+def _text(value, name: str, example: str) -> str:
+    """``value`` if it is a non-empty str; else a TypeError naming the type expected."""
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{name}={value!r}: give a {'non-empty ' if isinstance(value, str) else ''}str "
+                        f"(e.g. {example}), not {type(value).__name__ if not isinstance(value, str) else 'an empty one'}")
+    return value
+
+
+def _partition(value, name: str = "partition") -> tuple[str, str]:
+    """``model@checkpoint`` as (model, checkpoint); another type is a TypeError, another form a ValueError."""
+    return split_partition_key(_text(value, name, "'tiny-llama@step-000400'"))
+
+
+def _warn_left_out(problems: list[str]) -> None:
+    for problem in problems:  # as the CLI's _warn_problems says it
+        warnings.warn(f"left out {problem}", LeftOutWarning, stacklevel=3)
+
 
 FIGURES = ("metrics_by_depth", "cumulative_rank", "schur_surgery", "eigenvalue_clouds", "coupling_by_depth")
 PARTITION_FIGURES = ("schur_surgery", "eigenvalue_clouds")  # one partition's; the others: every checkpoint
@@ -56,8 +87,13 @@ class Study:
     def sql(self, query: str, /, **parameters) -> pl.DataFrame:
         """The answer to ``query`` as a DataFrame: SQL text, a ``.sql`` file (here or in sql/questions/, as
         ``resdyn sql`` finds it) or the bare name of a question (``"fdr_significant_layers"``); ``$name``
-        placeholders of the last statement are bound to ``parameters`` by DuckDB."""
-        return pl.from_arrow(self.store.query(_sql_text(query), parameters=parameters or None))
+        placeholders of the last statement are bound to ``parameters`` by DuckDB. A published file left out of
+        the answer (damaged, missing) is a :class:`LeftOutWarning`, as ``resdyn sql`` warns."""
+        _text(query, "query", "'SELECT * FROM partitions' or 'fdr_significant_layers'")
+        self.store.problems = []
+        answer = pl.from_arrow(self.store.query(_sql_text(query), parameters=parameters or None))
+        _warn_left_out(getattr(self.store, "problems", []))
+        return answer
 
     def partitions(self) -> pl.DataFrame:
         """One row per partition with its status (the ``partitions`` view)."""
@@ -74,13 +110,13 @@ class Study:
 
     def runs(self, partition: str) -> pl.DataFrame:
         """Every run of ``partition`` (``model@checkpoint``), oldest first."""
-        model, checkpoint = split_partition_key(partition)
+        model, checkpoint = _partition(partition)
         return self.sql("SELECT * FROM runs WHERE model = $model AND checkpoint = $checkpoint ORDER BY started_at",
                         model=model, checkpoint=checkpoint)
 
     def settings(self, partition: str) -> dict:
         """The settings of the run that published ``partition``."""
-        model, checkpoint = split_partition_key(partition)
+        model, checkpoint = _partition(partition)
         rows = self.sql("SELECT r.settings FROM partitions p JOIN runs r ON r.run_id = p.run_id AND r.model = p.model "
                         "AND r.checkpoint = p.checkpoint WHERE p.model = $model AND p.checkpoint = $checkpoint",
                         model=model, checkpoint=checkpoint)
@@ -95,13 +131,22 @@ class Study:
         """Table ``name`` (of ``model`` / ``checkpoint`` when given) as a LazyFrame over exactly the files its
         partitions' manifests publish now (``runs``: every readable run record), with ``model`` and
         ``checkpoint`` columns. Partitions of different widths or schema versions are combined as DuckDB's
-        views combine them: fixed-size lists of different lengths become lists, missing columns nulls."""
+        views combine them: fixed-size lists of different lengths become lists, missing columns nulls. A model or
+        checkpoint the warehouse has no partition of is a KeyError naming those it has; a published file left out
+        (damaged, missing) a :class:`LeftOutWarning`."""
+        _text(name, "name", "'layer_metrics'")
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
-        if name in LOG_TABLES:
-            paths = self.store.readable_run_files()
-        else:
-            paths = self.store.published_files()[0].get(name, [])
+        for value, argument in ((model, "model"), (checkpoint, "checkpoint")):
+            if value is not None:
+                _text(value, argument, "'tiny-llama'" if argument == "model" else "'step-000400'")
+        published, rows, problems = self.store.published_files()
+        paths = self.store.readable_run_files() if name in LOG_TABLES else published.get(name, [])
+        known = {(row["model"], row["checkpoint"]) for row in rows}
+        if name in LOG_TABLES:  # a run's record exists for a partition that never published
+            known |= {found for found in map(lambda path: partition_key_of(Path(path)), paths) if found}
+        self._require_known(known, model, checkpoint)
+        _warn_left_out(problems)
         frames = []
         for path in sorted(paths):
             found = partition_key_of(Path(path))
@@ -112,6 +157,21 @@ class Study:
         frame = frames[0] if len(frames) == 1 else pl.concat(_comparable(frames), how="diagonal_relaxed")
         return PublishedFrame._from_pyldf(frame._ldf)
 
+    def _require_known(self, known: set[tuple[str, str]], model: str | None, checkpoint: str | None) -> None:
+        """A KeyError naming what the warehouse holds when ``model`` / ``checkpoint`` is none of its partitions."""
+        partitions = ", ".join(f"{m}@{c}" for m, c in sorted(known)) or "none"
+        if model is not None and not any(m == model for m, _ in known):
+            registered = model in self.store.registry_specs()
+            raise KeyError(f"{model} has no partition in {self.store}" + (
+                f" (it is registered: `resdyn run --model {model}`)" if registered else " and is not a registered "
+                "model") + f"; the partitions there: {partitions} (`study.partitions()`)")
+        if checkpoint is not None and (model, checkpoint) not in known and not (
+                model is None and any(c == checkpoint for _, c in known)):
+            of = ", ".join(sorted({c for m, c in known if model is None or m == model})) or "none"
+            raise KeyError(f"{model}@{checkpoint} is no partition in {self.store}; the checkpoints of {model} there: "
+                           f"{of}" if model else f"no partition in {self.store} has the checkpoint {checkpoint!r}; "
+                           f"the checkpoints there: {of}")
+
     def _scan(self, path: str) -> pl.LazyFrame:
         """One published file as a LazyFrame: polars reads a local file itself, an object through the store's
         pyarrow filesystem (the credentials and endpoint the warehouse was opened with)."""
@@ -121,16 +181,29 @@ class Study:
 
     def jacobian(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
         """The mean Jacobian of the sublayer at ``depth`` (float64, d x d, a writable copy), from its row group."""
+        depth = self._matrix_arguments(model, checkpoint, depth)
         for group in self._matrix_groups("jacobians", model, checkpoint, depth):
             return np.array(group, dtype=np.float64, copy=True)
         raise KeyError(f"{model}@{checkpoint} has no mean Jacobian at depth {depth}")
 
     def sample_jacobians(self, model: str, checkpoint: str, depth: int) -> np.ndarray:
         """The kept per-sample Jacobians of the sublayer at ``depth`` (k x d x d, by sample_id then position)."""
+        depth = self._matrix_arguments(model, checkpoint, depth)
         matrices = list(self._matrix_groups("sample_jacobians", model, checkpoint, depth, keyed=True))
         if not matrices:
             raise KeyError(f"{model}@{checkpoint} kept no per-sample Jacobian at depth {depth}")
         return np.stack([matrix for _, matrix in sorted(matrices, key=lambda item: item[0])])
+
+    def _matrix_arguments(self, model, checkpoint, depth) -> int:
+        """``depth`` as an int after checking the types, and the partition against those the warehouse holds."""
+        _text(model, "model", "'tiny-llama'")
+        _text(checkpoint, "checkpoint", "'step-000400'")
+        if isinstance(depth, bool) or not isinstance(depth, numbers.Integral):
+            raise TypeError(f"depth={depth!r}: give an int (a sublayer's depth: 0, 1, ...), not "
+                            f"{type(depth).__name__}")
+        self._require_known({(row["model"], row["checkpoint"]) for row in self.store.published_files()[1]}, model,
+                            checkpoint)
+        return int(depth)
 
     def _matrix_groups(self, table: str, model: str, checkpoint: str, depth: int, keyed: bool = False):
         matrices = self.store.matrix_table(table, model, checkpoint)
@@ -144,6 +217,10 @@ class Study:
         """The figure ``name`` (one of :data:`FIGURES`) drawn from the tables by the functions the assets use:
         of one partition (``schur_surgery``, ``eigenvalue_clouds``: ``checkpoint`` required) or across the
         checkpoints of ``model`` (the others: no ``checkpoint``)."""
+        _text(name, "name", "'cumulative_rank'")
+        _text(model, "model", "'tiny-llama'")
+        if checkpoint is not None:
+            _text(checkpoint, "checkpoint", "'step-000400'")
         if name not in FIGURES:
             raise KeyError(f"no figure {name!r}; figures: {', '.join(FIGURES)}")
         if name in PARTITION_FIGURES:
@@ -157,11 +234,26 @@ class Study:
 
     def compare(self, metric: str, by: str = "depth", partitions: list[str] | None = None, table: str | None = None):
         """(frame, figure): ``metric`` against relative depth (``by`` / its maximum) for ``partitions``
-        (``model@checkpoint``; default every published one) from the table that has the column."""
+        (``model@checkpoint``, or a list of them; default every published one) from the table that has the
+        column. A partition the table has no rows of is a KeyError naming those it has."""
+        _text(metric, "metric", "'henrici_rel_j_minus_i'")
+        _text(by, "by", "'depth'")
+        if table is not None:
+            _text(table, "table", "'layer_metrics'")
+        if isinstance(partitions, str):
+            partitions = [partitions]
+        if partitions is not None and not isinstance(partitions, (list, tuple)):
+            raise TypeError(f"partitions={partitions!r}: give a 'model@checkpoint' str or a list of them, not "
+                            f"{type(partitions).__name__}")
+        wanted = [_partition(key, "partitions") for key in partitions] if partitions is not None else None
         table = table or _table_with(metric, by)
         frame = self.table(table).select("model", "checkpoint", by, metric).collect()
-        if partitions is not None:
-            wanted = [split_partition_key(key) for key in partitions]
+        if wanted is not None:
+            present = set(frame.select("model", "checkpoint").unique().iter_rows())
+            missing = [f"{m}@{c}" for m, c in wanted if (m, c) not in present]
+            if missing:
+                raise KeyError(f"{', '.join(missing)}: no published rows of {table} in {self.store}; it has "
+                               f"{', '.join(f'{m}@{c}' for m, c in sorted(present)) or 'none'}")
             frame = frame.filter(pl.struct("model", "checkpoint").is_in(
                 [{"model": m, "checkpoint": c} for m, c in wanted]))
         frame = figure_frames.relative_depth(frame, by).sort("model", "checkpoint", by)
@@ -216,6 +308,7 @@ class Plots:
     def _rows(self, table: str, model: str, checkpoint: str | None = None) -> pl.DataFrame:
         """The published rows a figure is drawn from; none is an error naming what is published (never an empty
         figure)."""
+        _text(model, "model", "'tiny-llama'")
         frame = self._study.table(table, model, checkpoint).collect()
         if frame.is_empty():
             wanted = f"{model}@{checkpoint}" if checkpoint else f"model {model}"

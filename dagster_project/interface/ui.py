@@ -8,8 +8,12 @@ Dagster's UI shows a markdown metadata value inline only when it is shorter than
 (``MetadataEntry.tsx``: ``expandSmallValues && mdStr.length < 1000``); a base64 PNG never is, so it
 sits behind "[Show Markdown]". The materialization metadata therefore links each figure by a short
 same-origin URL, ``/resdyn/artefacts/<path under the warehouse's _artefacts/>``, and this module
-serves those PNGs (read-only, nothing but ``*.png``) from the same port as the Dagster webserver.
-A plain ``dagster dev`` still works: it shows the embedded copy behind "[Show Markdown]".
+serves those PNGs (read-only) from the same port as the Dagster webserver: only a figure that something current
+names with its sha256 (a partition's manifest, published or previous generation; the ``figures.json`` beside the
+study's own figures: :func:`~resdyn.dagster_project.store.artefacts.named_figure`), and only once its bytes have
+that sha256 (remembered per file state: size, mtime, inode and ctime on disk, the ETag on S3). A damaged figure
+answers 500 with one line saying what to rerun, never its bytes; a PNG nothing names (a leftover, a stray file)
+answers 404. A plain ``dagster dev`` still works: it shows the embedded copy behind "[Show Markdown]".
 
 Two more things a plain ``dagster dev`` gets wrong for this study, mended here without patching
 Dagster: partition chips in the launch dialog are cut to 120 px (``tiny-ll…-000000``: models and
@@ -20,12 +24,16 @@ a query opens with the study's groups expanded (Dagster's own ``?expanded=`` par
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from resdyn.dagster_project.configuration.config import dagster_home
@@ -88,16 +96,6 @@ def _with_stylesheet(send):
     return wrapped
 
 
-def _figure_under(root: Path, relative: str) -> Path | None:
-    """The PNG file ``relative`` names under ``root``, or None: outside it, not a PNG, missing, or a name the
-    file system refuses (a NUL byte, an over-long name)."""
-    try:
-        target = (root / relative).resolve()
-        return target if target.suffix == ".png" and target.is_relative_to(root) and target.is_file() else None
-    except (ValueError, OSError):
-        return None
-
-
 MAXIMUM_KEY_LENGTH = 1024  # bytes of an S3 key, the warehouse's prefix included (AWS's limit)
 # each part of a figure's name below _artefacts/: what every writer's names fit (model and checkpoint names:
 # resdyn.models.registry.NAME_PATTERN; run ids; figure stems), so `.`, `..`, empty parts, backslashes, spaces and NUL
@@ -117,40 +115,151 @@ def object_figure_key(relative: str, location=None) -> str | None:
     return key
 
 
-def figure_reader(warehouse):
-    """``read(relative) -> bytes | None``: the PNG under the warehouse's ``_artefacts/`` that ``relative`` names
-    (None where there is none, or the name is refused), for a warehouse folder (a ``Path``) or an object store (an
-    :class:`~resdyn.dagster_project.configuration.locations.ObjectLocation`, read by GET: figures are kilobytes)."""
-    from resdyn.dagster_project.configuration.locations import ObjectLocation
+class FigureRefused(Exception):
+    """A figure something names that is not served: ``status`` (404 missing or unverifiable, 500 damaged) and one
+    line saying what happened and what to do."""
 
-    if isinstance(warehouse, ObjectLocation):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _FolderFigures:
+    """The keys of a warehouse folder: ``read`` a manifest or index, ``fetch`` a figure with its file's state."""
+
+    def __init__(self, root: Path) -> None:
+        from resdyn.dagster_project.store.manifests import FolderPlaces
+
+        self.root, self.location = Path(root).resolve(), None
+        self.places = FolderPlaces(self.root)
+
+    def where(self, key: str) -> str:
+        return str(self.root / key)
+
+    def fetch(self, key: str) -> tuple[bytes, tuple] | None:
+        try:
+            target = (self.root / key).resolve()
+            if not target.is_relative_to(self.root):
+                return None
+            with open(target, "rb") as stream:
+                status = os.fstat(stream.fileno())
+                data = stream.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+            return None  # removed since it was named (a forget): as missing
+        return data, (status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
+
+    def read(self, key: str) -> bytes | None:
+        fetched = self.fetch(key)
+        return None if fetched is None else fetched[0]
+
+
+class _ObjectFigures:
+    """The keys of an object-store warehouse, read by GET (figures are kilobytes); an object's state is its ETag."""
+
+    def __init__(self, location) -> None:
+        from resdyn.dagster_project.store.manifests import KeyPlaces
         from resdyn.dagster_project.store.object_store import ObjectStore
 
         # a person waits on the answer: two attempts and a 5 s connect timeout, not a batch job's patience
-        store = ObjectStore(warehouse, attempts=2, connect_timeout=5.0)
+        self.location, self.places = location, KeyPlaces()
+        self.store = ObjectStore(location, attempts=2, connect_timeout=5.0)
 
-        def read_object(relative: str) -> bytes | None:
-            key = object_figure_key(relative, warehouse)
-            found = store.get(key) if key is not None else None
-            return None if found is None else found.data
+    def where(self, key: str) -> str:
+        return f"{self.location}/{key}"
 
-        return read_object
-    root = (Path(warehouse) / "_artefacts").resolve()
+    def fetch(self, key: str) -> tuple[bytes, str] | None:
+        found = self.store.get(key)
+        return None if found is None else (found.data, found.etag)
 
-    def read_file(relative: str) -> bytes | None:
-        target = _figure_under(root, relative)
-        try:
-            return None if target is None else target.read_bytes()
-        except FileNotFoundError:  # removed since it was found (a forget): as missing
+    def read(self, key: str) -> bytes | None:
+        found = self.store.get(key)
+        return None if found is None else found.data
+
+
+REMEMBERED = 4096  # checked (key, state) -> sha256 entries, and thumbnails, kept by a running UI (least recent out)
+
+
+class _Remembered(OrderedDict):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size, self.lock = size, threading.Lock()
+
+    def get_or(self, key, make):
+        with self.lock:
+            if key in self:
+                self.move_to_end(key)
+                return self[key]
+        value = make()
+        with self.lock:
+            self[key] = value
+            while len(self) > self.size:
+                self.popitem(last=False)
+        return value
+
+
+def _what_to_rerun(key: str) -> str:
+    parts = key.split("/")
+    if parts[1] == "figures":
+        return f"rematerialize it: `resdyn run --model {parts[2]} --checkpoint {parts[3]}`"
+    if parts[1] == "claims":
+        return f"draw it again: `resdyn claims {parts[2]}` (or `resdyn report`)"
+    return "draw it again: `resdyn report` (or materialize the study's assets)"
+
+
+def _thumbnail(data: bytes) -> bytes:
+    """The thumbnail a figure's metadata links inline (asset_layer/metadata.py ``figure``), drawn from ``data``."""
+    from PIL import Image
+
+    from resdyn.dagster_project.asset_layer.metadata import INLINE_FIGURE_WIDTH
+
+    with Image.open(io.BytesIO(data)) as image:
+        image.thumbnail((INLINE_FIGURE_WIDTH, INLINE_FIGURE_WIDTH * 4))
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def figure_reader(warehouse):
+    """``read(relative) -> bytes | None``: the figure ``relative`` names under the warehouse's ``_artefacts/`` (a
+    folder, a ``Path``; or an object store, an :class:`~resdyn.dagster_project.configuration.locations.ObjectLocation`)
+    once it is checked: None where nothing current names it (or the name is refused); :class:`FigureRefused` where
+    it is named but missing, named without a sha256, or damaged (its bytes are not those named). A study figure's
+    thumbnail is drawn from its checked figure."""
+    from resdyn.dagster_project.configuration.locations import ObjectLocation
+    from resdyn.dagster_project.store.artefacts import named_figure
+
+    source = _ObjectFigures(warehouse) if isinstance(warehouse, ObjectLocation) else _FolderFigures(warehouse)
+    hashes, thumbnails = _Remembered(REMEMBERED), _Remembered(256)
+
+    def read(relative: str) -> bytes | None:
+        if object_figure_key(relative, source.location) is None:
             return None
+        named = named_figure(relative, source.read, source.places)
+        if named is None:
+            return None
+        fix = _what_to_rerun(named.key)
+        if named.sha256 is None:
+            raise FigureRefused(404, f"{source.where(named.key)} is named by {named.named_by} without a sha256 (an "
+                                     f"older resdyn published it), so it cannot be checked: {fix}")
+        fetched = source.fetch(named.key)
+        if fetched is None:
+            raise FigureRefused(404, f"{source.where(named.key)}, named by {named.named_by}, is missing; {fix}")
+        data, state = fetched
+        actual = hashes.get_or((named.key, state), lambda: hashlib.sha256(data).hexdigest())
+        if len(data) != named.size or actual != named.sha256:
+            log.warning("resdyn ui: %s is damaged (not the sha256 %s records); not served", source.where(named.key),
+                        named.named_by)
+            raise FigureRefused(500, f"{source.where(named.key)} is damaged (its sha256 is not the one "
+                                     f"{named.named_by} records); {fix}")
+        return thumbnails.get_or(actual, lambda: _thumbnail(data)) if named.thumbnail else data
 
-    return read_file
+    return read
 
 
 def with_artefacts(dagster_app, warehouse, groups: list[str] | None = None):
     """An ASGI app: GET ``/resdyn/artefacts/...png`` from the warehouse's ``_artefacts`` (a folder's files, or an
-    object store's keys: :func:`figure_reader`); everything else to Dagster, with STYLESHEET in its pages and
-    ``/asset-groups`` opening on expanded ``groups``."""
+    object store's keys), checked by :func:`figure_reader`; everything else to Dagster, with STYLESHEET in its pages
+    and ``/asset-groups`` opening on expanded ``groups``."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
@@ -169,12 +278,15 @@ def with_artefacts(dagster_app, warehouse, groups: list[str] | None = None):
             return
         try:  # a blocking read (a file, or a GET to the store) off the event loop that serves Dagster's pages
             data = await run_in_threadpool(read, path[len(ARTEFACT_ROUTE) + 1:])
+        except FigureRefused as refused:  # named, but missing or damaged: said, never its bytes
+            response = PlainTextResponse(str(refused), status_code=refused.status, headers={"Cache-Control": "no-store"})
         except Exception as error:  # the store did not answer: say so (here and in the log), keep serving the UI
             log.warning("resdyn ui: the figure %s could not be read from %s: %s", path, warehouse, error)
             response = PlainTextResponse(f"the warehouse's figure could not be read: {error}", status_code=502)
         else:
             if data is None:
-                response = PlainTextResponse("not a warehouse figure", status_code=404)
+                response = PlainTextResponse("not a figure that a current manifest of the warehouse names",
+                                             status_code=404)
             else:  # figures are rewritten in place by a rerun: never cache them
                 response = Response(data, media_type="image/png", headers={"Cache-Control": "no-store"})
         await response(scope, receive, send)

@@ -28,6 +28,7 @@ from resdyn.claims import (
 )
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
 from resdyn.dagster_project.configuration.settings import BY_NAME
+from resdyn.dagster_project.store.artefacts import index_figures
 from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.dagster_project.study.claims_inputs import claims_inputs, describe, identity
 from resdyn.depth import RANK_DEFINITIONS as RANKS
@@ -149,6 +150,12 @@ def _noise(intervals: pl.DataFrame, depths: np.ndarray) -> np.ndarray | None:
     return np.asarray([by_depth.get(int(d), float("nan")) for d in depths], dtype=np.float64) if by_depth else None
 
 
+def claims_need_output(where) -> str:
+    """Why claims of the object-store warehouse ``where`` without --output are refused."""
+    return (f"claims of the object-store warehouse {where} are not written into it: give --output DIR (a local "
+            "folder, or s3://BUCKET/PREFIX to upload them there)")
+
+
 def claim_pairs(store: Warehouse) -> list[dict]:
     """(model, null_checkpoint, trained_checkpoint) of every model with two or more complete partitions."""
     return store.query((SQL_DIRECTORY / "claims" / "pairs.sql").read_text()).to_pylist()
@@ -164,14 +171,13 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     if null_checkpoint == trained_checkpoint:
         raise ValueError(f"--null and --trained both name {model}@{null_checkpoint}: a claim compares two checkpoints "
                          "(the null model's and the trained one's); `resdyn models` lists them")
+    if output is None and store is None:
+        raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
+    if output is None and store.arrow_filesystem is not None:  # said before anything is read from the store
+        raise ValueError(claims_need_output(store))
     if frames is None:
-        if output is None and store.arrow_filesystem is not None:  # said before anything is read from the store
-            raise ValueError(f"claims of the object-store warehouse {store} are written to a local folder: give "
-                             "--output DIR")
         _require_partitions(store, model)
         frames = claims_inputs(store, model)
-    elif output is None and store is None:
-        raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
     partitions = {row["checkpoint"]: row for row in frames["partitions"].iter_rows(named=True)}
     data, products = checkpoint_data(frames)
     control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
@@ -246,6 +252,7 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
                                       + report.markdown() + "\n")
     # each coupling test's power as a table of its own (one row per checkpoint and sublayer)
     pl.DataFrame(report.power, infer_schema_length=None).write_parquet(output / "coupling_power.parquet")
+    index_figures(output, [figure])  # what names the figure for the UI (store/artefacts.py)
     return report, figure
 
 

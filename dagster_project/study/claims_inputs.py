@@ -113,7 +113,8 @@ def complete_checkpoints(frames: dict[str, pl.DataFrame]) -> list[str]:
     return frames["partitions"].filter(pl.col("status") == "complete")["checkpoint"].to_list()
 
 
-def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list[Path]:
+def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path, recovered: list[str] | None = None
+                       ) -> list[Path]:
     """``frames`` (:func:`claims_inputs`) kept as ``<directory>/<checkpoint>/<name>.parquet``, one folder per
     complete checkpoint, beside the checkpoints kept there before (module docstring). A checkpoint already kept
     is replaced only by inputs of the same identity (the same partition measured again); anything else, or
@@ -122,7 +123,8 @@ def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list
     Under ``<directory>/.lock`` (a second keep into the same folder waits): the new folders are written into a
     ``.generation-*`` folder beside, then each is swapped in by two renames (the kept folder to
     ``.retired-<checkpoint>``, the new one into its place); an error puts every retired folder back, and a
-    swap a crash interrupted is put back by the next keep or read of the folder (:func:`_recover`)."""
+    swap a crash interrupted is put back by the next keep or read of the folder (:func:`_recover`; one line per
+    thing put back or removed is added to ``recovered``)."""
     directory = Path(directory)
     checkpoints = complete_checkpoints(frames)
     if not checkpoints:
@@ -137,7 +139,7 @@ def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list
                              "claims from a warehouse whose partitions agree")
     directory.mkdir(parents=True, exist_ok=True)
     with file_lock(directory / LOCK):
-        _recover(directory)
+        (recovered if recovered is not None else []).extend(_recover(directory))
         for name, identity_kept in _kept_identities(directory).items():
             if differing := differences(identity_kept, new[first]):
                 raise ValueError(f"{directory / name} keeps {identity_kept['model']}@{name} "
@@ -178,19 +180,30 @@ def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path) -> list
 LOCK, RETIRED = ".lock", ".retired-"
 
 
-def _recover(directory: Path) -> None:
+def _recover(directory: Path) -> list[str]:
     """Finish what a crash interrupted (the caller holds the folder's lock): a retired folder whose checkpoint is
     missing goes back into its place, one whose new folder is in place is removed (every folder swapped in was
     checked against those kept, so a mix of old and new folders is still one study), and half-written
-    generations are removed."""
+    generations are removed; one line per thing done, saying what the folder now holds and what to do."""
+    done = []
     for retired in sorted(directory.glob(f"{RETIRED}*")):
         target = directory / retired.name.removeprefix(RETIRED)
         if target.exists():
             shutil.rmtree(retired, ignore_errors=True)
+            done.append(f"{retired}: a keep into {directory} was stopped after it swapped in {target.name}; its "
+                        "folder from before was removed (the new one is kept)")
         else:
             retired.rename(target)
-    for generation in directory.glob(".generation-*"):
+            done.append(f"{retired}: a keep into {directory} was stopped while it swapped in {target.name}; the "
+                        f"folder kept before was put back as {target}")
+    for generation in sorted(directory.glob(".generation-*")):
+        left = sorted(path.name for path in generation.iterdir()) if generation.is_dir() else []
         shutil.rmtree(generation, ignore_errors=True)
+        done.append(f"{generation}: a keep into {directory} was stopped before it finished"
+                    + (f" (not kept: {', '.join(left)})" if left else "") + "; removed it, the checkpoints kept "
+                    "before are as they were: keep the inputs again (`resdyn claims MODEL --warehouse W "
+                    f"--save-inputs {directory}`)")
+    return done
 
 
 def _kept_identities(directory: Path) -> dict[str, dict]:
@@ -233,12 +246,18 @@ def _read(folder: Path, name: str, *, every_column: bool = True) -> pl.DataFrame
     return frame
 
 
-def load_claims_inputs(directory: Path, model: str) -> dict[str, pl.DataFrame]:
-    """The frames :func:`keep_claims_inputs` kept under ``directory`` (every checkpoint folder), for ``model``."""
+def load_claims_inputs(directory: Path, model: str, recovered: list[str] | None = None) -> dict[str, pl.DataFrame]:
+    """The frames :func:`keep_claims_inputs` kept under ``directory`` (every checkpoint folder), for ``model``; what
+    a keep a crash interrupted left there is put back or removed first, a line each added to ``recovered``."""
     directory = Path(directory)
-    if directory.is_dir() and any(directory.glob(f"{RETIRED}*")):  # a keep a crash interrupted
-        with file_lock(directory / LOCK):
-            _recover(directory)
+    if directory.is_dir() and (any(directory.glob(f"{RETIRED}*")) or any(directory.glob(".generation-*"))):
+        try:
+            with file_lock(directory / LOCK):
+                (recovered if recovered is not None else []).extend(_recover(directory))
+        except PermissionError as error:
+            raise ValueError(f"{directory} holds what a keep that was stopped left (.retired-* or .generation-* "
+                             f"folders), and it cannot be put right here ({error.strerror}): run the command once "
+                             "as a user who may write that folder") from None
     folders = _checkpoint_folders(directory)
     if not folders:
         raise ValueError(f"{directory} holds no saved claims inputs (one folder per checkpoint, written by "

@@ -24,6 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
+from resdyn.dagster_project.store.artefacts import index_figures
 from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.dagster_project.study.figure_frames import partition_curves
 from resdyn.figures import study_bars, study_lines
@@ -177,6 +178,10 @@ def checkpoint_comparisons(store: Warehouse, artefacts: Path | None = None) -> d
             if frames:
                 drawn[name][model] = getattr(figure_frames, function)(
                     model, frames, artefacts / "comparisons" / model)
+    for model in models:  # what names them for the UI (store/artefacts.py)
+        figures = [by_model[model] for by_model in drawn.values() if model in by_model]
+        if figures:
+            index_figures(artefacts / "comparisons" / model, figures)
     return drawn
 
 
@@ -193,8 +198,8 @@ def report_artefacts(store: Warehouse, output: Path | None = None) -> Path:
 
 def report_needs_output(where) -> str:
     """Why a report of the object-store warehouse ``where`` without --output is refused."""
-    return (f"the report of the object-store warehouse {where} is written on this machine: give --output FILE (its "
-            "figures go in a folder beside it)")
+    return (f"the report of the object-store warehouse {where} is not written into it: give --output FILE (a local "
+            "file, its figures in a folder beside it; or s3://BUCKET/KEY to upload both there)")
 
 
 def build_report(store: Warehouse, output: Path | None = None, artefacts: Path | None = None
@@ -217,6 +222,7 @@ def build_report(store: Warehouse, output: Path | None = None, artefacts: Path |
         parts.append(f"<h2>{html.escape(section.title)}</h2><p>SQL: <code>sql/{section.sql_file}</code></p><section>"
                      f"<figure><img alt='{section.name}' src='data:image/png;base64,{image}'></figure>"
                      f"<div class='table'>{_html_table(table)}</div></section>")
+    index_figures(directory, [figure for _, figure in results.values()])  # what names them for the UI
     parts.append(_claims_section(store, artefacts))
     runs = provenance(store)
     parts.append("<h2>Settings and provenance of every partition used</h2><section><div class='table'>"

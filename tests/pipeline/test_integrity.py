@@ -585,6 +585,42 @@ def test_forget_asks_then_removes_the_partition_its_data_and_its_registry_entry(
     assert Warehouse(root).query("SELECT count(*) AS n FROM layer_metrics").to_pylist() == [{"n": 0}]
 
 
+def test_forget_with_no_one_to_ask_removes_nothing_and_says_so_in_one_line(warehouse_copy, capsys, monkeypatch):
+    """stdin at its end (``< /dev/null``, a pipe) or closed: one line saying nothing was removed and to give --yes,
+    no EOFError; a SIGTERM at the question stops it with 143 (128 + SIGTERM, as the help says) and one line."""
+    import io
+    import os
+    import select
+    import signal
+
+    from ..cli_helpers import RESDYN, environment
+
+    _, root = warehouse_copy
+    closed = io.StringIO()
+    closed.close()
+    for stdin, says in ((io.StringIO(""), "stdin ended before an answer"), (None, "stdin is closed, so there is no one to ask"),
+                        (closed, "stdin is closed, so there is no one to ask")):
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert main(["forget", "m@local", "--warehouse", str(root)]) == 2
+        error = capsys.readouterr().err
+        assert error == f"resdyn: error: nothing removed: {says}; give --yes to remove m@local without asking\n"
+    assert partition_state(root)["status"] == "complete"
+    process = subprocess.Popen([*RESDYN, "forget", "m@local", "--warehouse", str(root)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment())
+    try:
+        asked, deadline = b"", time.monotonic() + 120
+        while b"[y/N]" not in asked:
+            assert time.monotonic() < deadline and process.poll() is None, asked
+            if select.select([process.stdout], [], [], 1.0)[0]:
+                asked += os.read(process.stdout.fileno(), 4096)
+        process.send_signal(signal.SIGTERM)
+        _, error = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143 and error.decode().splitlines() == ["resdyn: stopped by SIGTERM"], error
+    assert partition_state(root)["status"] == "complete"
+
+
 def test_the_sensor_keeps_partition_keys_equal_to_the_registry(built, tmp_path):
     import dagster as dg
 

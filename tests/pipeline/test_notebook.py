@@ -191,8 +191,8 @@ def test_a_notebook_figure_is_the_uis_figure(study_root, tmp_path):
     # a model or checkpoint with nothing published is named, with what is published: never an empty figure
     for name, checkpoint in (("metrics_by_depth", None), ("coupling_by_depth", None), ("eigenvalue_clouds", "x"),
                              ("schur_surgery", "x")):
-        with pytest.raises(KeyError, match=r"nosuchmodel(@x)? has no published rows of .*published: m@local "
-                                           r"\(complete\), n@local \(complete\)"):
+        with pytest.raises(KeyError, match=r"nosuchmodel has no partition in .* and is not a registered model; the "
+                                           r"partitions there: m@local, n@local"):
             study.figure(name, "nosuchmodel", checkpoint)
 
 
@@ -247,3 +247,75 @@ def test_sql_errors_name_the_placeholder_the_value_or_the_file_that_is_wrong(stu
     outside.write_text("a\n1\n")
     with pytest.raises(QueryError, match=r"only the warehouse's tables can be read, by name"):
         study.sql(f"SELECT * FROM read_csv('{outside}')")
+
+
+def test_arguments_of_the_wrong_type_are_type_errors_and_unknown_names_say_which_are_known(study_root):
+    """Never an empty frame or an error about something else: a TypeError naming the type expected, a KeyError naming
+    the partitions the warehouse holds (as `resdyn claims` / `resdyn forget` name them)."""
+    from resdyn.dagster_project.interface.notebook import Study
+
+    study = resdyn.open(study_root)
+    for call, says in [
+        (lambda: study.table("layer_metrics", model=5), r"model=5: give a str \(e.g. 'tiny-llama'\), not int"),
+        (lambda: study.table("layer_metrics", checkpoint=["local"]), r"checkpoint=\['local'\]: give a str"),
+        (lambda: study.table(3), r"name=3: give a str"),
+        (lambda: study.jacobian("m", "local", "0"), r"depth='0': give an int .*, not str"),
+        (lambda: study.jacobian("m", "local", True), r"depth=True: give an int"),
+        (lambda: study.sample_jacobians("m", 0, 0), r"checkpoint=0: give a str"),
+        (lambda: study.runs(42), r"partition=42: give a str \(e.g. 'tiny-llama@step-000400'\), not int"),
+        (lambda: study.settings(None), r"partition=None: give a str"),
+        (lambda: study.sql(123), r"query=123: give a str"),
+        (lambda: study.compare("henrici_rel_j_minus_i", partitions=5), r"partitions=5: give a 'model@checkpoint' str"),
+        (lambda: study.compare(7), r"metric=7: give a str"),
+        (lambda: study.figure("cumulative_rank", 1), r"model=1: give a str"),
+        (lambda: study.plot.cumulative_rank(None), r"model=None: give a str"),
+    ]:
+        with pytest.raises(TypeError, match=says):
+            call()
+    known = "the partitions there: m@local, n@local"
+    for call, says in [
+        (lambda: study.table("layer_metrics", model="nope"), f"nope has no partition in {study_root} and is not a "
+                                                             f"registered model; {known}"),
+        (lambda: study.table("layer_metrics", model="tiny-llama"), "tiny-llama has no partition .* \\(it is "
+                                                                   "registered: `resdyn run --model tiny-llama`\\)"),
+        (lambda: study.table("layer_metrics", model="m", checkpoint="nope"),
+         "m@nope is no partition .*; the checkpoints of m there: local"),
+        (lambda: study.table("runs", checkpoint="nope"), "has the checkpoint 'nope'; the checkpoints there: local"),
+        (lambda: study.jacobian("nope", "local", 0), known),
+        (lambda: study.sample_jacobians("m", "nope", 0), "the checkpoints of m there: local"),
+        (lambda: study.compare("henrici_rel_j_minus_i", partitions=["m@local", "m@nope"]),
+         "m@nope: no published rows of layer_metrics .* it has m@local, n@local"),
+    ]:
+        with pytest.raises(KeyError, match=says):
+            call()
+    with pytest.raises(ValueError, match="not of the form 'model@checkpoint'"):
+        study.runs("m")
+    one, _ = study.compare("henrici_rel_j_minus_i", partitions="m@local")  # one partition, not its characters
+    assert set(one["model"]) == {"m"} and one.height > 0
+    assert isinstance(study, Study)
+
+
+def test_a_damaged_or_rewritten_file_is_left_out_with_the_warning_the_cli_gives(warehouse_copy, capsys):
+    import json
+    import warnings
+
+    from resdyn.dagster_project.interface.notebook import LeftOutWarning
+
+    _, root = warehouse_copy
+    manifest = json.loads((root / "_published/model=m/checkpoint=local.json").read_text())
+    path = root / manifest["tables"]["layer_metrics"]["file"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))  # rewritten in place: the same size, another sha256
+    assert main(["sql", "SELECT count(*) AS n FROM layer_metrics", "--warehouse", str(root)]) == 0
+    said = [line.removeprefix("resdyn: warning: ") for line in capsys.readouterr().err.splitlines()
+            if line.startswith("resdyn: warning: left out")]
+    assert said and str(path) in said[0]
+    study = resdyn.open(root)
+    for answer in (lambda: study.table("layer_metrics").collect(), lambda: study.table("layer_metrics", "m").collect(),
+                   lambda: study.sql("SELECT count(*) AS n FROM layer_metrics")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            frame = answer()
+        assert [str(w.message) for w in caught if w.category is LeftOutWarning] == said
+        assert frame.height == 0 or frame["n"].to_list() == [0]

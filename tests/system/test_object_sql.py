@@ -100,6 +100,11 @@ def test_an_object_that_is_not_the_one_published_is_left_out_of_the_views_and_na
     assert s3.query("SELECT count(*) AS n FROM layer_metrics").to_pylist() == [{"n": 0}]
     assert any("layer_metrics" in problem and "ETag" in problem for problem in s3.problems)
     assert s3.query("SELECT status FROM partitions").to_pylist() != [{"status": "complete"}]
+    import resdyn  # the notebook warns where the CLI does, with the CLI's line
+    from resdyn.dagster_project.interface.notebook import LeftOutWarning
+
+    with pytest.warns(LeftOutWarning, match=r"^left out s3://.*layer_metrics.* is not the object published"):
+        assert resdyn.open(str(location)).table("layer_metrics", model="m").collect().height == 0
 
 
 def test_the_notebook_over_s3_gives_the_frames_and_matrices_it_gives_on_disk(mirrored):

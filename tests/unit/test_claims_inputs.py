@@ -253,3 +253,40 @@ def test_legends_mark_a_stale_checkpoint_and_checkpoints_of_other_widths_or_sett
     assert checkpoint_labels(stale) == {"init": "init (d = 64)", "trained": "trained (stale: made from another file; d = 32)"}
     other = [same[0], {**same[1], "settings_hash": "999999aaaaaa"}]
     assert checkpoint_labels(other) == {"init": "init (settings abcdef)", "trained": "trained (settings 999999)"}
+
+
+def test_what_a_stopped_keep_left_is_put_right_by_the_next_read_and_said_in_a_line_each(tmp_path):
+    """A keep SIGKILLed after writing its generation (before the swap), or between the two renames of a swap, leaves
+    ``.generation-*`` / ``.retired-*`` folders: the next read removes or puts them back, and says so, one line each
+    naming the folder, what was not kept and what to run."""
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init", "trained"], d_model=32, sha="a" * 64), kept)
+    before = tree_digest(kept)
+    left = kept / ".generation-0123456789ab"
+    (left / "rounding-x1").mkdir(parents=True)  # the generation as the kill left it
+    (left / "rounding-x1" / "sublayers.parquet").write_bytes(b"PAR1 cut short")
+    (kept / "init").rename(kept / ".retired-init")  # a swap cut between its renames
+    recovered: list[str] = []
+    back = load_claims_inputs(kept, "gm", recovered)
+    assert sorted(back["partitions"]["checkpoint"]) == ["init", "trained"] and tree_digest(kept) == before
+    assert len(recovered) == 2 and all("\n" not in line for line in recovered)
+    assert str(kept / ".retired-init") in recovered[0] and f"put back as {kept / 'init'}" in recovered[0]
+    assert str(left) in recovered[1] and "not kept: rounding-x1" in recovered[1] and \
+        f"--save-inputs {kept}" in recovered[1]
+    assert not left.exists() and load_claims_inputs(kept, "gm", recovered) and len(recovered) == 2  # said once
+    (kept / ".generation-feedfacecafe").mkdir()  # and a keep says so too, before it keeps
+    keep_claims_inputs(study_frames("gm", ["trained"], d_model=32, sha="a" * 64), kept, recovered)
+    assert len(recovered) == 3 and ".generation-feedfacecafe" in recovered[2]
+
+
+def test_claims_never_write_into_a_kept_inputs_folder(tmp_path, capsys):
+    from resdyn.dagster_project.interface.cli import main
+
+    kept = tmp_path / "kept"
+    keep_claims_inputs(study_frames("gm", ["init", "trained"], d_model=32, sha="a" * 64), kept)
+    before = tree_digest(kept)
+    for output in (kept, kept / "trained", kept / "claims"):
+        code = main(["claims", "gm", "--inputs", str(kept), "--output", str(output)])
+        error = capsys.readouterr().err
+        assert code == 2 and error.count("\n") == 1 and f"inside the kept inputs folder {kept}" in error, error
+    assert tree_digest(kept) == before and not (kept / "claims").exists()

@@ -62,3 +62,46 @@ def test_where_a_folder_is_still_needed_an_object_warehouse_is_refused_and_nothi
     with pytest.raises(ConfigError, match="object-store warehouse"):
         warehouse_root(None, {"RESDYN_WAREHOUSE": "s3://resdyn-study/warehouse"})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, file, expected", [
+    ("s3://resdyn-study/out/claims", False, ObjectLocation("resdyn-study", "out/claims")),
+    ("s3://resdyn-study", False, ObjectLocation("resdyn-study", "")),
+    ("s3://resdyn-study/r/report.html", True, ObjectLocation("resdyn-study", "r/report.html")),
+    ("out", False, LocalLocation(Path("out").resolve())),
+])
+def test_an_output_is_a_local_path_or_an_s3_location_to_upload_to(text, file, expected):
+    from resdyn.dagster_project.configuration.locations import parse_output
+
+    assert parse_output(text, "--output", file=file) == expected
+
+
+@pytest.mark.parametrize("text, file, says", [
+    ("s3://resdyn-study", True, "--output s3://resdyn-study: name the object to write, s3://BUCKET/KEY"),
+    ("s3:/resdyn-study/out", False, "--output 's3:/resdyn-study/out': an S3 location is s3://BUCKET/PREFIX"),
+    ("gs://bucket/out", True, "--output 'gs://bucket/out': the scheme gs:// is not supported; give a local FILE or s3://BUCKET/KEY"),
+    (" ", False, "--output is empty: give a local DIR or s3://BUCKET/PREFIX"),
+    (5, False, "--output 5: give a local DIR or s3://BUCKET/PREFIX (a str or a path), not int"),
+])
+def test_an_output_in_another_form_is_refused_in_one_line_naming_the_option(text, file, says, tmp_path, monkeypatch):
+    from resdyn.dagster_project.configuration.locations import parse_output
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LocationError) as raised:
+        parse_output(text, "--output", file=file)
+    assert str(raised.value).startswith(says) and "\n" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_option_that_must_stay_local_refuses_an_s3_url_saying_what_to_give(tmp_path, monkeypatch):
+    from resdyn.dagster_project.configuration.locations import local_path
+
+    monkeypatch.chdir(tmp_path)
+    assert local_path("kept", "--save-inputs", "give a local DIR") == tmp_path.resolve() / "kept"
+    assert local_path(f"file://{tmp_path}/kept", "--save-inputs", "give a local DIR") == tmp_path.resolve() / "kept"
+    for text in ("s3://resdyn-study/kept", "S3://resdyn-study/kept"):
+        with pytest.raises(LocationError, match=r"^--save-inputs s3://resdyn-study/kept: give a local DIR$"):
+            local_path(text, "--save-inputs", "give a local DIR")
+    with pytest.raises(LocationError, match="two slashes"):
+        local_path("s3:/resdyn-study/kept", "--save-inputs", "give a local DIR")
+    assert list(tmp_path.iterdir()) == []

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from resdyn.files import process_alive
+
 OWNER_VARIABLE = "RESDYN_RUN_OWNER"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_SECONDS = 0.5  # how often the fallback thread looks at its parent
@@ -48,15 +50,9 @@ def process_start(pid: int) -> str | None:
 
 def owner_alive(pid: int, start: str | None) -> bool:
     """Is the process ``pid`` that started at ``start`` (:func:`process_start`) still running on this machine?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not process_alive(pid):
         return False
-    except PermissionError:
-        pass
-    if start is None:
-        return True
-    now = process_start(pid)
+    now = process_start(pid) if start is not None else None
     return now is None or now == start
 
 
@@ -117,12 +113,14 @@ def _watch_parent(parent: int) -> None:
 
 
 def arm_fork_server() -> None:
-    """In a fork server of a run that has an owner: it, and every process forked from it, die with their parent."""
+    """In a fork server of a run that has an owner: it, and every process it forks (the steps), die with their parent.
+    A process a step forks in turn is left alone (the handler is inherited): its forking thread may end before it."""
     owner = current_owner()
     if owner is None or owner[0] == os.getpid():
         return
     die_with_parent()
-    os.register_at_fork(after_in_child=die_with_parent)
+    fork_server = os.getpid()
+    os.register_at_fork(after_in_child=lambda: die_with_parent() if os.getppid() == fork_server else None)
 
 
 def descendants(pid: int) -> list[int]:

@@ -25,10 +25,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY, dagster_home
+from resdyn.dagster_project.interface.check import command_check
+from resdyn.dagster_project.interface.outputs import Spool, Upload
 from resdyn.dagster_project.launch.console import configure_logging
 from resdyn.dagster_project.store import open_for_reading, open_warehouse
 from resdyn.dagster_project.store.errors import PartitionBusyError, QueryError, ReadOnlySqlError
@@ -191,9 +192,9 @@ def command_report(arguments) -> int:
     location = warehouse_location(arguments.warehouse)
     if target is None and isinstance(location, ObjectLocation):  # said before the store is asked anything
         raise ValueError(report_needs_output(location))
-    upload = _Upload(target) if isinstance(target, ObjectLocation) else None
+    upload = Upload(target) if isinstance(target, ObjectLocation) else None
     store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output FILE)
-    with _Spool(upload) as spool:
+    with Spool(upload) as spool:
         requested = spool / target.prefix.rsplit("/", 1)[-1] if upload else target.path if target else None
         artefacts = report_artefacts(store, requested)
         output, results = build_report(store, requested)
@@ -207,58 +208,6 @@ def command_report(arguments) -> int:
                 print(f"{name} of {model}: {shown.get(figure, figure)}")
         print(f"report: {shown.get(output, output)}")
     return 0
-
-
-class _Upload:
-    """``--output s3://BUCKET/PREFIX``: what a command wrote into a local temporary folder (:class:`_Spool`), put
-    under the prefix's parent (a FILE's location names its own key) with the project's ObjectStore."""
-
-    def __init__(self, location) -> None:
-        from resdyn.dagster_project.configuration.locations import ObjectLocation
-        from resdyn.dagster_project.store.object_store import ObjectStore
-
-        self.location, self.store = location, ObjectStore(ObjectLocation(location.bucket, ""))  # keys as written
-
-    def check(self) -> None:
-        """Ask the store once before the work (its credentials, bucket and endpoint), not after it."""
-        self.store.client.list_objects_v2(Bucket=self.location.bucket, Prefix=self.location.prefix, MaxKeys=1)
-
-    def send(self, spool: Path, *, into_prefix: bool = False) -> dict[Path, str]:
-        """Upload every file under ``spool``, below the prefix (``into_prefix``: a DIR's location) or beside the key
-        (a FILE's location); local path -> its ``s3://`` URL."""
-        from resdyn.dagster_project.configuration.locations import ObjectLocation
-
-        base = self.location.prefix if into_prefix else self.location.prefix.rpartition("/")[0]
-        folder = ObjectLocation(self.location.bucket, base)
-        sent = {}
-        for path in sorted(path for path in spool.rglob("*") if path.is_file()):
-            relative = path.relative_to(spool).as_posix()
-            self.store.upload_file(path, folder.key(relative))
-            sent[path] = f"s3://{self.location.bucket}/{folder.key(relative)}"
-        return sent
-
-
-class _Spool:
-    """A local temporary folder for what an ``s3://`` output uploads (removed at the end, either way); with no
-    upload, nothing (a ``None`` spool)."""
-
-    def __init__(self, upload: _Upload | None) -> None:
-        self.upload, self.directory = upload, None
-
-    def __enter__(self):
-        import tempfile
-
-        if self.upload is None:
-            return None
-        self.upload.check()
-        self.directory = Path(tempfile.mkdtemp(prefix="resdyn-output-"))
-        return self.directory
-
-    def __exit__(self, *_) -> None:
-        import shutil
-
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def command_claims(arguments) -> int:
@@ -287,9 +236,9 @@ def command_claims(arguments) -> int:
         raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
     if target is None and isinstance(warehouse_location(arguments.warehouse), ObjectLocation):  # before any work
         raise ValueError(claims_need_output(warehouse_location(arguments.warehouse)))
-    upload = _Upload(target) if isinstance(target, ObjectLocation) else None
+    upload = Upload(target) if isinstance(target, ObjectLocation) else None
     recovered: list[str] = []
-    with _Spool(upload) as spool:
+    with Spool(upload) as spool:
         output = spool if upload else target.path if target else None
         try:
             if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
@@ -356,62 +305,6 @@ def command_ui(arguments) -> int:
     set_for_this_process(config.environment())  # the code server and daemon load the definitions by module name
     return serve(location if isinstance(location, ObjectLocation) else location.path, arguments.host, arguments.port,
                  daemon=not arguments.no_daemon)
-
-
-def command_check(arguments) -> int:
-    """Read every published file's footer and schema, and list damaged, missing, stale or unpublished files; a damaged
-    manifest's files are kept (listed as such), and ``--restore`` restores the manifest."""
-    from resdyn.dagster_project.store.integrity import scan
-    from resdyn.dagster_project.store.leftovers import describe, reclaim, unpublished_files
-
-    store = open_for_reading(arguments.warehouse)
-    if arguments.restore:
-        for model, checkpoint, _ in store.damaged_manifests():
-            restored = store.restore_manifest(model, checkpoint)
-            print(f"resdyn check --restore: the manifest of {model}@{checkpoint} " + (
-                f"restored {restored.summary()}" if restored.manifest is not None else
-                f"was not restored: {restored.summary()}; rerun the partition (`resdyn run --model {model} "
-                f"--checkpoint {checkpoint}`)"))
-    kept = _kept_behind_damaged_manifests(store)
-    if store.arrow_filesystem is not None:  # an object store: its leftovers are objects (store/object_generations.py)
-        # as on disk, what no manifest names and no live run wrote is a leftover at once (no grace period: that
-        # guards the sweeps runs make while other writers may be uploading, not a person's explicit check)
-        if arguments.reclaim:
-            removed = store.tables.sweep(grace=timedelta(0))
-            print(f"resdyn check --reclaim: removed {len(removed)} unpublished object(s), "
-                  f"{sum(found.size for found in removed)} bytes")
-        unpublished = [f"unpublished: {store.tables.where(found.relative)} ({found.size} bytes); `resdyn check "
-                       "--reclaim` removes it" for found in store.tables.leftovers(grace=timedelta(0))]
-        problems = scan(store) + kept + unpublished
-    else:
-        if arguments.reclaim:
-            leftovers = unpublished_files(store)
-            freed = reclaim(store, leftovers)
-            print(f"resdyn check --reclaim: removed {len(leftovers)} unpublished file(s), {freed} bytes")
-        problems = scan(store) + kept + describe(unpublished_files(store))
-    for problem in problems:
-        print(problem)
-    print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")
-    return 1 if problems else 0
-
-
-def _kept_behind_damaged_manifests(store) -> list[str]:
-    """One line per partition whose manifest is damaged: its files are kept, and how the manifest is restored."""
-    from resdyn.dagster_project.store.leftovers import unknown_files
-
-    lines = []
-    for model, checkpoint, _ in store.damaged_manifests():
-        files = store.unknown_files(model, checkpoint) if store.arrow_filesystem is not None else \
-            unknown_files(store, model, checkpoint)
-        size = sum(item.stat().st_size if isinstance(item, Path) else item.size for item in files)
-        copies = store.kept_manifest_copies(model, checkpoint) if store.arrow_filesystem is None else \
-            store.tables.kept_manifest_copies(model, checkpoint)
-        source = (f"from the copy of generation {copies[0][0]} kept beside it" if copies else
-                  "rebuilt from the table files of the runs recorded `success`")
-        lines.append(f"kept: {len(files)} file(s) ({size} bytes) of {model}@{checkpoint}, which its damaged manifest "
-                     f"may name: none is reclaimed while it is damaged; `resdyn check --restore` restores it ({source}, "
-                     "each file's sha256 checked first)")
-    return lines
 
 
 def command_run(arguments) -> int:
@@ -530,10 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--reclaim", action="store_true", help="first remove the unpublished files that failed or "
                        "killed runs left (a live run's are kept, and so is every file of a partition whose manifest "
                        "is damaged)")
-    check.add_argument("--restore", action="store_true", help="first restore each damaged manifest: from the copy of "
-                       "its last generation kept beside it, else rebuilt from the table files of the runs recorded "
-                       "`success`; every file's sha256 is checked before it is named")
-    check.set_defaults(handler=command_check)
+    check.add_argument("--restore", action="store_true", help="first restore each damaged or missing manifest: from "
+                       "the copy of its last generation kept beside it (its files checked against the sha256 it "
+                       "records), else rebuilt from the table files of the runs recorded `success`, each read back "
+                       "before it is named")
+    check.set_defaults(handler=command_check)  # interface/check.py
 
     ui = commands.add_parser("ui", help="the Dagster UI with figures inline (webserver + daemon; needs DAGSTER_HOME)")
     ui.add_argument("--warehouse")

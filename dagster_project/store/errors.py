@@ -30,8 +30,3 @@ class SchemaMismatchError(ValueError):
 class LeaseLostError(PartitionBusyError):
     """A run's lease was taken over (or the partition fenced) before it could publish: nothing of the run is published
     (store/fencing.py)."""
-
-
-class DamagedManifestError(CorruptPartitionError):
-    """A partition's manifest cannot be read whole: what it names is unknown, so nothing of the partition may be
-    written over or removed until it is restored (``resdyn check --restore``)."""

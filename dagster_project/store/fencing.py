@@ -12,8 +12,9 @@ before (:func:`next_token`). The manifest, the one object a publication changes,
 Every publication reads its lease's token and compares it with ``fenced_below`` inside the manifest's compare-and-swap
 (under the manifest's lock on disk, with If-Match on the manifest's ETag on S3): a takeover that lands between the
 comparison and the put changes the manifest, so the put fails and is tried again against the raised fence
-(:func:`publication_refusal`). A writer that holds no lease at all (a script's or a test's, outside any run) may
-publish until a takeover has fenced the partition.
+(:func:`publication_refusal`); a run that held the lease and finds none (taken over and freed since, or deleted by
+hand) may not publish either. A writer bound to no run (a script's) is not fenced; one bound to a run that never took
+a lease (a test's) may publish until a takeover has fenced the partition.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ def fenced_out(manifest: dict, token: int) -> dict:
     return {**manifest, "fenced_below": max(token_of(manifest, "fenced_below"), token)}
 
 
-def publication_refusal(run_id: str, lease: dict | None, manifest: dict) -> str | None:
+def publication_refusal(run_id: str, lease: dict | None, manifest: dict, recorded: bool) -> str | None:
     """Why run ``run_id``, whose partition's lease is ``lease`` (None: no lease there), may not publish over
-    ``manifest``; None when it may."""
+    ``manifest``; None when it may. ``recorded``: the run has a row in the partition's runs table, so it held the
+    lease once (every run takes it before its first record): with no lease now, it lost it."""
     if lease is not None and lease.get("run_id") != run_id:
         return f"its lease was taken over by run {lease.get('run_id')!r}"
+    if lease is None and recorded:
+        return "its lease is gone (taken over and freed since, or deleted by hand)"
     token, fence = token_of(lease), token_of(manifest, "fenced_below")
     if token < fence:
         return (f"its lease (fencing token {token}) was taken over (the partition takes tokens from {fence} on)"

@@ -70,14 +70,8 @@ def _lease_is_live(lease: dict, instance) -> bool:
 def acquire_lease(store, model: str, checkpoint: str, *, single_process: bool, instance=None) -> None:
     path = store.lease_path(model, checkpoint)
     with file_lock(path.with_name(path.name + ".lock")):
-        previous = None
-        if path.is_file():
-            try:
-                previous = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                previous = {"run_id": "?"}
-            if not isinstance(previous, dict):
-                previous = {"run_id": "?"}
+        previous = read_lease(store, model, checkpoint)
+        if previous is not None:
             if previous.get("run_id") == store.run_id:
                 return
             if previous.get("run_id") != "?" and _lease_is_live(previous, instance):
@@ -86,10 +80,10 @@ def acquire_lease(store, model: str, checkpoint: str, *, single_process: bool, i
                     f"{previous.get('pid')} on {previous.get('host')} since {previous.get('started_at')}); wait for it "
                     f"to finish, or stop it. If that run is gone, delete {path}."
                 )
-            mark_killed(store, model, checkpoint, previous.get("run_id"))
         token = next_token(previous, store.manifest_state(model, checkpoint)[0])
         if previous is not None:  # before this run writes anything, the run it takes over can no longer publish
             store.fence_out(model, checkpoint, token)
+            mark_killed(store, model, checkpoint, previous.get("run_id"))
         home = None if instance is None or instance.is_ephemeral else instance.root_directory
         atomic_write_text(path, json.dumps({"run_id": store.run_id, "fence": token, "pid": os.getpid(),
                                             "host": socket.gethostname(), **owner_record(),
@@ -99,12 +93,19 @@ def acquire_lease(store, model: str, checkpoint: str, *, single_process: bool, i
 
 def read_lease(store, model: str, checkpoint: str) -> dict | None:
     """The partition's lease as its file holds it (None: no lease); an unreadable one is a lease of an unknown run."""
-    path = store.lease_path(model, checkpoint)
     try:
-        lease = json.loads(path.read_text())
+        return parse_lease(store.lease_path(model, checkpoint).read_bytes())
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError):
+    except OSError:
+        return {"run_id": "?"}
+
+
+def parse_lease(data: bytes) -> dict:
+    """A lease from its stored bytes (a file's or an object's); one that does not parse is a lease of an unknown run."""
+    try:
+        lease = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
         return {"run_id": "?"}
     return lease if isinstance(lease, dict) else {"run_id": "?"}
 
@@ -120,8 +121,14 @@ def release_lease(store, model: str, checkpoint: str) -> None:
 
 
 def mark_killed(store, model: str, checkpoint: str, run_id: str | None) -> None:
-    """Record run ``run_id`` of the partition ``killed`` when it was still ``started`` (a later run found it dead)."""
+    """Record run ``run_id`` of the partition, found dead by a later run, as it ended: ``success`` when the manifest
+    publishes its tables (it died between its publication and its record), else ``killed``; only while its record
+    still says ``started``."""
+    from resdyn.dagster_project.store.manifests import published_by_run
+
     for record in store.run_records(model, checkpoint):
         if record["run_id"] == run_id and record["status"] == "started":
-            store.record_run(model, checkpoint, {**record, "status": "killed", "ended_at": now(),
-                                                 "error": "found dead by a later run"})
+            published = published_by_run(store.manifest_state(model, checkpoint)[0], run_id)
+            store.record_run(model, checkpoint, {**record, "status": "success" if published else "killed",
+                                                 "ended_at": now(), "error": "published; then found dead by a later "
+                                                 "run" if published else "found dead by a later run"})

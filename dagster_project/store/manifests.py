@@ -34,8 +34,9 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 def _fix(model: str, checkpoint: str) -> str:
     return (f"the partition's files are kept, none reclaimed, until `resdyn check --restore` restores it (from the copy "
-            f"kept beside it, or rebuilt from the table files, each file's sha256 checked) or a rerun publishes over "
-            f"it (`resdyn run --model {model} --checkpoint {checkpoint}`)")
+            f"kept beside it, its files checked against the sha256 it records, or rebuilt from the files of successful "
+            f"runs, each read back) or a rerun restores and publishes over it (`resdyn run --model {model} "
+            f"--checkpoint {checkpoint}`)")
 
 
 def _whole(value) -> bool:

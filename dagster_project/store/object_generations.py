@@ -45,11 +45,14 @@ import pyarrow.parquet as pq
 
 from resdyn.dagster_project.store.errors import CorruptPartitionError, LeaseLostError, MissingPartitionError
 from resdyn.dagster_project.store.fencing import fenced_out, publication_refusal, stamped
-from resdyn.dagster_project.store.leases import lease_is_live
+from resdyn.dagster_project.store.leases import lease_is_live, parse_lease
 from resdyn.dagster_project.store.manifest_recovery import (
     Restoration,
+    base_for_publication,
     copy_generation,
     copy_name,
+    figure_record,
+    missing_manifest_problem,
     restoration,
     restored_text,
     stale_copies,
@@ -280,13 +283,15 @@ class ObjectTables:
         # a takeover raises the manifest's fence before the new holder writes: read the lease once, and let the
         # compare-and-swap below see any takeover after this read (store/fencing.py)
         lease = self.lease(model, checkpoint) if self.run_id else None
+        recorded = self.run_id is not None and self.store.info(table_key("runs", model, checkpoint,
+                                                                         self.run_id)) is not None
         for _ in range(PUBLISH_ATTEMPTS):
             current = self.store.get(key)
-            before, problems = self._parse(key, current.data, model, checkpoint) if current is not None else \
-                (empty_manifest(model, checkpoint), [])
+            before, problems = self._state(model, checkpoint, current)
+            trusted = not problems
             if problems:
-                before = self._restored_for_publication(model, checkpoint, before, problems)
-            refusal = publication_refusal(self.run_id, lease, before) if self.run_id else None
+                before, trusted = base_for_publication(self, model, checkpoint, before, problems)
+            refusal = publication_refusal(self.run_id, lease, before, recorded) if self.run_id else None
             if refusal is not None:
                 raise LeaseLostError(f"run {self.run_id} may not publish {model}@{checkpoint}: {refusal}; nothing of "
                                      "this run was published")
@@ -295,10 +300,11 @@ class ObjectTables:
             put = self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)
             if put is not None:
                 self._keep_copy(model, checkpoint, manifest, body)
-                # a run's publication (figures given) also replaces figures: their folder is swept with the tables'
-                prefixes = partition_prefixes(entries, model, checkpoint, figures=figures is not None)
-                self._collect_garbage(manifest, set(before.get("previous", {}).values()) |
-                                      set(before.get("previous_figures", {}).values()), prefixes)
+                if trusted:  # over a damaged manifest nothing restored, what it named is unknown: nothing is removed
+                    # a run's publication (figures given) also replaces figures: their folder is swept with the tables'
+                    prefixes = partition_prefixes(entries, model, checkpoint, figures=figures is not None)
+                    self._collect_garbage(manifest, set(before.get("previous", {}).values()) |
+                                          set(before.get("previous_figures", {}).values()), prefixes)
                 return manifest
         raise ObjectStoreError(f"{self.where(key)}: {PUBLISH_ATTEMPTS} publications of other writers won the "
                                "manifest while this one tried; nothing of this run was published, rerun it")
@@ -306,74 +312,80 @@ class ObjectTables:
     def lease(self, model: str, checkpoint: str) -> dict | None:
         """The partition's lease as stored (None: no lease); an unreadable one is a lease of an unknown run."""
         found = self.store.get(lease_key(model, checkpoint))
-        if found is None:
-            return None
-        try:
-            lease = json.loads(found.data)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return {"run_id": "?"}
-        return lease if isinstance(lease, dict) else {"run_id": "?"}
+        return None if found is None else parse_lease(found.data)
 
     def _keep_copy(self, model: str, checkpoint: str, manifest: dict, body: bytes) -> None:
-        """The copy of a published generation beside its manifest, and no copy older than the previous generation's
-        (store/manifest_recovery.py)."""
+        """The copy of a published generation beside its manifest (best effort: the manifest is what was published),
+        and no copy older than the previous generation's (store/manifest_recovery.py)."""
         key = manifest_key(model, checkpoint)
         name = key.rsplit("/", 1)[1]
-        self.store.put(copy_name(key, manifest["generation"]), body)
-        kept = {copy_generation(name, found.relative.rsplit("/", 1)[1]): found
-                for found in self.store.list(copy_name(key, ""))}
-        for generation in stale_copies([generation for generation in kept if generation is not None]):
-            self.store.delete(kept[generation].relative, etag=kept[generation].etag)
-
-    def _restored_for_publication(self, model: str, checkpoint: str, usable: dict, problems: list[str]) -> dict:
-        """As :meth:`~.Warehouse._restored_for_publication`: the restored manifest, else the damaged one's usable part."""
-        found = restoration(self, model, checkpoint)
-        log.warning("%s@%s: its manifest is damaged (%s); publishing over %s", model, checkpoint, problems[0],
-                    f"it restored {found.summary()}" if found.manifest is not None else
-                    f"its usable part ({found.summary()})")
-        if found.manifest is None:
-            return usable
-        return {**found.manifest, **{key: usable[key] for key in ("fenced_below", "fencing_token") if key in usable}}
+        try:
+            self.store.put(copy_name(key, manifest["generation"]), body)
+            kept = {copy_generation(name, found.relative.rsplit("/", 1)[1]): found
+                    for found in self.store.list(copy_name(key, ""))}
+            for generation in stale_copies([generation for generation in kept if generation is not None]):
+                self.store.delete(kept[generation].relative, etag=kept[generation].etag)
+        except Exception as error:  # noqa: BLE001 - botocore's errors are no OSError
+            log.warning("%s@%s: generation %s is published, but its copy could not be kept beside the manifest (%s)",
+                        model, checkpoint, manifest["generation"], (str(error).strip().splitlines() or
+                                                                    [type(error).__name__])[0])
 
     def fence_out(self, model: str, checkpoint: str, token: int) -> None:
         """Refuse every publication under a lease token below ``token`` (store/fencing.py): the manifest rewritten
-        under If-Match (created, publishing nothing, where there is none yet); a damaged one is left as it is."""
+        under If-Match (created, publishing nothing, where there is none yet); a damaged one restored first (with
+        nothing to restore it from, left as it is: a run that lost its lease is refused by its runs row then)."""
         key = manifest_key(model, checkpoint)
         for _ in range(PUBLISH_ATTEMPTS):
             current = self.store.get(key)
-            manifest, problems = self._parse(key, current.data, model, checkpoint) if current is not None else \
-                (empty_manifest(model, checkpoint), [])
+            manifest, problems = self._state(model, checkpoint, current)
             if problems:
-                log.warning("%s@%s: its manifest is damaged, so no fence was recorded in it (%s)", model, checkpoint,
-                            problems[0])
-                return
+                manifest = restoration(self, model, checkpoint, manifest, verify=False).manifest
+                if manifest is None:
+                    log.warning("%s@%s: its manifest is damaged and nothing restores it, so no fence was recorded in "
+                                "it (%s)", model, checkpoint, problems[0])
+                    return
             body = json.dumps(fenced_out(manifest, token), indent=1).encode()
             if (self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)):
+                if problems:
+                    self._keep_copy(model, checkpoint, manifest, body)
                 return
         raise ObjectStoreError(f"{self.where(key)}: publications kept winning the manifest while this run fenced it; "
                                "run it again")
 
     # -- a damaged manifest's restoration (store/manifest_recovery.py) ----------------------------------------
 
+    def _state(self, model: str, checkpoint: str, stored) -> tuple[dict, list[str]]:
+        """(usable part, problems) of the manifest object ``stored`` (None: there is none; damaged when a kept copy
+        or a successful run says the partition was published)."""
+        key = manifest_key(model, checkpoint)
+        if stored is None:
+            missing = missing_manifest_problem(self, model, checkpoint, self.where(key))
+            return empty_manifest(model, checkpoint), [missing] if missing else []
+        return self._parse(key, stored.data, model, checkpoint)
+
     def manifest_state(self, model: str, checkpoint: str) -> tuple[dict, list[str]]:
         """(the usable part of the partition's manifest, its problems): a manifest with a problem is damaged."""
-        key = manifest_key(model, checkpoint)
-        stored = self.store.get(key)
-        return (empty_manifest(model, checkpoint), []) if stored is None else \
-            self._parse(key, stored.data, model, checkpoint)
+        return self._state(model, checkpoint, self.store.get(manifest_key(model, checkpoint)))
+
+    def restoration(self, model: str, checkpoint: str, *, verify: bool = True) -> Restoration:
+        """What the partition's manifest would be restored to (store/manifest_recovery.py); nothing is written."""
+        return restoration(self, model, checkpoint, self.manifest_state(model, checkpoint)[0], verify=verify)
 
     def restore_manifest(self, model: str, checkpoint: str) -> Restoration:
-        """Restore the partition's damaged manifest under If-Match on the damaged one (a publication meanwhile wins:
-        nothing is written)."""
+        """Restore the partition's damaged manifest under If-Match on the damaged one (If-None-Match where it is gone):
+        a publication meanwhile wins, and nothing is written."""
         key = manifest_key(model, checkpoint)
         current = self.store.get(key)
-        if current is None or not self._parse(key, current.data, model, checkpoint)[1]:
-            return Restoration(None, "", ["it is no longer damaged"])
-        found = restoration(self, model, checkpoint)
+        usable, problems = self._state(model, checkpoint, current)
+        if not problems:
+            return Restoration(None, "no longer damaged: a run restored or republished it meanwhile")
+        found = restoration(self, model, checkpoint, usable)
         if found.manifest is not None:
             body = restored_text(found.manifest).encode()
-            if self.store.replace(key, body, current.etag) is None:
-                return Restoration(None, "", ["it changed while it was being restored: check again"])
+            put = self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)
+            if put is None:
+                return Restoration(None, "not restored: it changed while it was being restored (a run published "
+                                         "meanwhile); run `resdyn check` again")
             self._keep_copy(model, checkpoint, found.manifest, body)
         return found
 
@@ -422,10 +434,11 @@ class ObjectTables:
         return runs
 
     def describe_figure(self, relative: str) -> dict:
-        hashed = self.store.sha256(relative)
-        if hashed is None:
+        """A figure's size and sha256, once it reads as a PNG."""
+        stored = self.store.get(relative)
+        if stored is None:
             raise FileNotFoundError(f"{self.where(relative)} is gone")
-        return {"bytes": hashed[1], "sha256": hashed[0]}
+        return figure_record(stored.data, self.where(relative))
 
     def _collect_garbage(self, manifest: dict, superseded: set[str], prefixes: list[str]) -> None:
         """Remove under ``prefixes`` what the generation before the previous one named (``superseded``, named by no
@@ -506,15 +519,15 @@ class ObjectTables:
         tables' and figures' prefixes (each table's files, every run's record, figures) and its staged entries; the
         keys removed. The caller holds its lease."""
         removed = []
-        for kept in self.store.list(copy_name(manifest_key(model, checkpoint), "")):  # its kept copies
-            if self.store.delete(kept.relative, etag=kept.etag):
-                removed.append(kept.relative)
         manifest = self.store.info(manifest_key(model, checkpoint))
         if manifest is not None:
             if not self.store.delete(manifest.relative, etag=manifest.etag):  # a publication landed meanwhile
                 raise ObjectStoreError(f"{self.where(manifest.relative)} changed while the partition was being "
                                        "forgotten; nothing else was removed: run the command again")
             removed.append(manifest.relative)
+        for kept in self.store.list(copy_name(manifest_key(model, checkpoint), "")):  # its kept copies
+            if self.store.delete(kept.relative, etag=kept.etag):
+                removed.append(kept.relative)
         for prefix in partition_prefixes(TABLES, model, checkpoint):
             removed += [found.relative for found in self.store.list(prefix)
                         if self.store.delete(found.relative, etag=found.etag)]

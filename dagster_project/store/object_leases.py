@@ -22,7 +22,7 @@ import socket
 from dataclasses import dataclass
 
 from resdyn.dagster_project.store.errors import PartitionBusyError
-from resdyn.dagster_project.store.leases import lease_is_live, now
+from resdyn.dagster_project.store.leases import lease_is_live, now, parse_lease
 from resdyn.dagster_project.store.object_store import ObjectStore
 from resdyn.lifeline import owner_record
 
@@ -44,13 +44,14 @@ def holder_record(run_id: str, *, single_process: bool, dagster_home: str | None
 
 
 def acquire_object_lease(store: ObjectStore, model: str, checkpoint: str, holder: dict, *, is_live=lease_is_live,
-                         on_taken_over=lambda previous, token: None, token_for=lambda previous: 0,
-                         attempts: int = 5) -> HeldLease:
+                         on_taken_over=lambda previous: None, token_for=lambda previous: 0,
+                         fence=lambda token: None, attempts: int = 5) -> HeldLease:
     """Hold the partition's lease for ``holder['run_id']``, or raise :class:`PartitionBusyError` naming the run
     that holds it. ``is_live(lease) -> bool`` judges a lease found there (default: as on disk);
     ``token_for(previous lease or None) -> int`` is the fencing token the lease is taken with (store/fencing.py);
-    ``on_taken_over(previous, token)`` is told the holder of a dead lease this run took over, and the token it took
-    it with (its run is then recorded ``killed``, and the partition fenced against it)."""
+    ``fence(token)`` refuses every older token *before* a dead lease is replaced (a fence whose replacement then
+    loses is harmless); ``on_taken_over(previous)`` is told the holder of a dead lease this run took over (its run is
+    then recorded as it ended)."""
     relative = lease_key(model, checkpoint)
     for _ in range(attempts):  # each pass ends in a decision unless the lease changed hands under us
         etag = store.create(relative, json.dumps({**holder, "fence": token_for(None)}).encode())
@@ -59,24 +60,20 @@ def acquire_object_lease(store: ObjectStore, model: str, checkpoint: str, holder
         found = store.get(relative)
         if found is None:
             continue  # released between our PUT and our GET: try again
-        try:
-            current = json.loads(found.data)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            current = {}
-        if not isinstance(current, dict):
-            current = {}
+        current = parse_lease(found.data)
         if current.get("run_id") == holder["run_id"]:
             return HeldLease(relative, found.etag, current)  # ours (a retried PUT whose first answer was lost)
-        if current.get("run_id") and is_live(current):
+        if current.get("run_id") not in (None, "?") and is_live(current):
             raise PartitionBusyError(
                 f"partition {model}@{checkpoint} is being materialized by run {current['run_id']} (pid "
                 f"{current.get('pid')} on {current.get('host')} since {current.get('started_at')}); wait for it to "
                 f"finish, or stop it. If that run is gone, delete {store.location.key(relative)} in "
                 f"s3://{store.location.bucket}.")
         token = token_for(current)
+        fence(token)
         etag = store.replace(relative, json.dumps({**holder, "fence": token}).encode(), found.etag)
         if etag is not None:  # a dead or unreadable lease: one taker wins
-            on_taken_over(current, token)
+            on_taken_over(current)
             return HeldLease(relative, etag, holder)
     raise PartitionBusyError(f"partition {model}@{checkpoint}: its lease changed hands {attempts} times while this "
                              "run tried to take it; another run is taking it now")
@@ -87,13 +84,7 @@ def release_run_lease(store: ObjectStore, model: str, checkpoint: str, run_id: s
     a lease another run took over meanwhile is theirs); whether it was removed. A step of a run may release the lease
     another step of it took (each step is a process of its own under some executors)."""
     found = store.get(lease_key(model, checkpoint))
-    if found is None:
-        return False
-    try:
-        holder = json.loads(found.data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(holder, dict) and holder.get("run_id") == run_id and \
+    return found is not None and parse_lease(found.data).get("run_id") == run_id and \
         store.delete(lease_key(model, checkpoint), etag=found.etag)
 
 

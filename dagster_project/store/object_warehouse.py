@@ -37,6 +37,7 @@ from resdyn.dagster_project.store.object_generations import (
     partition_prefixes,
     sweep_dead_spools,
     table_key,
+    written_by,
 )
 from resdyn.dagster_project.store.object_leases import (
     acquire_object_lease,
@@ -198,26 +199,29 @@ class ObjectWarehouse(PublishedPartitions):
         return self.tables.manifest_state(model, checkpoint)
 
     def damaged_manifests(self) -> list[tuple[str, str, list[str]]]:
-        """(model, checkpoint, problems) of every partition whose manifest is damaged."""
-        found = []
+        """(model, checkpoint, problems) of every partition whose manifest is damaged or missing (a partition with a
+        manifest, a kept copy of one, or a run record)."""
+        names = set()
         for listed in self.store.list("_published/"):
             parts = listed.relative.removeprefix("_published/").split("/")
-            if len(parts) == 2 and parts[0].startswith("model=") and parts[1].startswith("checkpoint=") and \
-                    parts[1].endswith(".json"):
-                model, checkpoint = parts[0].removeprefix("model="), parts[1].removeprefix("checkpoint=")[:-5]
-                problems = self.tables.manifest_state(model, checkpoint)[1]
-                if problems:
-                    found.append((model, checkpoint, problems))
-        return found
+            if len(parts) == 2 and parts[0].startswith("model=") and parts[1].startswith("checkpoint="):
+                names.add((parts[0].removeprefix("model="), parts[1].removeprefix("checkpoint=").split(".json")[0]))
+        for listed in self.store.list("runs/"):
+            owner = written_by(listed.relative)
+            if owner is not None:
+                names.add(owner[:2])
+        return [(model, checkpoint, problems) for model, checkpoint in sorted(names)
+                if (problems := self.tables.manifest_state(model, checkpoint)[1])]
 
-    def restoration(self, model: str, checkpoint: str):
+    def restoration(self, model: str, checkpoint: str, *, verify: bool = True):
         """What the partition's manifest would be restored to (store/manifest_recovery.py); nothing is written."""
-        from resdyn.dagster_project.store.manifest_recovery import restoration
-
-        return restoration(self.tables, model, checkpoint)
+        return self.tables.restoration(model, checkpoint, verify=verify)
 
     def restore_manifest(self, model: str, checkpoint: str):
         return self.tables.restore_manifest(model, checkpoint)
+
+    def kept_manifest_copies(self, model: str, checkpoint: str) -> list[tuple[int, str, bytes]]:
+        return self.tables.kept_manifest_copies(model, checkpoint)
 
     def unknown_files(self, model: str, checkpoint: str) -> list:
         """The tables and figures of a partition whose manifest is damaged (any may be what it published)."""
@@ -346,14 +350,13 @@ class ObjectWarehouse(PublishedPartitions):
         home = None if instance is None or instance.is_ephemeral else instance.root_directory
         holder = holder_record(self.run_id, single_process=single_process, dagster_home=home)
 
-        def taken_over(previous: dict, token: int) -> None:  # before this run writes, the old one cannot publish
-            self.tables.fence_out(model, checkpoint, token)
-            mark_killed(self, model, checkpoint, previous.get("run_id"))
-
         acquire_object_lease(self.store, model, checkpoint, holder,
-                             is_live=lambda lease: lease_is_live(lease, instance), on_taken_over=taken_over,
+                             is_live=lambda lease: lease_is_live(lease, instance),
                              token_for=lambda previous: next_token(previous, self.tables.manifest_state(
-                                 model, checkpoint)[0]))
+                                 model, checkpoint)[0]),
+                             fence=lambda token: self.tables.fence_out(model, checkpoint, token),
+                             on_taken_over=lambda previous: mark_killed(self, model, checkpoint,
+                                                                        previous.get("run_id")))
 
     def release_lease(self, model: str, checkpoint: str) -> None:
         release_run_lease(self.store, model, checkpoint, self.run_id)

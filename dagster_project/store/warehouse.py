@@ -56,8 +56,11 @@ from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import acquire_lease, lease_is_live, read_lease, release_lease
 from resdyn.dagster_project.store.manifest_recovery import (
     Restoration,
+    base_for_publication,
     copy_generation,
     copy_name,
+    figure_record,
+    missing_manifest_problem,
     restoration,
     stale_copies,
 )
@@ -393,8 +396,14 @@ class Warehouse(PublishedPartitions):
 
     def manifest_state(self, model: str, checkpoint: str) -> tuple[dict, list[str]]:
         """(the usable part of the partition's manifest, its problems): a manifest with a problem is damaged, and what
-        it names is unknown (nothing of the partition is removed or published over until it is restored)."""
-        return read_manifest(self.root, self.manifest_path(model, checkpoint), model, checkpoint, strict=True)
+        it names is unknown (nothing of the partition is removed, and a publication restores it first); so is a
+        manifest that is gone while a kept copy or a successful run says the partition was published."""
+        path = self.manifest_path(model, checkpoint)
+        manifest, problems = read_manifest(self.root, path, model, checkpoint, strict=True)
+        if not problems and not path.is_file():
+            missing = missing_manifest_problem(self, model, checkpoint, str(path))
+            problems = [missing] if missing else []
+        return manifest, problems
 
     def read_manifests(self) -> tuple[list[dict], list[str]]:
         """Every partition's usable manifest, and one line per problem found in them. A manifest that publishes
@@ -409,55 +418,77 @@ class Warehouse(PublishedPartitions):
         return manifests, problems
 
     def damaged_manifests(self) -> list[tuple[str, str, list[str]]]:
-        """(model, checkpoint, problems) of every partition whose manifest is damaged."""
-        found = []
-        for path in sorted((self.root / "_published").glob("model=*/checkpoint=*.json")):
-            model, checkpoint = path.parent.name.removeprefix("model="), path.stem.removeprefix("checkpoint=")
-            problems = read_manifest(self.root, path, model, checkpoint)[1]
+        """(model, checkpoint, problems) of every partition whose manifest is damaged or missing (a partition with a
+        manifest, a kept copy of one, or a run record)."""
+        found, names = [], set()
+        for path in (self.root / "_published").glob("model=*/checkpoint=*.json*"):
+            checkpoint = path.name.removeprefix("checkpoint=").split(".json", 1)[0]
+            names.add((path.parent.name.removeprefix("model="), checkpoint))
+        for path in (self.root / "runs").glob("model=*/checkpoint=*"):
+            names.add((path.parent.name.removeprefix("model="), path.name.removeprefix("checkpoint=")))
+        for model, checkpoint in sorted(names):
+            problems = self.manifest_state(model, checkpoint)[1]
             if problems:
                 found.append((model, checkpoint, problems))
         return found
 
-    def restoration(self, model: str, checkpoint: str) -> Restoration:
+    def unknown_files(self, model: str, checkpoint: str) -> list[Path]:
+        """The tables and figures of a partition whose manifest is damaged (any may be what it published)."""
+        return leftovers.unknown_files(self, model, checkpoint)
+
+    def restoration(self, model: str, checkpoint: str, *, verify: bool = True) -> Restoration:
         """What the partition's manifest would be restored to (store/manifest_recovery.py); nothing is written."""
-        return restoration(self, model, checkpoint)
+        return restoration(self, model, checkpoint, self.manifest_state(model, checkpoint)[0], verify=verify)
 
     def restore_manifest(self, model: str, checkpoint: str) -> Restoration:
-        """Restore the partition's damaged manifest (from its newest intact kept copy, else rebuilt from its files), under
-        the manifest's lock; a manifest that is no longer damaged is left as it is."""
+        """Restore the partition's damaged manifest (store/manifest_recovery.py), under the manifest's lock; one that
+        is no longer damaged (a run restored it meanwhile) is left as it is (``manifest`` None, ``source`` says so)."""
         path = self.manifest_path(model, checkpoint)
         with file_lock(path.with_name(path.name + ".lock")):
             if not self.manifest_state(model, checkpoint)[1]:
-                return Restoration(None, "", ["it is no longer damaged"])
+                return Restoration(None, "no longer damaged: a run restored or republished it meanwhile")
             found = self.restoration(model, checkpoint)
             if found.manifest is not None:
                 self._write_manifest(model, checkpoint, found.manifest)
             return found
 
     def _write_manifest(self, model: str, checkpoint: str, manifest: dict) -> None:
-        """The manifest, then its copy beside it (store/manifest_recovery.py); copies older than the previous
-        generation's are removed. The caller holds the manifest's lock."""
+        """The manifest, then its copy beside it (store/manifest_recovery.py; best effort: the manifest is what was
+        published), and no copy older than the previous generation's. The caller holds the manifest's lock."""
         path = self.manifest_path(model, checkpoint)
         text = json.dumps(manifest, indent=1)
         atomic_write_text(path, text)
         if not manifest["tables"] and not manifest.get("figures"):
             return  # a fence alone: no generation to keep
-        atomic_write_text(path.with_name(copy_name(path.name, manifest["generation"])), text)
-        kept = {copy_generation(path.name, item.name): item for item in path.parent.glob(f"{path.name}.*")}
-        for generation in stale_copies([generation for generation in kept if generation is not None]):
-            kept[generation].unlink(missing_ok=True)
+        try:
+            atomic_write_text(path.with_name(copy_name(path.name, manifest["generation"])), text)
+            kept = {copy_generation(path.name, item.name): item for item in path.parent.glob(f"{path.name}.*")}
+            for generation in stale_copies([generation for generation in kept if generation is not None]):
+                kept[generation].unlink(missing_ok=True)
+        except OSError as error:
+            log.warning("%s@%s: generation %s is published, but its copy could not be kept beside the manifest (%s)",
+                        model, checkpoint, manifest["generation"], error)
 
     def fence_out(self, model: str, checkpoint: str, token: int) -> None:
-        """Refuse every publication under a lease token below ``token`` (store/fencing.py); a damaged manifest is not
-        rewritten (the lease check under its lock still stops the old run: :meth:`_publish_entries`)."""
+        """Refuse every publication under a lease token below ``token`` (store/fencing.py), in the manifest; a damaged
+        one restored first (with nothing to restore it from it is left as it is, and a run that held a lease and
+        lost it is refused by its runs row: :func:`~.fencing.publication_refusal`)."""
         path = self.manifest_path(model, checkpoint)
         with file_lock(path.with_name(path.name + ".lock")):
             manifest, problems = self.manifest_state(model, checkpoint)
             if problems:
-                log.warning("%s@%s: its manifest is damaged, so no fence was recorded in it (%s)", model, checkpoint,
-                            problems[0])
+                manifest = self.restoration(model, checkpoint, verify=False).manifest
+                if manifest is None:
+                    log.warning("%s@%s: its manifest is damaged and nothing restores it, so no fence was recorded in "
+                                "it (%s)", model, checkpoint, problems[0])
+                    return
+                self._write_manifest(model, checkpoint, fenced_out(manifest, token))
                 return
             atomic_write_text(path, json.dumps(fenced_out(manifest, token), indent=1))
+
+    def lease(self, model: str, checkpoint: str) -> dict | None:
+        """The partition's lease as its file holds it (None: no lease)."""
+        return read_lease(self, model, checkpoint)
 
     # the reading side of a restoration (store/manifest_recovery.py)
 
@@ -500,8 +531,8 @@ class Warehouse(PublishedPartitions):
                 for folder in sorted(base.glob("*")) if folder.is_dir()}
 
     def describe_figure(self, relative: str) -> dict:
-        path = self.root / relative
-        return {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+        """A figure's size and sha256, once it reads as a PNG."""
+        return figure_record((self.root / relative).read_bytes(), relative)
 
     def published_table_names(self, model: str, checkpoint: str) -> set[str]:
         """The tables a partition's manifest publishes (none when it has no readable manifest)."""
@@ -562,9 +593,11 @@ class Warehouse(PublishedPartitions):
             lease = read_lease(self, model, checkpoint) if self.run_id else None
             with file_lock(path.with_name(path.name + ".lock")):
                 before, problems = self.manifest_state(model, checkpoint)
+                trusted = not problems
                 if problems:
-                    before = self._restored_for_publication(model, checkpoint, before, problems)
-                refusal = publication_refusal(self.run_id, lease, before) if self.run_id else None
+                    before, trusted = base_for_publication(self, model, checkpoint, before, problems)
+                refusal = publication_refusal(self.run_id, lease, before, self.has_run_record(model, checkpoint)) \
+                    if self.run_id else None
                 if refusal is not None:
                     raise LeaseLostError(f"run {self.run_id} may not publish {model}@{checkpoint}: {refusal}; nothing "
                                          "of this run was published")
@@ -581,21 +614,11 @@ class Warehouse(PublishedPartitions):
                 for name, file in (figures or {}).items():  # hashed just above: `check` and --resume need not again
                     verified.remember(self.root / file, manifest["figure_files"][name]["sha256"])
                 verified.save()
-        self._collect_garbage(model, checkpoint, manifest, superseded, set(entries))
-        if figures is not None:  # a run's publication: its figures in, the superseded ones out
-            self._collect_figure_garbage(model, checkpoint, manifest)
+        if trusted:  # over a damaged manifest nothing restored, what it named is unknown: nothing is removed
+            self._collect_garbage(model, checkpoint, manifest, superseded, set(entries))
+            if figures is not None:  # a run's publication: its figures in, the superseded ones out
+                self._collect_figure_garbage(model, checkpoint, manifest)
         return manifest
-
-    def _restored_for_publication(self, model: str, checkpoint: str, usable: dict, problems: list[str]) -> dict:
-        """The manifest a publication over a damaged one builds on: the restored one, else the damaged one's usable
-        part (nothing to restore from: no intact copy, no file of a successful run)."""
-        found = self.restoration(model, checkpoint)
-        log.warning("%s@%s: its manifest is damaged (%s); publishing over %s", model, checkpoint, problems[0],
-                    f"it restored {found.summary()}" if found.manifest is not None else
-                    f"its usable part ({found.summary()})")
-        if found.manifest is None:
-            return usable
-        return {**found.manifest, **{key: usable[key] for key in ("fenced_below", "fencing_token") if key in usable}}
 
     def _collect_figure_garbage(self, model: str, checkpoint: str, manifest: dict) -> None:
         """Remove figures neither the published nor the previous generation names, unless a live run wrote them."""

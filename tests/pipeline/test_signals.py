@@ -66,7 +66,7 @@ def test_a_stopped_run_is_said_and_recorded_as_it_is_published_or_not(tmp_path):
     and its lease freed. Before, both were "nothing half-written is published" and `failed`."""
     import numpy as np
 
-    from resdyn.dagster_project.launch.run_loop import settle_stopped_runs
+    from resdyn.dagster_project.launch.stops import settle_stopped_runs
     from resdyn.dagster_project.store.schema import rows_table
     from resdyn.dagster_project.store.warehouse import Warehouse
 

@@ -37,9 +37,10 @@ def _run(model: Path, root: Path, *extra, file_size_cap: int | None = None) -> s
 
 
 def _files(root: Path) -> dict[str, int]:
-    """Every file but the run records and leases (a failed run adds its record; that is the point of it)."""
+    """Every file but the run records, leases and the launch's event log under the Dagster instance folder (a failed
+    run adds its record and its log; that is the point of them)."""
     return {str(path.relative_to(root)): path.stat().st_size for path in root.rglob("*")
-            if path.is_file() and not {"runs", "_locks"} & set(path.relative_to(root).parts)}
+            if path.is_file() and not {"runs", "_locks", "_dagster_home"} & set(path.relative_to(root).parts)}
 
 
 def _the_failed_run_left_nothing(root: Path, before: dict, published_run: str, result) -> None:

@@ -60,10 +60,23 @@ def _record(store, status: str, ended_at: str) -> None:
 def _listing(store) -> dict[str, int]:
     """Every table file and figure of the partition, with its size."""
     if isinstance(store, Warehouse):
-        return {str(path.relative_to(store.root)): path.stat().st_size for path in store.root.rglob("*.parquet")
-                if "runs" not in path.parts}
-    return {found.relative: found.size for prefix in ("singular_values/", "eigenvalues/")
+        return {str(path.relative_to(store.root)): path.stat().st_size for pattern in ("*.parquet", "*.png")
+                for path in store.root.rglob(pattern) if "runs" not in path.parts}
+    return {found.relative: found.size for prefix in ("singular_values/", "eigenvalues/", "_artefacts/figures/")
             for found in store.store.list(prefix)}
+
+
+def _draw(run, name: str, shade: int) -> None:
+    """A figure of the run's partition, as an asset draws one (on S3: staged as a step stages its figures)."""
+    from PIL import Image
+
+    Image.new("RGB", (8, 8), (shade, 0, 0)).save(run.artefact_directory("figures", "m", "c") / f"{name}.png")
+    run.stage_figures("m", "c", step_ended=True)  # on S3: uploaded and staged, its spool removed
+
+
+def _figure(store, name: str) -> bytes:
+    file = store.manifest("m", "c")["figures"][name]
+    return (store.root / file).read_bytes() if isinstance(store, Warehouse) else store.store.get(file).data
 
 
 def _damage(store) -> None:
@@ -71,6 +84,24 @@ def _damage(store) -> None:
         store.manifest_path("m", "c").write_bytes(GARBAGE)
     else:
         store.store.put(manifest_key("m", "c"), GARBAGE)
+
+
+def _remove_manifest(store) -> None:
+    if isinstance(store, Warehouse):
+        store.manifest_path("m", "c").unlink()
+    else:
+        store.store.delete(manifest_key("m", "c"))
+
+
+def _flip_a_byte(store, relative: str) -> None:
+    if isinstance(store, Warehouse):
+        data = bytearray((store.root / relative).read_bytes())
+        data[-5] ^= 0xFF
+        (store.root / relative).write_bytes(bytes(data))
+    else:
+        data = bytearray(store.store.get(relative).data)
+        data[-5] ^= 0xFF
+        store.store.put(relative, bytes(data))
 
 
 def _drop_kept_copies(store) -> int:
@@ -92,10 +123,12 @@ def _publish_two_generations(kind, tmp_path, s3_location, rng):
     first = _warehouse(kind, tmp_path, s3_location, "run-a")
     first.write("singular_values", "m", "c", _values(rng, 30, 1.0))
     first.write("eigenvalues", "m", "c", _eigenvalues(20, 1.0))
+    _draw(first, "spectra", 10)
     first.publish("m", "c")
     _record(first, "success", "2026-01-01T00:00:01+0000")
     second = _warehouse(kind, tmp_path, s3_location, "run-b")
     second.write("singular_values", "m", "c", _values(rng, 40, 2.0))
+    _draw(second, "spectra", 20)
     second.publish("m", "c")
     _record(second, "success", "2026-01-01T00:00:02+0000")
     dead = _warehouse(kind, tmp_path, s3_location, "run-c")
@@ -145,9 +178,42 @@ def test_a_damaged_manifest_keeps_every_file_from_reclaim_and_is_restored_from_i
     manifest = store.manifest("m", "c")
     assert {table: entry["run_id"] for table, entry in manifest["tables"].items()} == \
         {"singular_values": "run-b", "eigenvalues": "run-a"}
+    assert _figure(store, "spectra")[:8] == b"\x89PNG\r\n\x1a\n"  # run b's figure, checked to be a PNG
     assert run_cli_in_process("check", "--reclaim", "--warehouse", where).returncode == 0
-    assert leftover not in _listing(store) and len(_listing(store)) == 2  # only now: the leftover, and the
-    # generation before, which the rebuilt manifest does not keep as previous
+    assert leftover not in _listing(store) and len(_listing(store)) == 3  # only now: the leftover, and the
+    # generation before (its table and figure), which the rebuilt manifest does not keep as previous
+
+
+@pytest.mark.parametrize("location", KINDS, indirect=True)
+def test_a_missing_manifest_or_a_damaged_file_of_its_newest_copy_never_rolls_the_partition_back(location, tmp_path):
+    """A manifest deleted while its kept copy (or a successful run) says the partition was published keeps every file;
+    a restoration whose newest copy names one damaged file restores that copy (naming the damage), never the
+    generation before, which would leave the newer files unnamed and removable."""
+    kind, s3_location = location
+    rng = np.random.default_rng()
+    store = _publish_two_generations(kind, tmp_path, s3_location, rng)
+    where = _argument(kind, tmp_path, s3_location)
+    files = _listing(store)
+
+    _remove_manifest(store)
+    checked = run_cli_in_process("check", "--warehouse", where)
+    assert checked.returncode == 1 and "missing manifest:" in checked.stdout and "its copy of generation 2" in \
+        checked.stdout, checked.stdout
+    assert "unpublished:" not in checked.stdout and f"kept: {len(files)} file(s)" in checked.stdout, checked.stdout
+    run_cli_in_process("check", "--reclaim", "--warehouse", where)
+    assert _listing(store) == files
+    restored = run_cli_in_process("check", "--restore", "--warehouse", where)
+    assert "restored from the copy of generation 2" in restored.stdout, restored.stdout
+    assert _published_values(store) == ({2.0}, {1.0})
+
+    _flip_a_byte(store, store.manifest("m", "c")["figures"]["spectra"])  # run b's figure, and then the manifest
+    _damage(store)
+    restored = run_cli_in_process("check", "--restore", "--warehouse", where)
+    assert "restored from the copy of generation 2" in restored.stdout and "1 of its files damaged" in \
+        restored.stdout, restored.stdout
+    assert _published_values(store) == ({2.0}, {1.0})  # not generation 1's {1.0}
+    run_cli_in_process("check", "--reclaim", "--warehouse", where)
+    assert all("run-b" not in name or name in _listing(store) for name in files)  # run b's files all kept
 
 
 @pytest.mark.parametrize("location", KINDS, indirect=True)
@@ -219,3 +285,65 @@ def test_a_writer_whose_lease_was_taken_over_can_never_publish(location, tmp_pat
     later.write("singular_values", "m", "c", _values(rng, 14, 3.0))
     later.publish("m", "c")
     assert set(reader.read("singular_values", "m", "c")["sigma"].to_pylist()) == {3.0}
+
+
+@pytest.mark.parametrize("location", KINDS, indirect=True)
+def test_a_takeover_over_a_damaged_manifest_fences_the_restored_one_and_a_lost_lease_cannot_publish(location,
+                                                                                                      tmp_path):
+    """The takeover restores a damaged manifest before it fences it, so the old run is refused even after the new one
+    has finished; and a run that held a lease and finds none (deleted by hand, as the busy message allows) is refused
+    by its runs row, whatever its token."""
+    kind, s3_location = location
+    rng = np.random.default_rng()
+    _publish_two_generations(kind, tmp_path, s3_location, rng)
+    old, _ = _hold_as_dead_run(kind, tmp_path, s3_location, "run-old")
+    _record(old, "started", "2026-01-01T00:00:04+0000")
+    old.write("singular_values", "m", "c", _values(rng, 10, 9.0))
+    reader = _warehouse(kind, tmp_path, s3_location)
+    _damage(reader)
+
+    new = _warehouse(kind, tmp_path, s3_location, "run-new")
+    new.acquire_lease("m", "c", single_process=True)
+    token = json.loads(_lease_text(new))["fence"]
+    assert reader.manifest_state("m", "c") [1] == [] and reader.manifest("m", "c")["fenced_below"] == token
+    assert {row["run_id"]: row["status"] for row in reader.run_records("m", "c")}["run-old"] == "killed"
+    new.release_lease("m", "c")
+    with pytest.raises(LeaseLostError, match="its lease is gone"):
+        old.publish("m", "c")
+    assert _published_values(reader) == ({2.0}, {1.0})
+
+    by_hand = _warehouse(kind, tmp_path, s3_location, "run-by-hand")  # a live run whose lease a person deletes
+    by_hand.acquire_lease("m", "c", single_process=True)
+    _record(by_hand, "started", "2026-01-01T00:00:05+0000")
+    by_hand.write("singular_values", "m", "c", _values(rng, 10, 7.0))
+    if kind == "folder":
+        by_hand.lease_path("m", "c").unlink()
+    else:
+        by_hand.store.delete("_locks/m@c.json")
+    with pytest.raises(LeaseLostError, match="its lease is gone"):
+        by_hand.publish("m", "c")
+    assert _published_values(reader) == ({2.0}, {1.0})
+
+
+def test_on_s3_the_old_run_is_fenced_out_before_its_lease_is_replaced(s3_warehouse, tmp_path):
+    """On an object store the lease and the manifest are two objects: the takeover fences the manifest first, so in
+    the moment between the two (the old lease still names the old run) its publication is already refused."""
+    rng = np.random.default_rng()
+    old, _ = _hold_as_dead_run("s3", tmp_path, s3_warehouse, "run-old")
+    old.write("singular_values", "m", "c", _values(rng, 10, 1.0))
+    new = _warehouse("s3", tmp_path, s3_warehouse, "run-new")
+    tried = []
+    fence_out = new.tables.fence_out
+
+    def fence_then_publish_as_the_old_run(model, checkpoint, token):
+        fence_out(model, checkpoint, token)
+        assert json.loads(_lease_text(old))["run_id"] == "run-old"  # the lease is not replaced yet
+        with pytest.raises(LeaseLostError, match=r"fencing token 1\) was taken over"):
+            old.publish("m", "c")
+        tried.append(token)
+
+    new.tables.fence_out = fence_then_publish_as_the_old_run
+    new.acquire_lease("m", "c", single_process=True)
+    assert tried and json.loads(_lease_text(new))["run_id"] == "run-new"
+    assert new.partitions() == []
+

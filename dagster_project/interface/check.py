@@ -1,0 +1,71 @@
+"""``resdyn check``: every published file read back against its manifest, what failed or killed runs left (removed
+with ``--reclaim``), and the partitions whose manifest is damaged or missing, whose files are kept until ``--restore``
+restores it (dagster_project/store/manifest_recovery.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from resdyn.dagster_project.store import open_for_reading
+
+
+def command_check(arguments) -> int:
+    """Restore damaged manifests (``--restore``), remove leftovers (``--reclaim``), then one line per problem."""
+    from resdyn.dagster_project.store.integrity import scan
+    from resdyn.dagster_project.store.leftovers import describe, reclaim, unpublished_files
+
+    store = open_for_reading(arguments.warehouse)
+    if arguments.restore:
+        for model, checkpoint, _ in store.damaged_manifests():
+            print(f"resdyn check --restore: the manifest of {model}@{checkpoint} "
+                  f"{restoration_said(store.restore_manifest(model, checkpoint), model, checkpoint)}")
+    kept = kept_behind_damaged_manifests(store)
+    if store.arrow_filesystem is not None:  # an object store: its leftovers are objects (store/object_generations.py)
+        # as on disk, what no manifest names and no live run wrote is a leftover at once (no grace period: that
+        # guards the sweeps runs make while other writers may be uploading, not a person's explicit check)
+        if arguments.reclaim:
+            removed = store.tables.sweep(grace=timedelta(0))
+            print(f"resdyn check --reclaim: removed {len(removed)} unpublished object(s), "
+                  f"{sum(found.size for found in removed)} bytes")
+        unpublished = [f"unpublished: {store.tables.where(found.relative)} ({found.size} bytes); `resdyn check "
+                       "--reclaim` removes it" for found in store.tables.leftovers(grace=timedelta(0))]
+        problems = scan(store) + kept + unpublished
+    else:
+        if arguments.reclaim:
+            leftovers = unpublished_files(store)
+            freed = reclaim(store, leftovers)
+            print(f"resdyn check --reclaim: removed {len(leftovers)} unpublished file(s), {freed} bytes")
+        problems = scan(store) + kept + describe(unpublished_files(store))
+    for problem in problems:
+        print(problem)
+    print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")
+    return 1 if problems else 0
+
+
+def restoration_said(restored, model: str, checkpoint: str) -> str:
+    """What became of a damaged manifest ``--restore`` took on, in words."""
+    if restored.manifest is not None:
+        return f"restored {restored.summary()}"
+    if not restored.passed_over:  # a run restored or republished it, or published, while this one worked
+        return f"was left as it is: {restored.source}"
+    return (f"was not restored: {restored.summary()}; its files are kept: rerun the partition (`resdyn run --model "
+            f"{model} --checkpoint {checkpoint}`)")
+
+
+def kept_behind_damaged_manifests(store) -> list[str]:
+    """Per partition whose manifest is damaged or missing: a missing one's problem (a damaged one's the scan names),
+    then that its files are kept, and what ``--restore`` would try first."""
+    lines = []
+    for model, checkpoint, problems in store.damaged_manifests():
+        lines += [problem for problem in problems if problem.startswith("missing manifest")]
+        files = store.unknown_files(model, checkpoint)
+        size = sum(item.stat().st_size if isinstance(item, Path) else item.size for item in files)
+        copies = store.kept_manifest_copies(model, checkpoint)
+        source = (f"from the copy of generation {copies[0][0]} kept beside it, each of its files checked against the "
+                  "sha256 it records" if copies else
+                  "rebuilt from the table files of the runs recorded `success`, each read back and hashed")
+        lines.append(f"kept: {len(files)} file(s) ({size} bytes) of {model}@{checkpoint}, which its damaged manifest "
+                     f"may name: none is reclaimed while it is damaged; `resdyn check --restore` restores it (first "
+                     f"{source})")
+    return lines

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import re
+import select
+import struct
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 
 import torch
@@ -96,3 +103,34 @@ def snapshot(root: Path) -> dict:
 def published_side_files(root: Path) -> set:
     """Files outside a run's staging and the Dagster instance (whose SQLite journal churns)."""
     return {path for path in root.rglob("*") if path.is_file() and not {"_staging", "_dagster_home"} & set(path.parts)}
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's control sequences (rich's redraws, colours)
+
+
+def run_in_a_terminal(arguments: list[str], env: dict, timeout: float = 300) -> tuple[int, str]:
+    """The CLI with a pseudo-terminal as its stdin, stdout and stderr (160 columns); what it wrote, as text."""
+    main, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    process = subprocess.Popen([*RESDYN, *arguments], cwd=REPOSITORY, env=env, stdin=terminal, stdout=terminal,
+                               stderr=terminal, close_fds=True)
+    os.close(terminal)
+    written, deadline = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if select.select([main], [], [], 0.5)[0]:
+                try:
+                    data = os.read(main, 65536)
+                except OSError:  # the terminal's last holder closed it
+                    break
+                if not data:
+                    break
+                written += data
+            elif process.poll() is not None:
+                break
+        return process.wait(timeout=max(1.0, deadline - time.monotonic())), written.decode("utf-8", "replace")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(main)

@@ -143,6 +143,8 @@ def partition_run(context, warehouse, settings) -> Iterator[PartitionOutputs]:
         import dagster as dg
 
         raise dg.Failure(description=str(error), allow_retries=False) from None
+    except BaseException as error:  # the lease could not be written (a full disk, a store out of reach): on the
+        fail_step(run, context, error)  # last attempt what the run's earlier steps wrote is removed all the same
     try:
         if not store.has_run_record(model, checkpoint):
             store.sweep_partition(model, checkpoint)  # what failed or killed runs left, before this one writes

@@ -4,25 +4,16 @@ unless ``--log-level`` asks for them."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import select
-import struct
-import subprocess
-import termios
-import time
 from pathlib import Path
 
 from resdyn.dagster_project.launch.event_log_file import read_line
 from resdyn.dagster_project.launch.run_loop import SHIPPED_INSTANCE
 
-from ..cli_helpers import QUICK, REPOSITORY, RESDYN, environment
+from ..cli_helpers import ANSI, QUICK, environment, run_in_a_terminal
 
 DEFAULT_LEVEL = [argument for argument in QUICK if argument not in ("--log-level", "ERROR")]
 DAGSTER_LINE = re.compile(r" - dagster - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")  # Dagster's console format
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _event_log(output: str) -> Path:
@@ -71,41 +62,13 @@ def test_a_run_without_a_terminal_prints_a_line_per_step_an_event_log_and_a_tabl
     assert (status, checks) == ("ok", "6/6") and float(seconds) > 0 and float(peak) > 50, output[-600:]
 
 
-def _run_in_a_terminal(arguments: list[str], env: dict, timeout: float = 300) -> tuple[int, str]:
-    """The CLI with a pseudo-terminal as its stdin, stdout and stderr (160 columns); what it wrote, as text."""
-    main, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-    process = subprocess.Popen([*RESDYN, *arguments], cwd=REPOSITORY, env=env, stdin=terminal, stdout=terminal,
-                               stderr=terminal, close_fds=True)
-    os.close(terminal)
-    written, deadline = b"", time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if select.select([main], [], [], 0.5)[0]:
-                try:
-                    data = os.read(main, 65536)
-                except OSError:  # the terminal's last holder closed it
-                    break
-                if not data:
-                    break
-                written += data
-            elif process.poll() is not None:
-                break
-        return process.wait(timeout=max(1.0, deadline - time.monotonic())), written.decode("utf-8", "replace")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        os.close(main)
-
-
 def test_a_run_in_a_terminal_draws_live_bars_in_a_new_dagster_home_without_its_warning(warehouse_copy, tmp_path):
     """In a terminal the partition's line is drawn and redrawn in place (rich), with the running step among the
     selection's steps and its stage; no Dagster event line reaches the screen; a new DAGSTER_HOME gets the shipped
     instance settings first (no "No dagster instance configuration file" warning) and holds the event log."""
     model, root = warehouse_copy
     home = tmp_path / "new-dagster-home"  # not there yet
-    code, screen = _run_in_a_terminal(
+    code, screen = run_in_a_terminal(
         ["run", "--model", str(model), "--samples", "6", *DEFAULT_LEVEL, "--select", "key:layer_metrics",
          "--warehouse", str(root)], environment(DAGSTER_HOME=str(home), TERM="xterm-256color", COLUMNS="160"))
     text = ANSI.sub("", screen)

@@ -7,14 +7,16 @@ then the language-model loss of both checkpoints on WikiText-2 windows.
 
 import math
 import os
-import subprocess
-import sys
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from resdyn.models.registry import MissingPackageError, ModelRegistry
+
+from ..cli_helpers import ANSI, run_in_a_terminal
 
 
 def _gguf_file():
@@ -26,15 +28,33 @@ def _gguf_file():
 
 @pytest.fixture(scope="module")
 def smollm2_study(tmp_path_factory):
+    """The run in a terminal, as a person starts it: (the warehouse, what the terminal showed, control sequences
+    removed, one line per redraw)."""
     _gguf_file()
     root = tmp_path_factory.mktemp("smollm2") / "warehouse"
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color", "COLUMNS": "160"}
     environment.pop("DAGSTER_HOME", None)
-    result = subprocess.run([sys.executable, "-m", "resdyn", "run", "--suite", "smollm2", "--samples", "4",
-                             "--seq-len", "16", "--per-sample", "1", "--select", "group:inputs or group:measurements",
-                             "--warehouse", str(root)], capture_output=True, text=True, env=environment, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return root, result.stdout
+    code, screen = run_in_a_terminal(["run", "--suite", "smollm2", "--samples", "4", "--seq-len", "16", "--per-sample",
+                                      "1", "--select", "group:inputs or group:measurements", "--warehouse", str(root)],
+                                     environment, timeout=900)
+    text = ANSI.sub("", screen).replace("\r\n", "\n").replace("\r", "\n")
+    assert code == 0, text[-3000:]
+    return root, text
+
+
+def test_a_person_sees_each_checkpoint_s_live_progress_and_its_event_log(smollm2_study):
+    """In a terminal: the running step of each checkpoint among its selection's steps, with its stage's items as a
+    bar and the time left at the stage's own rate (the measurement step reports each batch of Jacobians); no Dagster
+    event line; the event log holds every step's events of the three runs."""
+    root, text = smollm2_study
+    frames = [line.strip() for line in text.splitlines() if line.startswith("smollm2-135m@")]
+    assert any(re.match(r"smollm2-135m@trained step \d+/\d+ measurements jacobian batches \d+/\d+ .*━.* \d+ s stage "
+                        r"~\d+ s left", frame) for frame in frames), frames[-20:]
+    assert " - dagster - " not in text
+    log = Path(re.search(r"^resdyn: event log \(every Dagster event, DEBUG\): (.+\.log)$", text, re.M).group(1))
+    started = [line for line in log.read_text().splitlines() if " | measurements | STEP_START | " in line]
+    assert {line.split(" | ")[2] for line in started} == {f"smollm2-135m@{checkpoint}" for checkpoint in
+                                                        ("init", "init-quantized", "trained")}
 
 
 def test_both_checkpoints_measure_with_every_check_passing(smollm2_study):

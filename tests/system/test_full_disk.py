@@ -46,7 +46,7 @@ def _files(root: Path) -> dict[str, int]:
 def _the_failed_run_left_nothing(root: Path, before: dict, published_run: str, result) -> None:
     assert result.returncode != 0
     assert partition_state(root)["status"] == "complete" and partition_state(root)["run_id"] == published_run
-    assert unpublished_files(Warehouse(root)) == []
+    assert unpublished_files(Warehouse(root)) == [], result.stdout[-4000:] + result.stderr[-3000:]
     assert _files(root) == before, sorted(set(_files(root)) ^ set(before))
     failed = Warehouse(root).query("SELECT status, error FROM runs ORDER BY started_at").to_pylist()[-1]
     assert failed["status"] == "failed"

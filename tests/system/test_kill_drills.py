@@ -42,6 +42,67 @@ def _table(n, seed):
                      "training_corpus": pa.repeat(pa.scalar("c"), n)})
 
 
+def _alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running (a zombie, dead and not yet reaped by its parent, is not)."""
+    from pathlib import Path
+
+    def running(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    return [pid for pid in pids if running(pid)]
+
+
+def _multiprocess_run(model, root, home):
+    """`resdyn run` of the inputs and measurements on the multiprocess executor: three steps, each a process forked
+    from a fork server that a run process of its own started."""
+    return subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--executor",
+                             "multiprocess", "--select", "group:inputs or group:measurements", "--warehouse", str(root)],
+                            cwd=REPOSITORY, env=environment(DAGSTER_HOME=str(home)), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _when_staged(root, process, table: str, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while not list(root.glob(f"_staging/*/model=m/checkpoint=local/{table}.json")) and time.time() < deadline:
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def killed_multiprocess_run(built, tmp_path_factory):
+    """A `resdyn run --executor multiprocess` SIGKILLed once its first table is staged, when its run process, fork
+    server and a step are alive: the warehouse, the CLI's pid, the processes below it at the kill, and when."""
+    from resdyn.lifeline import descendants
+
+    model, _ = built
+    base = tmp_path_factory.mktemp("killed-multiprocess-run")
+    root, home = base / "warehouse", base / "home"
+    home.mkdir()
+    process = _multiprocess_run(model, root, home)
+    _when_staged(root, process, "model_checkpoints")
+    time.sleep(1.0)  # the next step's process has been forked
+    tree = descendants(process.pid)
+    process.kill()
+    process.communicate()
+    return {"model": model, "root": root, "pid": process.pid, "tree": tree, "killed_at": time.monotonic()}
+
+
+def test_kill_9_of_a_multiprocess_run_ends_every_process_of_it_within_seconds(killed_multiprocess_run):
+    """Before, the run process, its fork server and steps outlived a SIGKILLed CLI and published a generation 1 min
+    45 s later. Every process of the run ends within seconds (the parent-death signal, resdyn/lifeline.py); the last
+    test of this file checks the warehouse 3 minutes after the kill."""
+    tree = killed_multiprocess_run["tree"]
+    assert len(tree) >= 3, tree  # the run process, its fork server and a step, at least
+    deadline = killed_multiprocess_run["killed_at"] + 10
+    while _alive(tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(tree), f"alive 10 s after the kill: {_alive(tree)} of {tree}"
+    killed_multiprocess_run["listing"] = snapshot(killed_multiprocess_run["root"])
+
+
 def test_kill_drill_never_leaves_a_partition_complete_with_mixed_runs(warehouse_copy):
     """SIGKILL reruns of a partition at random moments: after each the partition is complete from one run
     (the old one, or the new one if the kill came after publication) or not complete; a rerun completes it."""
@@ -293,72 +354,6 @@ def test_a_stop_inside_a_worker_pool_ends_it_long_before_its_items_and_terminate
     assert not pool_workers_alive()
 
 
-def _alive(pids: list[int]) -> list[int]:
-    """Those of ``pids`` still running (a zombie, dead and not yet reaped by its parent, is not)."""
-    from pathlib import Path
-
-    def running(pid):
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
-    return [pid for pid in pids if running(pid)]
-
-
-def _multiprocess_run(model, root, home):
-    """`resdyn run` of the inputs and measurements on the multiprocess executor: three steps, each a process forked
-    from a fork server that a run process of its own started."""
-    return subprocess.Popen([*RESDYN, "run", "--model", str(model), "--samples", "6", *QUICK, "--executor",
-                             "multiprocess", "--select", "group:inputs or group:measurements", "--warehouse", str(root)],
-                            cwd=REPOSITORY, env=environment(DAGSTER_HOME=str(home)), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def _when_staged(root, process, table: str, timeout: float = 240) -> None:
-    deadline = time.time() + timeout
-    while not list(root.glob(f"_staging/*/model=m/checkpoint=local/{table}.json")) and time.time() < deadline:
-        assert process.poll() is None, process.communicate()[0][-3000:]
-        time.sleep(0.02)
-
-
-def test_kill_9_of_a_multiprocess_run_ends_every_process_of_it_and_nothing_is_published_after(built, tmp_path):
-    """Before, the run process, its fork server and steps outlived a SIGKILLed CLI and published a generation 1 min
-    45 s later. Every process of the run ends within seconds (the parent-death signal, resdyn/lifeline.py); the
-    warehouse is then unchanged (checked here for 10 s; for 3 minutes by hand, docs/operations.md), `check` lists
-    what the run left, and a rerun takes the dead run's lease over."""
-    from resdyn.lifeline import descendants
-
-    model, _ = built
-    root, home = tmp_path / "warehouse", tmp_path / "home"
-    home.mkdir()
-    process = _multiprocess_run(model, root, home)
-    _when_staged(root, process, "model_checkpoints")
-    time.sleep(1.0)  # the next step's process has been forked
-    tree = descendants(process.pid)
-    assert len(tree) >= 3, tree  # the run process, its fork server and a step, at least
-    process.kill()
-    process.communicate()
-    deadline = time.time() + 10
-    while _alive(tree) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not _alive(tree), f"alive after the kill: {_alive(tree)} of {tree}"
-    before = snapshot(root)
-    time.sleep(10)
-    assert snapshot(root) == before  # nothing of the killed run writes or publishes later
-    assert not (root / "_published" / "model=m" / "checkpoint=local.json").exists()
-    lease = json.loads((root / "_locks" / "m@local.json").read_text())
-    assert lease["owner_pid"] == process.pid  # the lease names the CLI that owned the run: it is gone
-    checked = run_cli_in_process("check", "--warehouse", str(root))
-    assert checked.returncode == 1 and f"run {lease['run_id']} of m@local" in checked.stdout, checked.stdout[-3000:]
-    rerun = run_cli_in_process("run", "--model", str(model), "--samples", "6", *QUICK, "--select",
-                               "group:inputs or group:measurements", "--warehouse", str(root))
-    assert rerun.returncode == 0, rerun.stdout[-3000:]
-    statuses = {row["run_id"]: row["status"] for row in Warehouse(root).query("SELECT run_id, status FROM runs")
-                .to_pylist()}
-    assert statuses[lease["run_id"]] == "killed" and sorted(statuses.values()) == ["killed", "success"]
-
-
 def test_forget_refuses_a_live_multiprocess_run_and_sigterm_stops_it_before_it_publishes(built, tmp_path):
     """The lease names the run; forget judges it by the process that owns the run and its Dagster status, not by the
     pid of a step process that has long exited. Then SIGTERM: before, with tables staged it printed that the runs were
@@ -404,3 +399,26 @@ def test_forget_refuses_a_live_multiprocess_run_and_sigterm_stops_it_before_it_p
     assert not (root / "_locks" / "m@local.json").exists()
     assert run_cli_in_process("forget", "m@local", "--yes", "--warehouse", str(root)).returncode == 0  # it has ended
     assert partition_state(root) == {}
+
+
+def test_three_minutes_after_a_kill_9_nothing_of_the_run_was_written_and_a_rerun_takes_its_lease_over(
+        killed_multiprocess_run):
+    """The warehouse of the SIGKILLed multiprocess run (the first test of this file) is unchanged 3 minutes after the
+    kill (the other tests ran meanwhile); its lease names the CLI that owned the run, so `check` lists what it left at
+    once and a rerun takes the lease over."""
+    root, model = killed_multiprocess_run["root"], killed_multiprocess_run["model"]
+    listing = killed_multiprocess_run.get("listing") or snapshot(root)  # taken after every process had ended
+    time.sleep(max(0.0, killed_multiprocess_run["killed_at"] + 180 - time.monotonic()))
+    assert not _alive(killed_multiprocess_run["tree"])
+    assert snapshot(root) == listing  # nothing of the killed run wrote or published later
+    assert not (root / "_published" / "model=m" / "checkpoint=local.json").exists()
+    lease = json.loads((root / "_locks" / "m@local.json").read_text())
+    assert lease["owner_pid"] == killed_multiprocess_run["pid"]  # the CLI that owned the run: it is gone
+    checked = run_cli_in_process("check", "--warehouse", str(root))
+    assert checked.returncode == 1 and f"run {lease['run_id']} of m@local" in checked.stdout, checked.stdout[-3000:]
+    rerun = run_cli_in_process("run", "--model", str(model), "--samples", "6", *QUICK, "--select",
+                               "group:inputs or group:measurements", "--warehouse", str(root))
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    statuses = {row["run_id"]: row["status"] for row in Warehouse(root).query("SELECT run_id, status FROM runs")
+                .to_pylist()}
+    assert statuses[lease["run_id"]] == "killed" and sorted(statuses.values()) == ["killed", "success"]

@@ -6,11 +6,13 @@ half-written; every test drives real processes.
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -382,6 +384,9 @@ def test_forget_refuses_a_live_multiprocess_run_and_sigterm_stops_it_before_it_p
         if process.poll() is None:
             process.kill()
     assert process.returncode == 143, output[-3000:]
+    log = re.search(r"^resdyn: event log \(every Dagster event, DEBUG\): (.+\.log)$", output, re.M)
+    assert log and log.group(1).startswith(str(home / "logs")), output[:2000]  # the steps' processes wrote there
+    assert " | samples | STEP_SUCCESS | " in Path(log.group(1)).read_text()
     deadline = time.time() + 10  # the CLI's resource tracker ends on its own once the CLI has: give it a moment
     while _alive(tree) and time.time() < deadline:
         time.sleep(0.05)

@@ -59,7 +59,13 @@ def owner_alive(pid: int, start: str | None) -> bool:
 def current_owner() -> tuple[int, str | None] | None:
     """The process that owns the runs of this process tree (:data:`OWNER_VARIABLE`), when it runs on this machine
     (a Ray step on another machine is told of it too, and cannot judge it); else None."""
-    pid, start, host = (os.environ.get(OWNER_VARIABLE, "").split(":", 2) + ["", ""])[:3]
+    return parse_owner(os.environ.get(OWNER_VARIABLE, ""))
+
+
+def parse_owner(text: str | None) -> tuple[int, str | None] | None:
+    """``(pid, start)`` of an owner written as :data:`OWNER_VARIABLE` is (``pid:start:host``), when that process
+    runs on this machine; else None."""
+    pid, start, host = ((text or "").split(":", 2) + ["", ""])[:3]
     return (int(pid), start or None) if pid.isdigit() and host == socket.gethostname() else None
 
 

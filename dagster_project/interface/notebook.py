@@ -109,10 +109,16 @@ class Study:
                                           "checkpoint": pl.String, "revision": pl.String, "status": pl.String})
 
     def runs(self, partition: str) -> pl.DataFrame:
-        """Every run of ``partition`` (``model@checkpoint``), oldest first."""
+        """Every run of ``partition`` (``model@checkpoint``), oldest first; a partition no run was recorded for is a
+        KeyError naming those that have runs."""
         model, checkpoint = _partition(partition)
-        return self.sql("SELECT * FROM runs WHERE model = $model AND checkpoint = $checkpoint ORDER BY started_at",
+        runs = self.sql("SELECT * FROM runs WHERE model = $model AND checkpoint = $checkpoint ORDER BY started_at",
                         model=model, checkpoint=checkpoint)
+        if runs.is_empty():
+            known = self.sql("SELECT DISTINCT model || '@' || checkpoint AS partition FROM runs ORDER BY 1")
+            raise KeyError(f"no run of {partition} is recorded in {self.store}; partitions with runs: "
+                           f"{', '.join(known['partition']) or 'none'}")
+        return runs
 
     def settings(self, partition: str) -> dict:
         """The settings of the run that published ``partition``."""
@@ -329,7 +335,10 @@ class Plots:
 def _sql_text(query: str) -> str:
     """SQL text as ``resdyn sql`` reads its argument (a ``.sql`` file here or in sql/questions/, else SQL),
     and a bare question name (``fdr_significant_layers``) as that question's file."""
-    if query.isidentifier() and (SQL_DIRECTORY / "questions" / f"{query}.sql").is_file():
+    if query.isidentifier():  # one word is no SQL statement: a question's name, or a misspelt one
+        if not (SQL_DIRECTORY / "questions" / f"{query}.sql").is_file():
+            names = sorted(path.stem for path in (SQL_DIRECTORY / "questions").glob("*.sql"))
+            raise KeyError(f"no question {query!r}; the questions: {', '.join(names)}")
         return (SQL_DIRECTORY / "questions" / f"{query}.sql").read_text()
     return sql_text(query)
 

@@ -30,8 +30,9 @@ from resdyn.dagster_project.configuration.config import StudyConfig, dagster_hom
 from resdyn.dagster_project.launch.console import TRACE_LEVEL_HINT, configure_logging, quiet_failures
 from resdyn.dagster_project.launch.event_log_file import NO_CONSOLE_LEVEL, event_log_path, run_config_loggers
 from resdyn.dagster_project.launch.stops import (
-    LAUNCH_TAG,
+    close_abandoned_runs,
     close_stopped_runs,
+    run_tags,
     start_quiet_resource_tracker,
 )
 from resdyn.dagster_project.launch.summary_table import peak_memory_mb, summary_table
@@ -114,6 +115,8 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
     instance = dg.DagsterInstance.get() if dagster_home() else dg.DagsterInstance.ephemeral()
     register_partitions(instance, keys)
     print(f"resdyn: {len(keys)} partition(s) into {store} ({config.executor} executor): {', '.join(keys)}")
+    for line in close_abandoned_runs(instance):
+        print(line, flush=True)
     event_log = _new_event_log(store, keys) if keys else None
     if event_log is not None:
         print(f"resdyn: event log (every Dagster event, DEBUG): {event_log}", flush=True)
@@ -213,8 +216,16 @@ class SignalRecorder:
         """A SIGTERM interrupts like Ctrl-C. Called again after each in-process Dagster run: on its way out,
         Dagster's ``capture_interrupts`` sets SIGTERM to the SIGINT handler it found, which is SIG_IGN in a process
         started in the background (``nohup``, ``cmd &`` in a script), so a SIGTERM before the next partition's run
-        would be discarded (and every process spawned then would inherit the ignore)."""
+        would be discarded (and every process spawned then would inherit the ignore).
+
+        SIGINT gets Python's own handler back: polars' (signal-hook, installed at import) restarts an interrupted
+        wait, so a SIGINT to this process alone went unseen while it waited for its run processes, and the run
+        went on to publish."""
+        import polars  # noqa: F401 - its handler is installed at import: after this nothing replaces ours
+
         signal.signal(signal.SIGTERM, signal.default_int_handler)
+        if (handler := signal.getsignal(signal.SIGINT)) is not None:
+            signal.signal(signal.SIGINT, handler)
 
     def poll(self) -> int | None:
         try:
@@ -388,7 +399,7 @@ def _run_in_process(keys, config, instance, selected_keys, run_config, signals, 
         try:
             with owning_runs():
                 result = job.execute_in_process(run_config=run_config, instance=instance, partition_key=key,
-                                                raise_on_error=False, tags={"resdyn/cli": "run", LAUNCH_TAG: launch_id})
+                                                raise_on_error=False, tags=run_tags(launch_id))
         except KeyboardInterrupt:
             result = None
         finally:
@@ -425,7 +436,7 @@ def _execute_partition(key: str, config: str, run_config: dict, selected_keys, l
     with dg.DagsterInstance.get() as instance:
         result = dg.execute_job(reconstructable_job(StudyConfig.from_json(config)), instance=instance,
                                 run_config=run_config,
-                                tags={"dagster/partition": key, "resdyn/cli": "run", LAUNCH_TAG: launch_id},
+                                tags={"dagster/partition": key, **run_tags(launch_id)},
                                 asset_selection=sorted(selected_keys) if selected_keys else None)
         return {**_outcome(result), "seconds": time.perf_counter() - started}
 

@@ -8,9 +8,11 @@ generation was published before the stop is ``success`` in the runs table and sa
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
+from resdyn.lifeline import OWNER_VARIABLE, owner_alive, parse_owner
 from resdyn.models.registry import split_partition_key
 
 
@@ -29,6 +31,54 @@ def start_quiet_resource_tracker() -> None:
 
 
 LAUNCH_TAG = "resdyn/launch"  # the launch (one `resdyn run`) a Dagster run belongs to: its stop finds its runs by it
+OWNER_TAG = "resdyn/owner"  # the process that owns the run (resdyn.lifeline.OWNER_VARIABLE): who can close it
+UNFINISHED = ("NOT_STARTED", "QUEUED", "STARTING", "STARTED", "CANCELING")
+
+
+def run_tags(launch_id: str) -> dict[str, str]:
+    """The tags of a Dagster run that ``resdyn run`` launches (inside :func:`resdyn.lifeline.owning_runs`)."""
+    return {"resdyn/cli": "run", LAUNCH_TAG: launch_id, OWNER_TAG: os.environ.get(OWNER_VARIABLE, "")}
+
+
+def free_concurrency_slots(instance, run_id: str) -> None:
+    """Give back the pool slots (``model_runner``) that the steps of run ``run_id`` claimed: a step ended outright
+    (a stop, a kill) never frees its own, and Dagster's daemon, which would, is not running under ``resdyn run``."""
+    if instance.event_log_storage.supports_global_concurrency_limits:
+        instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+
+
+def close_abandoned_runs(instance) -> list[str]:
+    """The Dagster runs that a ``resdyn run`` on this machine launched and left unfinished when it ended outright
+    (``kill -9``: nothing closed them), recorded failed with their pool slots freed, and the slots of every finished
+    run given back. Without this a killed run kept its ``model_runner`` slot, and every later multiprocess run on the
+    same Dagster home waited for it without end. One line for each run closed, and one for slots held by a run this
+    machine cannot judge."""
+    import dagster as dg
+
+    lines = []
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus[name] for name in UNFINISHED],
+                                                   tags={"resdyn/cli": "run"}))
+    for run in runs:
+        owner = parse_owner(run.tags.get(OWNER_TAG))
+        if owner is None or owner_alive(*owner):
+            continue
+        instance.report_run_failed(run, message=f"its resdyn run (pid {owner[0]}) ended without closing it")
+        free_concurrency_slots(instance, run.run_id)
+        lines.append(f"resdyn: Dagster run {run.run_id} of {run.tags.get('dagster/partition', '?')} was left "
+                     f"{run.status.value} by a resdyn run that ended outright (pid {owner[0]}): recorded it failed and "
+                     "freed its pool slots")
+    if not instance.event_log_storage.supports_global_concurrency_limits:
+        return lines
+    holders = instance.event_log_storage.get_concurrency_run_ids()
+    for record in instance.get_run_records(filters=dg.RunsFilter(run_ids=sorted(holders))) if holders else []:
+        run = record.dagster_run
+        if run.is_finished:
+            free_concurrency_slots(instance, run.run_id)
+        elif parse_owner(run.tags.get(OWNER_TAG)) is None:
+            lines.append(f"resdyn: warning: Dagster run {run.run_id} ({run.status.value}, no resdyn process of this "
+                         "machine owns it) holds pool slots; model steps wait until it ends. If it is dead, "
+                         f"`dagster run delete {run.run_id}` frees them.")
+    return lines
 
 
 def close_stopped_runs(store, instance, key: str, launch_id: str, signum: int) -> str:
@@ -41,6 +91,7 @@ def close_stopped_runs(store, instance, key: str, launch_id: str, signum: int) -
     for run in runs:
         if not run.is_finished:
             instance.report_run_canceled(run, message=f"stopped by {name} (resdyn run)")
+        free_concurrency_slots(instance, run.run_id)
     return settle_stopped_runs(store, key, [run.run_id for run in runs], name)
 
 

@@ -285,6 +285,9 @@ def test_arguments_of_the_wrong_type_are_type_errors_and_unknown_names_say_which
         (lambda: study.sample_jacobians("m", "nope", 0), "the checkpoints of m there: local"),
         (lambda: study.compare("henrici_rel_j_minus_i", partitions=["m@local", "m@nope"]),
          "m@nope: no published rows of layer_metrics .* it has m@local, n@local"),
+        (lambda: study.sql("fdr_significant_layer"), "no question 'fdr_significant_layer'; the questions: .*"
+                                                     "fdr_significant_layers"),
+        (lambda: study.runs("nope@x"), "no run of nope@x is recorded in .*; partitions with runs: m@local, n@local"),
     ]:
         with pytest.raises(KeyError, match=says):
             call()

@@ -49,6 +49,39 @@ def test_sigterm_interrupts_after_an_in_process_dagster_run_when_sigint_is_ignor
     assert "pool ended" in lines and "interrupted by SIGTERM" in lines, completed.stdout
 
 
+WAITING = textwrap.dedent("""
+    import os, signal, threading, time
+
+    import polars  # noqa: F401 - installs signal-hook's SIGINT handler, which restarts an interrupted wait
+
+    from resdyn.dagster_project.launch.run_loop import SignalRecorder
+
+    recorder = SignalRecorder()
+    done = threading.Event()
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    threading.Timer(30, done.set).start()  # what ended the wait before: the runs finishing
+    started = time.monotonic()
+    try:
+        done.wait()  # as the multiprocess run loop waits for its run processes (concurrent.futures.as_completed)
+        time.sleep(0.1)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted by", signal.Signals(recorder.poll()).name, "after", round(time.monotonic() - started, 1))
+    os._exit(0)
+""")
+
+
+def test_a_sigint_to_the_run_loop_alone_interrupts_its_wait_although_polars_is_imported():
+    """Before, a SIGINT sent to the CLI's pid alone (not its process group, as Ctrl-C does) went unseen while the
+    multiprocess run loop waited for its runs, which went on to publish: polars' handler restarts the wait."""
+    environment = {name: value for name, value in os.environ.items() if name != "DAGSTER_HOME"}
+    completed = subprocess.run([sys.executable, "-c", WAITING], cwd=REPOSITORY, capture_output=True, text=True,
+                               timeout=120, env=environment)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    said = completed.stdout.split()
+    assert said[:3] == ["interrupted", "by", "SIGINT"] and float(said[-1]) < 10, completed.stdout
+
+
 def _runs_row(store, status: str) -> None:
     import socket
 

@@ -89,7 +89,8 @@ def killed_multiprocess_run(built, tmp_path_factory):
     tree = descendants(process.pid)
     process.kill()
     process.communicate()
-    return {"model": model, "root": root, "pid": process.pid, "tree": tree, "killed_at": time.monotonic()}
+    return {"model": model, "root": root, "home": home, "pid": process.pid, "tree": tree,
+            "killed_at": time.monotonic()}
 
 
 def test_kill_9_of_a_multiprocess_run_ends_every_process_of_it_within_seconds(killed_multiprocess_run):
@@ -103,6 +104,35 @@ def test_kill_9_of_a_multiprocess_run_ends_every_process_of_it_within_seconds(ki
         time.sleep(0.05)
     assert not _alive(tree), f"alive 10 s after the kill: {_alive(tree)} of {tree}"
     killed_multiprocess_run["listing"] = snapshot(killed_multiprocess_run["root"])
+
+
+def test_the_next_run_closes_a_killed_runs_dagster_run_and_gives_back_its_pool_slot(killed_multiprocess_run):
+    """Before, the killed run stayed STARTED in its Dagster home holding the model_runner slot, and every later
+    multiprocess run on that home waited for the slot without end (seen: 10 minutes, no word). What the next
+    `resdyn run` calls first closes it: recorded failed, its slot given back, one line naming it."""
+    import dagster as dg
+
+    from resdyn.dagster_project.asset_layer.steps import MODEL_RUNNER_POOL
+    from resdyn.dagster_project.launch.stops import close_abandoned_runs
+
+    deadline = killed_multiprocess_run["killed_at"] + 10
+    while _alive(killed_multiprocess_run["tree"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with dg.DagsterInstance.from_config(str(killed_multiprocess_run["home"])) as instance:
+        (killed,) = instance.get_runs(filters=dg.RunsFilter(tags={"resdyn/cli": "run"}))
+        assert killed.status == dg.DagsterRunStatus.STARTED, killed.status
+        storage = instance.event_log_storage
+        if killed.run_id not in storage.get_concurrency_info(MODEL_RUNNER_POOL).active_run_ids:
+            storage.claim_concurrency_slot(MODEL_RUNNER_POOL, killed.run_id, "measurements")  # killed between steps
+        assert killed.run_id in storage.get_concurrency_run_ids()
+        lines = close_abandoned_runs(instance)
+        assert lines == [f"resdyn: Dagster run {killed.run_id} of {killed.tags['dagster/partition']} was left STARTED "
+                         f"by a resdyn run that ended outright (pid {killed_multiprocess_run['pid']}): recorded it "
+                         "failed and freed its pool slots"], lines
+        assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+        info = storage.get_concurrency_info(MODEL_RUNNER_POOL)
+        assert not info.claimed_slots and not info.pending_steps, info
+        assert close_abandoned_runs(instance) == []  # closed once
 
 
 def test_kill_drill_never_leaves_a_partition_complete_with_mixed_runs(warehouse_copy):

@@ -59,7 +59,12 @@ def owner_alive(pid: int, start: str | None) -> bool:
 def current_owner() -> tuple[int, str | None] | None:
     """The process that owns the runs of this process tree (:data:`OWNER_VARIABLE`), when it runs on this machine
     (a Ray step on another machine is told of it too, and cannot judge it); else None."""
-    return parse_owner(os.environ.get(OWNER_VARIABLE, ""))
+    return parse_owner(owner_text())
+
+
+def owner_text() -> str:
+    """:data:`OWNER_VARIABLE` as :func:`owning_runs` set it (``pid:start:host``), or "" outside such a block."""
+    return os.environ.get(OWNER_VARIABLE, "")
 
 
 def parse_owner(text: str | None) -> tuple[int, str | None] | None:

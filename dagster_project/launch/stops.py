@@ -8,11 +8,10 @@ generation was published before the stop is ``success`` in the runs table and sa
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
-from resdyn.lifeline import OWNER_VARIABLE, owner_alive, parse_owner
+from resdyn.lifeline import owner_alive, owner_text, parse_owner
 from resdyn.models.registry import split_partition_key
 
 
@@ -31,13 +30,13 @@ def start_quiet_resource_tracker() -> None:
 
 
 LAUNCH_TAG = "resdyn/launch"  # the launch (one `resdyn run`) a Dagster run belongs to: its stop finds its runs by it
-OWNER_TAG = "resdyn/owner"  # the process that owns the run (resdyn.lifeline.OWNER_VARIABLE): who can close it
+OWNER_TAG = "resdyn/owner"  # the process that owns the run (resdyn.lifeline.owner_text): who can close it
 UNFINISHED = ("NOT_STARTED", "QUEUED", "STARTING", "STARTED", "CANCELING")
 
 
 def run_tags(launch_id: str) -> dict[str, str]:
     """The tags of a Dagster run that ``resdyn run`` launches (inside :func:`resdyn.lifeline.owning_runs`)."""
-    return {"resdyn/cli": "run", LAUNCH_TAG: launch_id, OWNER_TAG: os.environ.get(OWNER_VARIABLE, "")}
+    return {"resdyn/cli": "run", LAUNCH_TAG: launch_id, OWNER_TAG: owner_text()}
 
 
 def free_concurrency_slots(instance, run_id: str) -> None:

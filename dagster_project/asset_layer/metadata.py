@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 from pathlib import Path
 
 import dagster as dg
@@ -67,6 +68,17 @@ def written_metadata(written, first_rows: pa.Table | None = None) -> dict:
 INLINE_FIGURE_WIDTH = 480  # px: fits the asset sidebar and the event table of a 1280 px window
 
 
+def draw_thumbnail(data: bytes) -> bytes:
+    """The PNG thumbnail of the PNG ``data`` that a figure's metadata shows inline (and ``resdyn ui`` serves)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        image.thumbnail((INLINE_FIGURE_WIDTH, INLINE_FIGURE_WIDTH * 4))
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def figure(path: Path, label: str | None = None) -> dict:
     """Metadata that shows a PNG in the Dagster UI: inline, and embedded behind "[Show Markdown]".
 
@@ -75,14 +87,10 @@ def figure(path: Path, label: str | None = None) -> dict:
     The embedded copy (base64 of the thumbnail) works under a plain ``dagster dev`` too. The metadata keys are
     named after ``label`` (default: the file's stem).
     """
-    from PIL import Image
-
     path = Path(path)
     thumbnail = path.with_name(f"{path.stem}.inline.png")
-    with Image.open(path) as image:
-        image.thumbnail((INLINE_FIGURE_WIDTH, INLINE_FIGURE_WIDTH * 4))
-        with atomic_path(thumbnail) as temporary:
-            image.save(temporary, format="PNG")
+    with atomic_path(thumbnail) as temporary:
+        Path(temporary).write_bytes(draw_thumbnail(path.read_bytes()))
     encoded = base64.b64encode(thumbnail.read_bytes()).decode()
     metadata, label = {}, label or path.stem
     small, full = artefact_url(thumbnail), artefact_url(path)

@@ -25,7 +25,6 @@ a query opens with the study's groups expanded (Dagster's own ``?expanded=`` par
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import re
@@ -172,8 +171,8 @@ class _ObjectFigures:
         return None if found is None else (found.data, found.etag)
 
     def read(self, key: str) -> bytes | None:
-        found = self.store.get(key)
-        return None if found is None else found.data
+        fetched = self.fetch(key)
+        return None if fetched is None else fetched[0]
 
 
 REMEMBERED = 4096  # checked (key, state) -> sha256 entries, and thumbnails, kept by a running UI (least recent out)
@@ -206,25 +205,13 @@ def _what_to_rerun(key: str) -> str:
     return "draw it again: `resdyn report` (or materialize the study's assets)"
 
 
-def _thumbnail(data: bytes) -> bytes:
-    """The thumbnail a figure's metadata links inline (asset_layer/metadata.py ``figure``), drawn from ``data``."""
-    from PIL import Image
-
-    from resdyn.dagster_project.asset_layer.metadata import INLINE_FIGURE_WIDTH
-
-    with Image.open(io.BytesIO(data)) as image:
-        image.thumbnail((INLINE_FIGURE_WIDTH, INLINE_FIGURE_WIDTH * 4))
-        buffer = io.BytesIO()
-        image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def figure_reader(warehouse):
     """``read(relative) -> bytes | None``: the figure ``relative`` names under the warehouse's ``_artefacts/`` (a
     folder, a ``Path``; or an object store, an :class:`~resdyn.dagster_project.configuration.locations.ObjectLocation`)
     once it is checked: None where nothing current names it (or the name is refused); :class:`FigureRefused` where
     it is named but missing, named without a sha256, or damaged (its bytes are not those named). A study figure's
     thumbnail is drawn from its checked figure."""
+    from resdyn.dagster_project.asset_layer.metadata import draw_thumbnail
     from resdyn.dagster_project.configuration.locations import ObjectLocation
     from resdyn.dagster_project.store.artefacts import named_figure
 
@@ -251,7 +238,7 @@ def figure_reader(warehouse):
                         named.named_by)
             raise FigureRefused(500, f"{source.where(named.key)} is damaged (its sha256 is not the one "
                                      f"{named.named_by} records); {fix}")
-        return thumbnails.get_or(actual, lambda: _thumbnail(data)) if named.thumbnail else data
+        return thumbnails.get_or(actual, lambda: draw_thumbnail(data)) if named.thumbnail else data
 
     return read
 

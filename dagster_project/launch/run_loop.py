@@ -126,14 +126,18 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
     interrupts.watch(signals)  # steps stop at their next check point, and nothing of the run is published
     display = None
     try:
+        from resdyn.dagster_project.launch.study_definitions import partition_job, step_names
+
+        # the steps the display counts, and (in this process) the job that runs each partition: built once
+        job = partition_job(config, selected_keys) if keys and (log_level is None or config.executor == "in_process") \
+            else None
         if log_level is None and keys:  # the console shows no Dagster event: resdyn's display does instead
             from resdyn.dagster_project.launch.progress import open_display
-            from resdyn.dagster_project.launch.study_definitions import partition_job, step_names
 
-            display = open_display(event_log, keys, len(step_names(partition_job(config, selected_keys))))
+            display = open_display(event_log, keys, len(step_names(job)))
         if config.executor == "in_process":
-            outcome.stopped = _run_in_process(keys, config, instance, selected_keys, run_config, signals, outcome,
-                                           progress, display)
+            outcome.stopped = _run_in_process(keys, store, instance, job, run_config, signals, outcome, progress,
+                                           display)
         else:
             outcome.stopped = _run_out_of_process(keys, config, instance, selected_keys, run_config, parallel_runs,
                                                outcome, signals, progress, display)
@@ -385,11 +389,7 @@ def not_yet_complete(store, keys: list[str], wanted: dict, select: str | None) -
     return remaining
 
 
-def _run_in_process(keys, config, instance, selected_keys, run_config, signals, launch, progress=None,
-                    display=None) -> int:
-    from resdyn.dagster_project.launch.study_definitions import partition_job
-
-    store, job = open_warehouse(config.warehouse), partition_job(config, selected_keys)
+def _run_in_process(keys, store, instance, job, run_config, signals, launch, progress=None, display=None) -> int:
     launch_id = uuid.uuid4().hex
     for number, key in enumerate(keys, 1):
         started = time.perf_counter()

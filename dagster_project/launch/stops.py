@@ -110,7 +110,7 @@ def settle_stopped_runs(store, key: str, run_ids: list[str], stopped_by: str) ->
         for row in store.run_records(model, checkpoint):
             if row["run_id"] in run_ids:
                 status = "success" if row["run_id"] in published else "failed"
-                if row["status"] != status or row["status"] == "started" or row["ended_at"] is None:
+                if row["status"] != status or row["ended_at"] is None:
                     note = f"published; then stopped by {stopped_by}" if status == "success" else \
                         f"stopped by {stopped_by}"
                     store.record_run(model, checkpoint, {**{k: v for k, v in row.items() if k not in ("model",

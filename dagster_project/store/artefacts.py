@@ -14,7 +14,6 @@ current names with its sha256 (:func:`named_figure`):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -82,15 +81,15 @@ def index_figures(directory: Path, figures: Iterable[Path]) -> Path:
     """Name ``figures`` (just drawn into ``directory``) with their size and sha256 in ``directory/figures.json``,
     beside the entries of figures drawn there before that are still there; what names a study figure for the UI.
     Written after the figures (atomically): a figure rewritten since is no longer the one named, and not served."""
+    from resdyn.dagster_project.store.manifest_recovery import figure_record
+    from resdyn.files import atomic_write_text
+
     directory = Path(directory)
     index = directory / FIGURE_INDEX
     entries = {name: entry for name, entry in _index_entries(index.read_bytes() if index.is_file() else None).items()
                if (directory / name).is_file()}
     for path in figures:
-        data = Path(path).read_bytes()  # a figure: kilobytes
-        entries[Path(path).name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    from resdyn.files import atomic_write_text
-
+        entries[Path(path).name] = figure_record(Path(path).read_bytes(), str(path))  # a figure: kilobytes
     atomic_write_text(index, json.dumps({"figures": dict(sorted(entries.items()))}, indent=1) + "\n")
     return index
 

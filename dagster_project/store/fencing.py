@@ -19,6 +19,8 @@ a lease (a test's) may publish until a takeover has fenced the partition.
 
 from __future__ import annotations
 
+from resdyn.dagster_project.store.errors import LeaseLostError
+
 
 def token_of(record: dict | None, field: str = "fence") -> int:
     """A whole-number token from a lease (``fence``) or a manifest field; 0 where there is none."""
@@ -49,6 +51,14 @@ def publication_refusal(run_id: str, lease: dict | None, manifest: dict, recorde
         return (f"its lease (fencing token {token}) was taken over (the partition takes tokens from {fence} on)"
                 if lease is not None else f"it holds no lease and the partition was fenced (tokens from {fence} on)")
     return None
+
+
+def check_may_publish(run_id: str | None, lease: dict | None, manifest: dict, recorded: bool, key: str) -> None:
+    """Raise :class:`LeaseLostError` when run ``run_id`` may not publish partition ``key`` over ``manifest``
+    (:func:`publication_refusal`); a writer bound to no run is not fenced."""
+    refusal = publication_refusal(run_id, lease, manifest, recorded) if run_id else None
+    if refusal is not None:
+        raise LeaseLostError(f"run {run_id} may not publish {key}: {refusal}; nothing of this run was published")
 
 
 def stamped(manifest: dict, lease: dict | None) -> dict:

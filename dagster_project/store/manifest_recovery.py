@@ -188,6 +188,19 @@ def base_for_publication(sources, model: str, checkpoint: str, usable: dict, pro
     return (found.manifest, True) if found.manifest is not None else (with_fences(usable, []), False)
 
 
+def base_for_fence(sources, model: str, checkpoint: str, usable: dict, problems: list[str]) -> dict | None:
+    """What a takeover's fence is written into: the manifest as it is, or a damaged one restored (None, with a
+    warning, when nothing restores it: then a run that held a lease and lost it is refused by its runs row,
+    :func:`~.fencing.publication_refusal`)."""
+    if not problems:
+        return usable
+    restored = restoration(sources, model, checkpoint, usable, verify=False).manifest
+    if restored is None:
+        log.warning("%s@%s: its manifest is damaged and nothing restores it, so no fence was recorded in it (%s)",
+                    model, checkpoint, problems[0])
+    return restored
+
+
 def missing_manifest_problem(sources, model: str, checkpoint: str, where: str) -> str | None:
     """Why a partition without a manifest is one whose manifest was lost (a kept copy of it, or a run of it recorded
     ``success``, says it was published), or None: a partition never published."""

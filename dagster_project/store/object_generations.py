@@ -43,11 +43,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from resdyn.dagster_project.store.errors import CorruptPartitionError, LeaseLostError, MissingPartitionError
-from resdyn.dagster_project.store.fencing import fenced_out, publication_refusal, stamped
+from resdyn.dagster_project.store.errors import CorruptPartitionError, MissingPartitionError
+from resdyn.dagster_project.store.fencing import check_may_publish, fenced_out, stamped
 from resdyn.dagster_project.store.leases import lease_is_live, parse_lease
 from resdyn.dagster_project.store.manifest_recovery import (
     Restoration,
+    base_for_fence,
     base_for_publication,
     copy_generation,
     copy_name,
@@ -291,10 +292,7 @@ class ObjectTables:
             trusted = not problems
             if problems:
                 before, trusted = base_for_publication(self, model, checkpoint, before, problems)
-            refusal = publication_refusal(self.run_id, lease, before, recorded) if self.run_id else None
-            if refusal is not None:
-                raise LeaseLostError(f"run {self.run_id} may not publish {model}@{checkpoint}: {refusal}; nothing of "
-                                     "this run was published")
+            check_may_publish(self.run_id, lease, before, recorded, f"{model}@{checkpoint}")
             manifest = stamped(next_generation(before, entries, figures, figure_files), lease)
             body = json.dumps(manifest, indent=1).encode()
             put = self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)
@@ -337,13 +335,10 @@ class ObjectTables:
         key = manifest_key(model, checkpoint)
         for _ in range(PUBLISH_ATTEMPTS):
             current = self.store.get(key)
-            manifest, problems = self._state(model, checkpoint, current)
-            if problems:
-                manifest = restoration(self, model, checkpoint, manifest, verify=False).manifest
-                if manifest is None:
-                    log.warning("%s@%s: its manifest is damaged and nothing restores it, so no fence was recorded in "
-                                "it (%s)", model, checkpoint, problems[0])
-                    return
+            usable, problems = self._state(model, checkpoint, current)
+            manifest = base_for_fence(self, model, checkpoint, usable, problems)
+            if manifest is None:
+                return
             body = json.dumps(fenced_out(manifest, token), indent=1).encode()
             if (self.store.create(key, body) if current is None else self.store.replace(key, body, current.etag)):
                 if problems:

@@ -100,13 +100,3 @@ def record_run_row(store, model: str, checkpoint: str, settings_values: dict, ex
 # every asset's code version, hashed: set by assets_index when it collects the assets (every process that runs a
 # step has), so that this module need not import the assets above it
 TABLES_CODE_VERSION: str | None = None
-
-
-def record_interrupted(store, model: str, checkpoint: str, reason: str) -> None:
-    """Close this process's runs of the partition that a signal stopped between steps (no step was there to
-    record the failure): status ``failed`` with ``reason``, and the lease freed."""
-    for row in store.run_records(model, checkpoint):
-        row = {key: value for key, value in row.items() if key not in ("model", "checkpoint")}
-        if row["status"] == "started" and row["pid"] == os.getpid() and row["host"] == socket.gethostname():
-            store.record_run(model, checkpoint, {**row, "status": "failed", "ended_at": now(), "error": reason})
-            store.bound(row["run_id"], row["settings_hash"]).release_lease(model, checkpoint)

@@ -47,15 +47,15 @@ from resdyn.dagster_project.store import leftovers
 from resdyn.dagster_project.store.artefacts import StudyArtefacts
 from resdyn.dagster_project.store.errors import (
     CorruptPartitionError,
-    LeaseLostError,
     MissingPartitionError,
     PartitionBusyError,
 )
-from resdyn.dagster_project.store.fencing import fenced_out, publication_refusal, stamped
+from resdyn.dagster_project.store.fencing import check_may_publish, fenced_out, stamped
 from resdyn.dagster_project.store.handles import MatrixTable
 from resdyn.dagster_project.store.leases import acquire_lease, lease_is_live, read_lease, release_lease
 from resdyn.dagster_project.store.manifest_recovery import (
     Restoration,
+    base_for_fence,
     base_for_publication,
     copy_generation,
     copy_name,
@@ -202,6 +202,12 @@ def describe_parquet(parquet: pq.ParquetFile) -> dict:
     if "settings_hash" in names and parquet.metadata.num_rows:
         settings = parquet.read_row_group(0, columns=["settings_hash"]).column(0)[0].as_py() or ""
     return {"rows": parquet.metadata.num_rows, "content_hash": digest.hexdigest()[:16], "settings_hash": settings}
+
+
+def kept_copy_paths(manifest: Path) -> dict[int, Path]:
+    """generation -> path of the kept copies beside the manifest file ``manifest`` (store/manifest_recovery.py)."""
+    found = {copy_generation(manifest.name, item.name): item for item in manifest.parent.glob(f"{manifest.name}.*")}
+    return {generation: item for generation, item in found.items() if generation is not None}
 
 
 def new_run_id() -> str:
@@ -368,10 +374,9 @@ class Warehouse(PublishedPartitions):
         if manifest.is_file():
             manifest.unlink()
             removed.append(manifest)
-        for kept in manifest.parent.glob(f"{manifest.name}.*"):  # its kept copies (store/manifest_recovery.py)
-            if copy_generation(manifest.name, kept.name) is not None:
-                kept.unlink(missing_ok=True)
-                removed.append(kept)
+        for kept in kept_copy_paths(manifest).values():  # its kept copies (store/manifest_recovery.py)
+            kept.unlink(missing_ok=True)
+            removed.append(kept)
         for directory in [self.partition_directory(table, model, checkpoint) for table in TABLES] + [
                 self.root / "_artefacts" / kind / model / checkpoint for kind in ("figures",)]:
             if directory.is_dir():
@@ -462,8 +467,8 @@ class Warehouse(PublishedPartitions):
             return  # a fence alone: no generation to keep
         try:
             atomic_write_text(path.with_name(copy_name(path.name, manifest["generation"])), text)
-            kept = {copy_generation(path.name, item.name): item for item in path.parent.glob(f"{path.name}.*")}
-            for generation in stale_copies([generation for generation in kept if generation is not None]):
+            kept = kept_copy_paths(path)
+            for generation in stale_copies(list(kept)):
                 kept[generation].unlink(missing_ok=True)
         except OSError as error:
             log.warning("%s@%s: generation %s is published, but its copy could not be kept beside the manifest (%s)",
@@ -475,16 +480,14 @@ class Warehouse(PublishedPartitions):
         lost it is refused by its runs row: :func:`~.fencing.publication_refusal`)."""
         path = self.manifest_path(model, checkpoint)
         with file_lock(path.with_name(path.name + ".lock")):
-            manifest, problems = self.manifest_state(model, checkpoint)
-            if problems:
-                manifest = self.restoration(model, checkpoint, verify=False).manifest
-                if manifest is None:
-                    log.warning("%s@%s: its manifest is damaged and nothing restores it, so no fence was recorded in "
-                                "it (%s)", model, checkpoint, problems[0])
-                    return
-                self._write_manifest(model, checkpoint, fenced_out(manifest, token))
+            usable, problems = self.manifest_state(model, checkpoint)
+            manifest = base_for_fence(self, model, checkpoint, usable, problems)
+            if manifest is None:
                 return
-            atomic_write_text(path, json.dumps(fenced_out(manifest, token), indent=1))
+            if problems:  # restored: its generation's copy is kept again
+                self._write_manifest(model, checkpoint, fenced_out(manifest, token))
+            else:
+                atomic_write_text(path, json.dumps(fenced_out(manifest, token), indent=1))
 
     def lease(self, model: str, checkpoint: str) -> dict | None:
         """The partition's lease as its file holds it (None: no lease)."""
@@ -498,15 +501,12 @@ class Warehouse(PublishedPartitions):
 
     def kept_manifest_copies(self, model: str, checkpoint: str) -> list[tuple[int, str, bytes]]:
         """(generation, path, bytes) of the manifest's kept copies, the newest first."""
-        path = self.manifest_path(model, checkpoint)
         copies = []
-        for item in path.parent.glob(f"{path.name}.*"):
-            generation = copy_generation(path.name, item.name)
-            if generation is not None:
-                try:
-                    copies.append((generation, str(item), item.read_bytes()))
-                except OSError:
-                    continue
+        for generation, item in kept_copy_paths(self.manifest_path(model, checkpoint)).items():
+            try:
+                copies.append((generation, str(item), item.read_bytes()))
+            except OSError:
+                continue
         return sorted(copies, reverse=True)
 
     def file_problem(self, relative: str, record: dict) -> str | None:
@@ -596,11 +596,9 @@ class Warehouse(PublishedPartitions):
                 trusted = not problems
                 if problems:
                     before, trusted = base_for_publication(self, model, checkpoint, before, problems)
-                refusal = publication_refusal(self.run_id, lease, before, self.has_run_record(model, checkpoint)) \
-                    if self.run_id else None
-                if refusal is not None:
-                    raise LeaseLostError(f"run {self.run_id} may not publish {model}@{checkpoint}: {refusal}; nothing "
-                                         "of this run was published")
+                check_may_publish(self.run_id, lease, before,
+                                  self.run_id is not None and self.has_run_record(model, checkpoint),
+                                  f"{model}@{checkpoint}")
                 superseded = dict(before.get("previous", {}))
                 # each figure's size and hash, as for a table's file: `resdyn check` and --resume see a damaged one
                 figure_files = {name: {"bytes": (self.root / file).stat().st_size,

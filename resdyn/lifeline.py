@@ -38,14 +38,20 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_SECONDS = 0.5  # how often the fallback thread looks at its parent
 
 
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces): state, parent pid, ...
+    (proc(5), from field 3 on); None where it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def process_start(pid: int) -> str | None:
     """When process ``pid`` started, as the kernel counts it (``/proc/<pid>/stat`` field 22, clock ticks since boot):
     with the pid, what tells a process from a later one that reuses its pid. None where it cannot be read."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # the fields after the command name, which may hold spaces
+    fields = stat_fields(pid)
+    return None if fields is None else fields[19]
 
 
 def owner_alive(pid: int, start: str | None) -> bool:
@@ -138,10 +144,10 @@ def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` on this machine (children first), from ``/proc``; empty where it cannot be read."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        fields = stat_fields(entry.name)
+        if fields is None or not fields[1].isdigit():
             continue
+        parent = int(fields[1])
         children.setdefault(parent, []).append(int(entry.name))
     found, frontier = [], [pid]
     while frontier:
@@ -167,15 +173,14 @@ def end_process_trees(pids: list[int], timeout: float = 10.0) -> list[int]:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
-        alive = [pid for pid, start in everyone if owner_alive(pid, start) and not _zombie(pid)]
+        alive = [pid for pid, start in everyone if _running(pid, start)]
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.05)
 
 
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
+def _running(pid: int, start: str | None) -> bool:
+    """Is ``pid`` still the process that started at ``start``, and not a zombie waiting to be reaped? One read."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z" and (start is None or fields[19] == start)
 

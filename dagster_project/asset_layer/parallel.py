@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from itertools import islice
-from queue import Empty
 
 from threadpoolctl import threadpool_limits
 
@@ -195,18 +194,14 @@ def _chain_worker(inputs, connection, factory: Callable, arguments: tuple, threa
     import traceback
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer stops the run (interrupts); it ends this worker
-    die_with_parent()  # a consumer SIGKILLed mid-step leaves no worker computing on (the queue poll below waits for one)
+    # a consumer killed outright ends this worker, computing or waiting (the queue's write end is ours too, so its
+    # death sends no EOF that a read would see)
+    die_with_parent()
     limit_blas_threads(threads)
-    parent = multiprocessing.parent_process()
     try:
         state = factory(*arguments)
         while True:
-            try:
-                step = inputs.get(timeout=1.0)
-            except Empty:  # the queue's write end is ours too, so a consumer killed outright sends no EOF
-                if parent is not None and not parent.is_alive():
-                    return
-                continue
+            step = inputs.get()
             if step is None:
                 return
             connection.send(("ok", state.push(*step)))

@@ -30,7 +30,7 @@ from resdyn.dagster_project.asset_layer.steps import STEP_RETRIES
 from resdyn.dagster_project.configuration.settings import settings_hash
 from resdyn.dagster_project.store.errors import LeaseLostError, PartitionBusyError, SchemaMismatchError
 from resdyn.dagster_project.store.leases import now
-from resdyn.dagster_project.store.manifests import published_by_run
+from resdyn.dagster_project.store.manifests import run_ending
 from resdyn.dagster_project.store.outputs import PartitionOutputs
 from resdyn.dagster_project.store.run_records import record_run_row
 from resdyn.dagster_project.store.schema import TABLES
@@ -73,14 +73,11 @@ class PartitionRun:
         try:
             if attempt >= STEP_RETRIES.max_retries:
                 self.store.discard_run(self.model, self.checkpoint)
-            if published_by_run(self.store.manifest_state(self.model, self.checkpoint)[0], self.store.run_id):
-                # stopped after its publication (a signal between the manifest swap and the record): the generation
-                # is the run's, and its record says so rather than `failed`
-                self.record(status="success", ended_at=now(),
-                            error=f"published; then {step}: {type(error).__name__}: {message}"[:2000])
-            else:
-                self.record(status="failed", ended_at=now(),
-                            error=f"{step}: {type(error).__name__}: {message}"[:2000])
+            # stopped after its publication (a signal between the manifest swap and the record): the generation
+            # is the run's, and its record says so rather than `failed`
+            ending = run_ending(self.store.manifest_state(self.model, self.checkpoint)[0], self.store.run_id, "failed",
+                                f"{step}: {type(error).__name__}: {message}")
+            self.record(status=ending["status"], ended_at=now(), error=ending["error"][:2000])
         except Exception as failure:  # noqa: BLE001 - the step's own error is the one to report (botocore's errors
             left.append(("recorded `failed`", failure))  # are no OSError)
         finally:

@@ -232,10 +232,9 @@ def command_claims(arguments) -> int:
         option = "--inputs" if arguments.inputs else "--save-inputs"
         raise ValueError(f"--output {target} is inside the kept inputs folder {kept} ({option}): the claims written "
                          "there would be read as a kept checkpoint; give a folder outside it")
-    if target is None and arguments.inputs:
-        raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
-    if target is None and isinstance(warehouse_location(arguments.warehouse), ObjectLocation):  # before any work
-        raise ValueError(claims_need_output(warehouse_location(arguments.warehouse)))
+    location = None if arguments.inputs else warehouse_location(arguments.warehouse)
+    if target is None and isinstance(location, ObjectLocation):  # before anything is kept (--save-inputs)
+        raise ValueError(claims_need_output(location))
     upload = Upload(target) if isinstance(target, ObjectLocation) else None
     recovered: list[str] = []
     with Spool(upload) as spool:

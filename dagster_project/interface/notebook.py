@@ -207,8 +207,9 @@ class Study:
         if isinstance(depth, bool) or not isinstance(depth, numbers.Integral):
             raise TypeError(f"depth={depth!r}: give an int (a sublayer's depth: 0, 1, ...), not "
                             f"{type(depth).__name__}")
-        self._require_known({(row["model"], row["checkpoint"]) for row in self.store.published_files()[1]}, model,
-                            checkpoint)
+        if not self.store.published_table_names(model, checkpoint):  # one manifest read; the whole listing for the error
+            self._require_known({(row["model"], row["checkpoint"]) for row in self.store.published_files()[1]}, model,
+                                checkpoint)
         return int(depth)
 
     def _matrix_groups(self, table: str, model: str, checkpoint: str, depth: int, keyed: bool = False):

@@ -99,24 +99,22 @@ def settle_stopped_runs(store, key: str, run_ids: list[str], stopped_by: str) ->
     generation the manifest publishes is ``success`` in the runs table, any other ``failed``; their leases are freed
     and what they left unpublished removed. The sentence that says what became of the partition."""
     from resdyn.dagster_project.store.leases import now
-    from resdyn.dagster_project.store.manifests import published_by_run
+    from resdyn.dagster_project.store.manifests import run_ending
 
     model, checkpoint = split_partition_key(key)
     if not run_ids:
         return f"{key} stopped by {stopped_by} before its run started; nothing of it was written."
     try:
         manifest = store.manifest_state(model, checkpoint)[0]
-        published = [run_id for run_id in run_ids if published_by_run(manifest, run_id)]
+        endings = {run_id: run_ending(manifest, run_id, "failed", f"stopped by {stopped_by}") for run_id in run_ids}
+        published = [run_id for run_id, ending in endings.items() if ending["status"] == "success"]
         for row in store.run_records(model, checkpoint):
-            if row["run_id"] in run_ids:
-                status = "success" if row["run_id"] in published else "failed"
-                if row["status"] != status or row["ended_at"] is None:
-                    note = f"published; then stopped by {stopped_by}" if status == "success" else \
-                        f"stopped by {stopped_by}"
-                    store.record_run(model, checkpoint, {**{k: v for k, v in row.items() if k not in ("model",
-                                                                                                      "checkpoint")},
-                                                         "status": status, "ended_at": row["ended_at"] or now(),
-                                                         "error": row["error"] or note})
+            ending = endings.get(row["run_id"])
+            if ending is not None and (row["status"] != ending["status"] or row["ended_at"] is None):
+                store.record_run(model, checkpoint, {**{k: v for k, v in row.items() if k not in ("model",
+                                                                                                  "checkpoint")},
+                                                     "status": ending["status"], "ended_at": row["ended_at"] or now(),
+                                                     "error": row["error"] or ending["error"]})
         for run_id in run_ids:
             store.bound(run_id, "").release_lease(model, checkpoint)
     except Exception as error:  # noqa: BLE001 - an object store out of reach: said, not raised

@@ -124,11 +124,9 @@ def mark_killed(store, model: str, checkpoint: str, run_id: str | None) -> None:
     """Record run ``run_id`` of the partition, found dead by a later run, as it ended: ``success`` when the manifest
     publishes its tables (it died between its publication and its record), else ``killed``; only while its record
     still says ``started``."""
-    from resdyn.dagster_project.store.manifests import published_by_run
+    from resdyn.dagster_project.store.manifests import run_ending
 
     for record in store.run_records(model, checkpoint):
         if record["run_id"] == run_id and record["status"] == "started":
-            published = published_by_run(store.manifest_state(model, checkpoint)[0], run_id)
-            store.record_run(model, checkpoint, {**record, "status": "success" if published else "killed",
-                                                 "ended_at": now(), "error": "published; then found dead by a later "
-                                                 "run" if published else "found dead by a later run"})
+            ending = run_ending(store.manifest_state(model, checkpoint)[0], run_id, "killed", "found dead by a later run")
+            store.record_run(model, checkpoint, {**record, **ending, "ended_at": now()})

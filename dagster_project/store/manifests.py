@@ -158,6 +158,15 @@ def published_by_run(manifest: dict, run_id: str | None) -> bool:
     return run_id is not None and any(entry.get("run_id") == run_id for entry in manifest["tables"].values())
 
 
+def run_ending(manifest: dict, run_id: str | None, unpublished: str, reason: str) -> dict:
+    """The status and error the record of run ``run_id``, which has stopped, ends with: ``success`` ("published;
+    then REASON") when ``manifest`` publishes its generation (it stopped between the manifest swap and its record),
+    else ``unpublished`` with ``reason``."""
+    if published_by_run(manifest, run_id):
+        return {"status": "success", "error": f"published; then {reason}"}
+    return {"status": unpublished, "error": reason}
+
+
 def next_generation(manifest: dict, entries: dict[str, dict], figures: dict[str, str] | None = None,
                     figure_files: dict[str, dict] | None = None) -> dict:
     """The manifest that publishes ``entries`` (table -> entry) and ``figures`` (name -> file, each with its

@@ -7,7 +7,7 @@ products of the J_(-k) and of their alpha = 0 surgery (LAPACK's Schur ordering, 
 ranks. One row per
 (quantity, depth): the full-sample value (from layer_metrics, cumulative_rank, schur_surgery), the
 jackknife standard error, the 95% t interval and the K replicates, from which any statistic over
-sublayers gets its own interval (resdyn/claims.py).
+sublayers gets its own interval (resdyn/claims/).
 """
 
 

@@ -14,7 +14,7 @@ W_o W_v at d = 576). The shapes simulated here, with factors of independent N(0,
   attention scores flatten).
 
 The null model itself remains the reference of record (the same architecture at its own initialisation:
-resdyn/claims.py compares trained with null); these simulations give the one-number references the
+resdyn/claims/ compares trained with null); these simulations give the one-number references the
 claims quote and docs/methods.md tabulates, with their spread over draws.
 """
 

@@ -152,6 +152,9 @@ def _recorded_seconds_by_file() -> dict[str, float]:
     return seconds
 
 
+RULES_REGISTERED = "test_rules_registered.py"
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test under tests/system/ (webserver, browser, Ray, wheel, kill drills) carries the system marker.
 
@@ -162,11 +165,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SYSTEM_TESTS in Path(item.fspath).parents:
             item.add_marker(pytest.mark.system)
+    # the rules' registration first: a changed rule under an old version stops the suite before anything is judged
+    first = [item for item in items if Path(item.fspath).name == RULES_REGISTERED]
     if not _is_xdist_worker(config):
+        items[:] = first + [item for item in items if item not in first]
         return
     seconds = _recorded_seconds_by_file()
     # a stable sort of items collected file by file: files stay whole, each in its written order
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
+    items.sort(key=lambda item: (Path(item.fspath).name != RULES_REGISTERED,
+                                 -seconds.get(item.nodeid.split("::")[0], 0.0)))
 
 
 @pytest.fixture(scope="session")

@@ -15,16 +15,16 @@ import numpy as np
 import polars as pl
 
 from resdyn.claims import (
-    RULES,
+    RULES_VERSION,
     CheckpointData,
     ClaimsReport,
     coupling_power_table,
     diagnostics,
     evaluate,
-    extrapolate_to_zero_rounding,
     rules_hash,
+    rules_table,
     with_quantization_control,
-    with_rounding_control,
+    with_zero_rounding,
 )
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
 from resdyn.dagster_project.configuration.settings import BY_NAME
@@ -213,11 +213,12 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     if control is not None:
         claims = with_quantization_control(claims, data[control], data[trained_checkpoint])
     if doses:
-        zero = extrapolate_to_zero_rounding(data[trained_checkpoint], *(data[dose] for dose in doses))
-        claims = with_rounding_control(claims, data[null_checkpoint], zero)
+        claims, rounding_note = with_zero_rounding(claims, data[null_checkpoint],
+                                                   [(ROUNDING_NOISE_REVISIONS[dose], data[dose]) for dose in doses])
+        doses_note = "; ".join(filter(None, [doses_note, rounding_note]))
     report = ClaimsReport(model, null_checkpoint, trained_checkpoint, claims,
                           diagnostics(data[null_checkpoint], data[trained_checkpoint]), control,
-                          coupling_power_table(data[null_checkpoint], data[trained_checkpoint]))
+                          coupling_power_table(data[null_checkpoint], data[trained_checkpoint]), doses_note)
     output = Path(output) if output else store.root / "_artefacts" / "claims" / model
     output.mkdir(parents=True, exist_ok=True)
     pair = {null_checkpoint: data[null_checkpoint], **({control: data[control]} if control else {}),
@@ -234,8 +235,8 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
                                                  "tables_code_version": r.get("tables_code_version")} for r in runs},
               "corpus": {r["checkpoint"]: {"label": r.get("corpus"), "sha256": r.get("corpus_sha256")} for r in runs},
               "source_sha256": {c: (partitions.get(c) or {}).get("source_sha256") for c in compared},
-              "rules": {key: {"version": version, "rule": text} for key, (version, text) in RULES.items()},
-              "rules_hash": rules_hash(),
+              "rules": {key: {"version": version, "rule": text} for key, (version, text) in rules_table().items()},
+              "rules_version": RULES_VERSION, "rules_hash": rules_hash(),
               "claims": [{**claim.row(), "null_estimate": asdict(claim.null_model) if claim.null_model else None,
                           "trained_estimate": asdict(claim.trained) if claim.trained else None,
                           "effect_estimate": asdict(claim.effect) if claim.effect else None,

@@ -6,7 +6,7 @@
 (d) the surgery effect (full-depth rank at alpha = 0 against alpha = 1),
 (e) the coupling effect by operator type,
 (f) the paper's claims for every model with two or more complete checkpoints, its first (the null
-model) against its last (``resdyn claims``; verdicts by the rules of resdyn/claims.py).
+model) against its last (``resdyn claims``; verdicts by the rules of resdyn/claims/rules.py).
 Every table is a named SQL file over the complete partitions only (sql/questions/, sql/study/);
 the report embeds its figures (base64 PNG), shows each table beside its figure, and lists the
 settings and provenance (run, settings hash, code commit, corpus) of every partition it used.

@@ -1,6 +1,7 @@
 """The trained file's rounding as a dose-response (SIMEX): steps read off dequantized blocks against the rounding
 error the ``gguf`` package actually made, doses of the stated variance, and the extrapolation to no rounding."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -107,61 +108,81 @@ def test_the_doses_of_a_gguf_file_are_its_weights_plus_noise_of_their_own_types(
     assert [shard.stat().st_mtime_ns for shard in sorted((tmp_path / "x2").glob("*.safetensors"))] == stamps
 
 
-def test_simex_extrapolates_a_quadratic_dose_response_exactly(fresh_seed):
-    """Every per-sublayer number that is quadratic in the dose lambda comes back at lambda = -1 exactly (with its
-    fold replicates), so a verdict that rounding alone produced is seen at zero rounding."""
-    rng = np.random.default_rng(fresh_seed)
-    n = 12
-    depth = np.arange(n)
-    clean = {"asymmetry_index": rng.uniform(0.3, 0.6, n), "rotation_share": rng.uniform(0.2, 0.5, n)}
-    slope, curvature = rng.normal(size=n), rng.normal(size=n)
-
-    def at(dose: float) -> claims.CheckpointData:
-        shift = slope * (dose + 1) + curvature * (dose + 1) ** 2  # zero at lambda = -1
-        measures = {name: values + 0.01 * shift for name, values in clean.items()}
-        return claims.CheckpointData(
-            depth=depth, measures=measures, operator_type=np.full(n, "other"),
-            cumulative={"effective_rank": np.linspace(60, 10, n) + shift}, surgery_full_depth={
-                ("polar-normal", 0.0, "effective_rank"): 30.0 + float(shift.sum())},
-            coupling_effect=0.1 * shift, coupling_significant=np.zeros(n, bool),
-            replicates={name: values[None, :] + np.arange(4)[:, None] * 0.001 for name, values in measures.items()})
-    zero = claims.extrapolate_to_zero_rounding(at(0.0), at(1.0), at(2.0))
-    for name, values in clean.items():
-        assert zero.measures[name] == pytest.approx(values, abs=1e-12)
-        assert zero.replicates[name] == pytest.approx(values[None, :] + np.arange(4)[:, None] * 0.001, abs=1e-12)
-    assert zero.cumulative["effective_rank"] == pytest.approx(np.linspace(60, 10, n), abs=1e-9)
-    assert zero.surgery_full_depth[("polar-normal", 0.0, "effective_rank")] == pytest.approx(30.0)
-    assert zero.coupling_effect == pytest.approx(np.zeros(n), abs=1e-12)
-    with pytest.raises(ValueError, match="different sublayers"):
-        other = at(2.0)
-        other.depth = depth + 1
-        claims.extrapolate_to_zero_rounding(at(0.0), at(1.0), other)
-
-
-def test_a_verdict_that_rounding_alone_made_is_flagged(fresh_seed):
-    """The trained model's early rotation exceeds the null model's only through its rounding noise (it grows with
-    the dose, from nothing at lambda = -1): the claim holds on the file, not at zero rounding, and says so."""
+def _rounding_pair(fresh_seed, rotation_at):
+    """A null model and the trained file's draws whose early rotation is ``rotation_at(dose, draw)`` (dose 0: the
+    file itself); everything else as the file."""
     from .test_claims import _checkpoint
 
-    rng = np.random.default_rng(fresh_seed)
     n = 24
     kinds = ["rotation_dominated"] * n
-    null = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.7, rotation=0.3, ranks=np.linspace(62, 58, n),
-                       significant=[False] * n, kinds=kinds, effects=np.zeros(n))
+    null = _checkpoint(np.random.default_rng(fresh_seed), asymmetry_start=0.7, asymmetry_end=0.7, rotation=0.3,
+                       ranks=np.linspace(62, 58, n), significant=[False] * n, kinds=kinds, effects=np.zeros(n))
 
-    def dose(lam):  # rotation 0.3 + 0.1 (lambda + 1): 0.4 on the file, 0.3 (the null model's) without rounding
-        return _checkpoint(np.random.default_rng(fresh_seed), asymmetry_start=0.7, asymmetry_end=0.6,
-                           rotation=0.3 + 0.1 * (lam + 1), ranks=np.geomspace(60, 3, n), significant=[False] * n,
+    def dose(lam, draw=0):
+        return _checkpoint(np.random.default_rng(fresh_seed + 1), asymmetry_start=0.7, asymmetry_end=0.6,
+                           rotation=rotation_at(lam, draw), ranks=np.geomspace(60, 3, n), significant=[False] * n,
                            kinds=kinds, effects=np.zeros(n))
+    return null, dose
+
+
+def test_a_verdict_that_rounding_alone_made_is_flagged_at_zero_rounding(fresh_seed):
+    """The trained model's early rotation exceeds the null model's only through its rounding noise (0.3 + 0.1 (lambda
+    + 1), nothing at lambda = -1, each draw scattered): the claim holds on the file, not at zero rounding, and says
+    so; the extrapolation over 5 draws at each of 3 doses recovers the planted shift -0.1 within its interval."""
+    scatter = np.random.default_rng(fresh_seed).normal(0.0, 0.003, (4, 5))
+    null, dose = _rounding_pair(fresh_seed, lambda lam, draw: 0.3 + 0.1 * (lam + 1) + (scatter[int(lam), draw]
+                                                                                      if lam else 0.0))
     trained = dose(0.0)
-    plain = {c.key: c for c in claims.evaluate(null, trained)}
-    assert plain["early_rotation"].verdict == "holds"
-    zero = claims.extrapolate_to_zero_rounding(trained, dose(1.0), dose(2.0))
-    controlled = {c.key: c for c in claims.with_rounding_control(list(plain.values()), null, zero)}
-    rotation = controlled["early_rotation"]
-    assert rotation.verdict == "holds" and rotation.zero_rounding_verdict == "does not hold"
-    assert rotation.zero_rounding.value == pytest.approx(0.0, abs=1e-9)
-    assert "quantization could explain the verdict" in rotation.row()["zero_rounding"]
-    assert controlled["cumulative_bottleneck"].zero_rounding_verdict == controlled["cumulative_bottleneck"].verdict
-    report = claims.ClaimsReport("m", "init", "trained", list(controlled.values()))
+    plain = claims.evaluate(null, trained)
+    assert {c.key: c for c in plain}["early_rotation"].verdict == "holds"
+    draws = [(float(lam), dose(float(lam), draw)) for lam in (1, 2, 3) for draw in range(5)]
+    controlled, note = claims.with_zero_rounding(plain, null, draws)
+    rotation = {c.key: c for c in controlled}["early_rotation"]
+    assert rotation.zero_rounding_verdict == "does not hold"
+    low, high = rotation.zero_rounding.bounds()
+    assert low <= 0.0 <= high and rotation.zero_rounding.value == pytest.approx(0.0, abs=0.02)
+    assert "changes at zero rounding" in rotation.row()["zero_rounding"] and "15 draws" in note
+    bottleneck = {c.key: c for c in controlled}["cumulative_bottleneck"]
+    assert bottleneck.zero_rounding_verdict == bottleneck.verdict  # rounding does not touch the ranks here
+    assert not {c.key: c for c in controlled}["late_near_symmetric"].zero_rounding_verdict  # a composite: none
+    report = claims.ClaimsReport("m", "init", "trained", controlled, rounding_note=note)
     assert "at zero rounding (SIMEX)" in report.markdown()
+
+
+def test_too_few_draws_give_no_zero_rounding_reading_and_say_why(fresh_seed):
+    """Rules v4's design (one draw at 1x and 2x: the quadratic through three points fits exactly, with no scatter
+    to judge it by) carries no zero-rounding reading under v5."""
+    null, dose = _rounding_pair(fresh_seed, lambda lam, draw: 0.3 + 0.1 * (lam + 1))
+    plain = claims.evaluate(null, dose(0.0))
+    kept, note = claims.with_zero_rounding(plain, null, [(1.0, dose(1.0)), (2.0, dose(2.0))])
+    assert all(not c.zero_rounding_verdict for c in kept)
+    assert "at least 5 draws at each of at least 3 doses" in note and "1 at 1x, 1 at 2x" in note
+    four = [(float(lam), dose(float(lam))) for lam in (1, 2, 3) for _ in range(4)]
+    assert "4 at 1x" in claims.with_zero_rounding(plain, null, four)[1]
+
+
+def test_a_verdict_the_extrapolants_disagree_on_is_undecided_by_rounding(fresh_seed):
+    """A curved dose response (rotation 0.4 + 0.1 lambda - 0.05 lambda^2): the linear extrapolant puts lambda = -1 at
+    0.43, above the null model's 0.3 by more than the minimum, the quadratic at 0.25, below it: the zero-rounding
+    verdict is undecided (rounding)."""
+    scatter = np.random.default_rng(fresh_seed).normal(0.0, 0.001, (4, 5))
+
+    def rotation(lam, draw):
+        return 0.4 + 0.1 * lam - 0.05 * lam ** 2 + (scatter[int(lam), draw] if lam else 0.0)
+    null, dose = _rounding_pair(fresh_seed, rotation)
+    plain = claims.evaluate(null, dose(0.0))
+    draws = [(float(lam), dose(float(lam), draw)) for lam in (1, 2, 3) for draw in range(5)]
+    controlled = {c.key: c for c in claims.with_zero_rounding(plain, null, draws)[0]}
+    assert controlled["early_rotation"].zero_rounding_verdict == claims.UNDECIDED_ROUNDING
+
+
+def test_any_change_of_verdict_at_zero_rounding_is_flagged():
+    """Rules v4 flagged only holds <-> does not hold; a change from undecided (or to it) is a change too."""
+    base = claims.Claim("k", "s", "m", "p", "r", None, claims.Estimate(0.1), "undecided")
+    for verdict, zero in (("undecided", "does not hold"), ("holds", "undecided"), ("holds", "does not hold"),
+                          ("does not hold", claims.UNDECIDED_ROUNDING)):
+        text = dataclasses.replace(base, verdict=verdict, zero_rounding=claims.Estimate(0.2),
+                                   zero_rounding_verdict=zero).rounding_text()
+        assert "changes at zero rounding" in text, (verdict, zero, text)
+    same = dataclasses.replace(base, zero_rounding=claims.Estimate(0.2), zero_rounding_verdict="undecided")
+    assert "changes" not in same.rounding_text()

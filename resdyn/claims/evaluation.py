@@ -1,0 +1,32 @@
+"""Every claim on one pair of checkpoints (``evaluate``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .bottleneck import bottleneck_claims
+from .checkpoint import CheckpointData
+from .claim import Claim, guarded
+from .community import community_claims
+from .rules import rule_for
+from .spectral import symmetry_and_rotation_claims
+from .statistics import finite
+from .unit_coupling import coupling_claims
+
+
+def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
+    """Every claim of PAPER.md's headline results on this pair of checkpoints, every reading of each. A spectral
+    or depth claim without the samples' interval (folds off: ``--folds 0`` or wider than ``--fold-max-width``)
+    says so in its note: its verdict then rests on the bootstrap over sublayers or on the bare number."""
+    spectral = symmetry_and_rotation_claims(null, trained) + bottleneck_claims(null, trained)
+    marked = []
+    for claim in spectral:
+        estimate = claim.effect or claim.trained or claim.null_model
+        if estimate is not None and estimate.sample_low is None and finite(estimate.value) and \
+                not claim.key.startswith("spectral_gradient") and "modulus" not in claim.key:
+            claim = dataclasses.replace(claim, note="; ".join(filter(None, [claim.note, "no samples interval (folds off)"])))
+        marked.append(claim)
+    claims = [guarded(claim) for claim in marked + coupling_claims(null, trained) + community_claims(null, trained)]
+    return [dataclasses.replace(claim, reads=rule_for(claim.key).reads) for claim in claims]
+
+

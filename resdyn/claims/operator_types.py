@@ -1,0 +1,36 @@
+"""The operator type of each trained sublayer, judged against the null model at the same depth (the coupling claims
+read "near-symmetric" and "strongly non-normal" layers: PAPER.md's topology-dynamics coupling)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .checkpoint import CheckpointData
+from .rules import MIN_SHARE_EFFECT, NEAR_SYMMETRIC_ASYMMETRY
+
+HENRICI = "henrici_rel_j_minus_i"  # Henrici's departure from normality over ||J - I||_F (resdyn/spectra.py)
+
+
+def operator_types(trained: CheckpointData, null: CheckpointData) -> dict[str, np.ndarray] | None:
+    """{type: mask over the trained model's sublayers}, or None when the two checkpoints' sublayers differ.
+
+    - ``near_symmetric`` (rules v5): asymmetry index below 1/(2 sqrt 2) (half a random map's: near-symmetric in
+      absolute terms) and below the null model's at the same depth by MIN_SHARE_EFFECT (made so by training);
+    - ``near_symmetric_relative`` (v4): the second condition alone;
+    - ``strongly_non_normal`` (v5): Henrici's departure not below the null model's at the same depth by more than
+      MIN_SHARE_EFFECT: as far from normal as the sublayer's own random map (which is: 0.79-0.97 of ||J - I||_F,
+      resdyn/baselines.py), the paper's "strongly non-normal";
+    - ``rotation_dominated`` (v4's reading of it): rotation share above the null model's by MIN_SHARE_EFFECT, where
+      not ``near_symmetric_relative``.
+    """
+    if len(trained.depth) != len(null.depth) or not np.array_equal(trained.depth, null.depth):
+        return None
+    asymmetry = trained.measure("asymmetry_index")
+    less_asymmetric = asymmetry - null.measure("asymmetry_index") < -MIN_SHARE_EFFECT
+    more_rotation = trained.measure("rotation_share") - null.measure("rotation_share") > MIN_SHARE_EFFECT
+    types = {"near_symmetric": less_asymmetric & (asymmetry < NEAR_SYMMETRIC_ASYMMETRY),
+             "near_symmetric_relative": less_asymmetric,
+             "rotation_dominated": more_rotation & ~less_asymmetric}
+    if HENRICI in trained.measures and HENRICI in null.measures:
+        types["strongly_non_normal"] = trained.measure(HENRICI) - null.measure(HENRICI) >= -MIN_SHARE_EFFECT
+    return types

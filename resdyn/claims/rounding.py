@@ -1,0 +1,109 @@
+"""Controls of the trained file's quantization: the quantized null model, and each claim read at zero rounding
+(SIMEX over draws of the file's own rounding noise, resdyn/simex.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+
+from .. import simex
+from .checkpoint import CheckpointData
+from .claim import Claim, guarded
+from .evaluation import evaluate
+from .rules import SIZES, UNDECIDED_ROUNDING, rule_for
+from .statistics import Estimate, finite, side
+
+
+def with_quantization_control(claims: list[Claim], null_quantized: CheckpointData, trained: CheckpointData) -> list[Claim]:
+    """``claims`` with each one's quantization control: the same claims evaluated with the quantized null model in
+    the null model's place (the claim's effect against it where the claim has one, else its null-model measure)."""
+    control = {claim.key: claim for claim in evaluate(null_quantized, trained)}
+    result = []
+    for claim in claims:
+        other = control.get(claim.key)
+        if other is None:
+            result.append(claim)
+        elif other.effect is not None:
+            result.append(dataclasses.replace(claim, quantized_comparison=other.effect))
+        else:
+            result.append(dataclasses.replace(claim, quantized_null_model=other.null_model))
+    return result
+
+
+# claims decided by more than one interval against one bound (a composite, a count with power, an ordering check, a
+# pooled test): their zero-rounding reading would need each part extrapolated, so they have none
+NOT_EXTRAPOLATED = ("late_near_symmetric", "spectral_gradient", "coupling_absent_at_init", "coupling_learned",
+                    "community_coupling_learned", "community_coupling_operator_dependence")
+
+
+def rounding_design_gap(doses: list[float]) -> str:
+    """Why these draws (one dose per draw, > 0) cannot carry a zero-rounding reading under the rules, or ""."""
+    counts = Counter(doses)
+    enough = [dose for dose, count in counts.items() if count >= SIZES["simex_min_draws"]]
+    if len(enough) >= SIZES["simex_min_doses"] and len(enough) == len(counts):
+        return ""
+    held = ", ".join(f"{count} at {dose:g}x" for dose, count in sorted(counts.items())) or "none"
+    return (f"no zero-rounding reading: the rules need at least {SIZES['simex_min_draws']} draws at each of at least "
+            f"{SIZES['simex_min_doses']} doses of the file's own rounding (draws held: {held})")
+
+
+def _statistic(claim: Claim) -> Estimate | None:
+    return claim.effect or claim.trained
+
+
+def _extrapolated(estimate: Estimate, shift: simex.RoundingShift) -> Estimate:
+    """The estimate moved by the primary shift, each of its intervals widened by the shift's own (the hull of both
+    extrapolants' 95% intervals, added end to end: conservative)."""
+    def moved(low, high):
+        if low is None:
+            return None, None
+        return low + shift.combined_low, high + shift.combined_high
+    low, high = moved(estimate.low, estimate.high)
+    sample_low, sample_high = moved(estimate.sample_low, estimate.sample_high)
+    if low is None and sample_low is None:
+        low, high = estimate.value + shift.combined_low, estimate.value + shift.combined_high
+    return Estimate(estimate.value + shift.shift, low, high, sample_low, sample_high)
+
+
+def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tuple[float, CheckpointData]]
+                       ) -> tuple[list[Claim], str]:
+    """(``claims`` with their zero-rounding reading, a note). ``draws`` are (dose, checkpoint) pairs: the trained
+    file's weights with ``dose`` times their own rounding variance added, one independent noise draw each, measured
+    on the same samples as the trained checkpoint. Each claim's statistic (its effect, else its trained value) is
+    recomputed on every draw; its paired differences from the file's own value are extrapolated to dose -1 (no
+    rounding) by resdyn.simex, linear and quadratic side by side, the primary one declared in rules.SIZES. The
+    zero-rounding verdict is the claim's own rule (bound, direction, null guard) on the extrapolated estimate; where
+    the two extrapolants give different verdicts it is "undecided (rounding)". A claim judged by more than one
+    bound (:data:`NOT_EXTRAPOLATED`) has none. Without enough draws (rules.SIZES) no claim has one, and the note says
+    why."""
+    gap = rounding_design_gap([dose for dose, _ in draws])
+    if gap:
+        return claims, gap
+    on_draws = [{claim.key: claim for claim in evaluate(null, data)} for _, data in draws]
+    doses = np.array([dose for dose, _ in draws], dtype=np.float64)
+    result = []
+    for claim in claims:
+        rule = rule_for(claim.key)
+        statistic = _statistic(claim)
+        values = [_statistic(other[claim.key]) if claim.key in other else None for other in on_draws]
+        if claim.key.split("@")[0].rsplit("_", 1)[0] in NOT_EXTRAPOLATED or claim.claim in NOT_EXTRAPOLATED or \
+                rule.bound is None or rule.holds_above is None or statistic is None or not finite(statistic.value) or \
+                any(value is None or not finite(value.value) for value in values):
+            result.append(claim)
+            continue
+        shift = simex.extrapolate_rounding_shift(doses, [value.value - statistic.value for value in values],
+                                                 primary=SIZES["simex_primary_extrapolant"])
+        verdicts = {}
+        for extrapolant in simex.EXTRAPOLANTS:
+            fit = shift.fit(extrapolant)
+            single = dataclasses.replace(shift, primary=extrapolant, combined_low=fit.low, combined_high=fit.high)
+            moved = _extrapolated(statistic, single)
+            verdicts[extrapolant] = guarded(dataclasses.replace(
+                claim, verdict=side(moved, rule.bound, rule.holds_above),
+                **({"effect": moved} if claim.effect is not None else {"trained": moved}))).verdict
+        estimate = _extrapolated(statistic, shift)
+        verdict = verdicts[shift.primary] if len(set(verdicts.values())) == 1 else UNDECIDED_ROUNDING
+        result.append(dataclasses.replace(claim, zero_rounding=estimate, zero_rounding_verdict=verdict))
+    return result, f"zero rounding by SIMEX over {len(draws)} draws ({SIZES['simex_primary_extrapolant']} primary)"

@@ -34,8 +34,8 @@ demo: install
 	$(VENV)/bin/resdyn report
 
 # The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained, as its null
-# model and two doses of its own rounding noise (the `study` suite; the quantized null model informs no v4 claim), on
-# 1,000 WikiText-2 windows (--preset paper), then each model's claims (rules v4, docs/study.md).
+# model and two doses of its own rounding noise (the `study` suite; the quantized null model informs no claim), on
+# 1,000 WikiText-2 windows (--preset paper), then each model's claims (rules v5, docs/study.md).
 # Resumable: --resume skips the partitions the warehouse holds complete with these settings, corpus and code; the claims
 # inputs (small frames, one folder per checkpoint) are kept in docs/study/MODEL/inputs, so checkpoints run in
 # different sessions (or warehouses) are judged together.

@@ -169,7 +169,10 @@ def zero_rounding_sentence(claims: dict) -> str:
     readings = [(claim, zero_rounding_reading(claim)) for claim in primary]
     readings = [(claim, reading) for claim, reading in readings if reading is not None]
     if not readings:
-        return "Zero rounding (SIMEX): claims.json has no zero-rounding reading of any primary claim."
+        reason = claims.get("rounding_doses_note") or ""
+        return (f"Zero rounding (SIMEX): {reason}." if reason.startswith("no zero-rounding reading") else
+                "Zero rounding (SIMEX): claims.json has no zero-rounding reading of any primary claim"
+                + (f" ({reason})." if reason else "."))
     differ = [(claim, reading) for claim, reading in readings if reading[0] != claim["verdict"]]
     counted = f"{len(readings)} primary claim{'s' if len(readings) != 1 else ''} with a zero-rounding verdict"
     if not differ:

@@ -195,8 +195,8 @@ def verdict_prose(claims: dict) -> str:
         return rank, claim["verdict"] if rank == 2 else "", seen[claim["verdict"]]
 
     for claim in sorted(primary, key=group):
-        reads = f" (reads: {claim['reads']})" if claim.get("reads") else ""
-        lines.append(f"- **{claim['verdict']}**: *{claim['claim']}*{reads} ({_judged_value(claim)}): {claim['why']}")
+        # the sentence of PAPER.md each claim reads stands once per claim in its claims.md, not in every bullet
+        lines.append(f"- **{claim['verdict']}**: *{claim['claim']}* ({_judged_value(claim)}): {claim['why']}")
     lines += ["", zero_rounding_sentence(claims)]
     return "\n".join(lines)
 

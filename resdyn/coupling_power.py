@@ -41,6 +41,7 @@ from resdyn.coupling import coupling_test, degree_strata, rank_correlation_test
 
 __all__ = ["CalibratedOmnibusResult", "CommunityExcess", "OperatorTypeRegression", "PooledTestResult",
            "PowerEstimate", "bh_family_power", "bh_first_rejection_level", "chance_corrected_community_excess",
+           "chance_excess_standard_error",
            "community_test_power", "coupling_p_values", "dependence_calibrated_omnibus_test",
            "expected_sample_spearman", "gaussian_copula_pearson", "layer_permutations", "null_spearman_draws",
            "omnibus_community_power", "omnibus_rank_correlation_test", "operator_type_regression",
@@ -650,10 +651,13 @@ def omnibus_rank_correlation_test(rhos, n_communities, *, n_simulations: int = 1
 
 
 def omnibus_community_power(n_communities_per_sublayer, planted_rho, *, level: float = 0.05,
-                            n_simulations: int = 1000, n_null: int = 10000, seed: int = 0) -> PowerEstimate:
+                            n_simulations: int = 1000, n_null: int = 10000, seed: int = 0,
+                            variance_inflation: float = 1.0) -> PowerEstimate:
     """Power of :func:`omnibus_rank_correlation_test` at ``level`` when every sublayer's population rho is
     ``planted_rho`` (sign free: only |rho| matters to Q), each sublayer's sample rho drawn as in
-    :func:`community_test_power` at its own K."""
+    :func:`community_test_power` at its own K. ``variance_inflation`` > 1: the power of
+    :func:`dependence_calibrated_omnibus_test` at the dependence it estimated (its ``variance_inflation``): the null
+    draws of Q are stretched about m as that test stretches them, so the power is that of the test the verdict used."""
     _check(level, n_simulations)
     sizes = np.asarray(n_communities_per_sublayer, dtype=np.int64).reshape(-1)
     if len(sizes) == 0 or np.any(sizes < 2):
@@ -663,9 +667,24 @@ def omnibus_community_power(n_communities_per_sublayer, planted_rho, *, level: f
     for column, size in enumerate(sizes.tolist()):
         x, y = _bivariate_normal(rng, float(planted_rho), (n_simulations, size))
         rhos[:, column] = np.einsum("sk,sk->s", _standardised_ranks(x), _standardised_ranks(y))
-    _, p = _omnibus(rhos, (sizes - 1).astype(np.float64), null_spearman_draws(sizes, n_null, seed=seed + 1))
-    return _power(p, level)
+    weights = (sizes - 1).astype(np.float64)
+    null_q = (null_spearman_draws(sizes, n_null, seed=seed + 1) ** 2) @ weights
+    if variance_inflation > 1.0:  # only then: m + (Q - m) is not Q to the last bit
+        null_q = len(sizes) + math.sqrt(float(variance_inflation)) * (null_q - len(sizes))
+    return _power(_monte_carlo_p((rhos * rhos) @ weights, null_q, "greater"), level)
 
+
+def chance_excess_standard_error(n_communities, variance_inflation: float = 1.0) -> float:
+    """The standard deviation of the chance-corrected excess e = (Q - m) / sum_s (K_s - 1) without any coupling:
+    sqrt(lambda^2 sum_s v_s) / sum_s (K_s - 1), v_s = Var((K_s - 1) rho_s^2) (:func:`_null_square_variance`) and
+    lambda^2 the variance inflation of neighbouring sublayers (:func:`dependence_calibrated_omnibus_test`); the
+    scale on which a difference of two models' excess is beyond chance."""
+    sizes = np.asarray(n_communities, dtype=np.float64).reshape(-1)
+    sizes = sizes[np.isfinite(sizes) & (sizes >= 2)]
+    if not len(sizes):
+        return float("nan")
+    return float(math.sqrt(max(float(variance_inflation), 1.0) * np.sum(_null_square_variance(sizes)))
+                 / np.sum(sizes - 1.0))
 
 def unit_test_p_values_normal(n_boundary: int, n_interior: int, planted_effect: float, n_simulations: int, *,
                               n_permutations: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""``resdyn claims``: the paper's claims on one model, null-model checkpoint beside trained (resdyn/claims.py).
+"""``resdyn claims``: the paper's claims on one model, null-model checkpoint beside trained (resdyn/claims/).
 
 Reads the complete partitions through the read-only views (``sql/claims/*.sql``), evaluates every
 claim, and writes ``claims.json``, ``claims.md`` (the table) and ``claims.png`` into the output

@@ -55,7 +55,7 @@ def bottleneck_claims(null: CheckpointData, trained: CheckpointData) -> list[Cla
         ours, theirs = _compression(trained, rank), _compression(null, rank)
         relative = ratio_estimate(ours.value, theirs.value, _compression_replicates(trained, rank),
                                    _compression_replicates(null, rank))
-        verdict, why = judged("trained / null compression", relative, 2.0, True)
+        verdict, why = judged("trained / null compression", relative, RULES["cumulative_bottleneck"].bound, True)
         note = (f"trained: {_cumulative(trained, rank, 0):.1f} -> {_cumulative(trained, rank, -1):.1f}; null model: "
                 f"{_cumulative(null, rank, 0):.1f} -> {_cumulative(null, rank, -1):.1f} (d = {trained.d_model})")
         claims.append(Claim(
@@ -63,14 +63,14 @@ def bottleneck_claims(null: CheckpointData, trained: CheckpointData) -> list[Cla
             "trained / null", "about 436 / 7 = 62 (Llama 3.1 8B)", rule("cumulative_bottleneck"), theirs, ours,
             verdict, note, primary, rule_version("cumulative_bottleneck"), why=why, effect=relative))
         if primary:
-            verdict, why = judged("trained compression", ours, 2.0, True)
+            verdict, why = judged("trained compression", ours, RULES["cumulative_bottleneck@absolute"].bound, True)
             claims.append(Claim(
                 "cumulative_bottleneck@absolute", collapse, f"{rank} of the product after the first map / after all "
                 "maps", "about 436 / 7 = 62 (Llama 3.1 8B)", rule("cumulative_bottleneck@absolute"), theirs, ours,
                 verdict, note, False, rule_version("cumulative_bottleneck@absolute"), why=why, direction=1))
         installed = ratio_estimate(_cumulative(null, rank, -1), _cumulative(trained, rank, -1),
                                     _full_depth_replicates(null, rank), _full_depth_replicates(trained, rank))
-        verdict, why = judged("full-depth rank null / trained", installed, 2.0, True)
+        verdict, why = judged("full-depth rank null / trained", installed, RULES["bottleneck_learned"].bound, True)
         claims.append(Claim(
             f"bottleneck_learned{suffix}", "The bottleneck is installed by training, not the architecture",
             f"full-depth {rank}; null model / trained", "rank stays high at step 0", rule("bottleneck_learned"),

@@ -29,7 +29,7 @@ class Claim:
     why: str = ""  # the verdict in words: the bound, the effect, the power
     effect: Estimate | None = None  # what the verdict rests on where it is not ``trained`` itself (e.g. trained - null)
     direction: int = 0  # +1 / -1: the claim puts the trained value above / below the null model's; 0: no such order
-    # the trained model extrapolated to no rounding (with_rounding_control): the verdict's statistic and verdict there
+    # the trained model extrapolated to no rounding (rounding.with_zero_rounding): the verdict's statistic and verdict there
     zero_rounding: Estimate | None = None
     zero_rounding_verdict: str = ""
 

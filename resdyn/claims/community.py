@@ -11,11 +11,13 @@ from .operator_types import operator_types
 from .rules import (
     BOOTSTRAP_SEED,
     FAMILY_LEVEL,
+    MIN_COMMUNITIES,
     MIN_MEASURE_SPREAD,
     MIN_POWER,
     N_PERMUTATIONS,
     RULES,
     STATED_COMMUNITY_RHO,
+    TEST_LEVEL,
     UNDECIDED_POWER,
     rule,
     rule_version,
@@ -26,7 +28,8 @@ COMMUNITY_READINGS = (
     ("community_coupling_near_symmetric", "near_symmetric", True,
      "asymmetry below 1/(2 sqrt 2) and below the null model's at the same depth by 0.05"),
     ("community_coupling_strongly_non_normal", "strongly_non_normal", False,
-     "Henrici's departure not below the null model's at the same depth by more than 0.05"),
+     "Henrici's departure above 0.5, not below the null model's at the same depth by more than 0.05, not "
+     "near-symmetric"),
     ("community_coupling_strongly_non_normal@rotation_dominated", "rotation_dominated", False,
      "rotation share above the null model's at the same depth by 0.05"),
 )
@@ -71,7 +74,9 @@ def community_claims(null: CheckpointData, trained: CheckpointData) -> list[Clai
         verdict, why = judged(label, difference, RULES[key].bound, amplified)
         if of_kind is not None and not of_kind.any():
             why = f"no trained sublayer is {words} ({meaning})"
-        verdict, why, note = noise_gate(verdict, why, trained)
+        # where the contrast is with the null model over the same sublayers, its graphs enter the effect too
+        paired = of_kind is not None and others is not None and not others.any()
+        verdict, why, note = noise_gate(verdict, why, *((null, trained) if paired else (trained,)))
         rest = None if of_kind is None else _mean_rho(trained, ~of_kind)
         count = 0 if of_kind is None else int(of_kind.sum())
         claims.append(Claim(
@@ -136,11 +141,15 @@ def _operator_dependence_claim(null: CheckpointData, trained: CheckpointData) ->
     arms = _operator_arms(trained, fit)
     reference_arms = _operator_arms(null, reference) if finite(reference.r_squared) else {}
 
-    def summary(result_arms) -> Estimate | None:
-        rho, _, p = result_arms.get("asymmetry_index", (float("nan"),) * 3)
-        return Estimate(rho, p_value=p) if finite(rho) else None
     falls = [name for name, (rho, _, p) in arms.items() if finite(rho) and rho < 0 and p < FAMILY_LEVEL]
     rises = [name for name, (rho, _, p) in arms.items() if finite(rho) and rho > 0 and p < FAMILY_LEVEL]
+    testable = sorted((p, name) for name, (rho, _, p) in arms.items() if finite(rho))
+    # the arm the verdict rests on: a rise, else a fall, else the testable arm with the smallest Holm p
+    shown = (rises or falls or [name for _, name in testable] or ["asymmetry_index"])[0]
+
+    def summary(result_arms) -> Estimate | None:
+        rho, _, p = result_arms.get(shown, (float("nan"),) * 3)
+        return Estimate(rho, p_value=p) if finite(rho) else None
     untested = [name for name, (rho, _, _) in arms.items() if not finite(rho)]
     facts = "; ".join(f"rho with {name} {rho:.3g} (layer-permutation p {raw:.2g}, Holm {p:.2g})" if finite(rho) else
                       f"{name} not testable (sd across sublayers below {MIN_MEASURE_SPREAD})"
@@ -160,42 +169,61 @@ def _operator_dependence_claim(null: CheckpointData, trained: CheckpointData) ->
         verdict, why = "undecided", f"{facts}: no significant dependence (its power is not computed: never 'absent')"
     verdict, why, note = noise_gate(verdict, why, trained)
     return Claim(key, "The operator type sets the sign of the community coupling",
-                 "marginal Spearman rho of community rho with asymmetry index across sublayers (whole layers "
-                 "permuted; Holm p over the testable arms; the rotation-share arm in why)",
+                 f"marginal Spearman rho of community rho with {shown} across sublayers (whole layers permuted; "
+                 "Holm p over the testable arms; both arms in why)",
                  "the sign set by the local operator type", rule(key), summary(reference_arms), summary(arms), verdict,
                  f"two-predictor fit R^2 {fit.r_squared:.3g} (p {fit.p_value:.2g}), descriptive; {note}", True,
                  rule_version(key), why=why)
 
 
+def _tested(data: CheckpointData) -> np.ndarray:
+    return np.isfinite(data.community_rho) & (data.n_communities >= MIN_COMMUNITIES)
+
+
 def _omnibus(data: CheckpointData):
-    """The pooled community test over the sublayers with K >= 4, in depth order, its p calibrated for the dependence
-    between neighbouring sublayers (coupling_power.dependence_calibrated_omnibus_test); None without K."""
+    """The pooled community test over the sublayers with at least MIN_COMMUNITIES communities, in depth order, its p
+    calibrated for the dependence between neighbouring sublayers (coupling_power.dependence_calibrated_omnibus_test;
+    a sublayer left out breaks the adjacency of its neighbours); None without K."""
     if data.n_communities is None:
         return None
-    keep = np.isfinite(data.community_rho) & (data.n_communities >= 4)
-    order = np.argsort(data.depth[keep], kind="stable")
-    return coupling_power.dependence_calibrated_omnibus_test(data.community_rho[keep][order],
-                                                             data.n_communities[keep][order], seed=BOOTSTRAP_SEED)
+    order = np.argsort(data.depth, kind="stable")
+    rho = np.where(_tested(data), data.community_rho, np.nan)[order]
+    return coupling_power.dependence_calibrated_omnibus_test(rho, np.maximum(data.n_communities[order], 2),
+                                                             seed=BOOTSTRAP_SEED)
 
 
-def _omnibus_power(data: CheckpointData) -> float:
-    keep = np.isfinite(data.community_rho) & (data.n_communities >= 4)
+def _omnibus_power(data: CheckpointData, result) -> float:
+    """The power of the calibrated pooled test, at the dependence it estimated on this checkpoint, for |rho| =
+    STATED_COMMUNITY_RHO in every sublayer."""
+    keep = _tested(data)
     if not keep.any():
         return float("nan")
     return float(coupling_power.omnibus_community_power(tuple(int(k) for k in data.n_communities[keep]),
-                                                        STATED_COMMUNITY_RHO, level=0.05,
-                                                        seed=BOOTSTRAP_SEED).power)
+                                                        STATED_COMMUNITY_RHO, level=TEST_LEVEL, seed=BOOTSTRAP_SEED,
+                                                        variance_inflation=result.variance_inflation).power)
+
+
+def _excess_difference(ours, theirs, trained: CheckpointData, null: CheckpointData) -> Estimate:
+    """trained - null chance-corrected excess e = (Q - m) / sum (K - 1) (unbiased: 0 in expectation without coupling
+    in either model, whatever their K), with the 95% band of that difference where neither model is coupled (normal,
+    from each model's exact null variance of e, inflated for its neighbouring sublayers)."""
+    value = float(ours.excess - theirs.excess)
+    spread = float(np.hypot(
+        coupling_power.chance_excess_standard_error(trained.n_communities[_tested(trained)], ours.variance_inflation),
+        coupling_power.chance_excess_standard_error(null.n_communities[_tested(null)], theirs.variance_inflation)))
+    return Estimate(value, value - 1.96 * spread, value + 1.96 * spread)
 
 
 def _community_learned_claim(null: CheckpointData, trained: CheckpointData) -> Claim:
     """Learned = present after training (the calibrated pooled p), beyond the null model's by the minimum on the
-    chance-corrected excess (the RMS rho's chance level sqrt(m / sum (K - 1)) depends on the number of communities,
-    so comparing RMS rho would confound coupling with K), and absent at init with power."""
+    chance-corrected excess e (the RMS rho's chance level sqrt(m / sum (K - 1)) depends on the number of
+    communities, and sqrt(max(0, e)) is positive by chance, so the difference is judged on e itself with its chance
+    band), and absent at init with the power of the same calibrated test."""
     key = "community_coupling_learned"
     ours, theirs = _omnibus(trained), _omnibus(null)
 
     def as_estimate(result) -> Estimate | None:
-        return None if result is None else Estimate(float(result.rms_excess), p_value=float(result.p_value))
+        return None if result is None else Estimate(float(result.excess), p_value=float(result.p_value))
     effect = None
     margin = RULES[key].bound
     checkpoints = (null, trained)
@@ -205,32 +233,35 @@ def _community_learned_claim(null: CheckpointData, trained: CheckpointData) -> C
     elif not finite(ours.statistic) or not finite(theirs.statistic):
         verdict, why = "not testable", "no defined community test in one of the checkpoints"
     else:
-        effect = Estimate(ours.rms_excess - theirs.rms_excess)
-        ours_power, theirs_power = _omnibus_power(trained), _omnibus_power(null)
+        effect = _excess_difference(ours, theirs, trained, null)
+        ours_power, theirs_power = _omnibus_power(trained, ours), _omnibus_power(null, theirs)
 
         def described(result, power) -> str:
-            return (f"excess {result.rms_excess:.3g} (RMS rho {result.statistic:.3g}; p {result.p_value:.2g} "
+            return (f"excess {result.excess:.3g} (RMS rho {result.statistic:.3g}, chance level "
+                    f"{np.sqrt(max(result.statistic ** 2 - result.excess, 0.0)):.3g}; p {result.p_value:.2g} "
                     f"calibrated for neighbouring sublayers, {result.p_independent:.2g} as if independent; "
                     f"{result.n_effective:.1f} effective of {result.n_sublayers} sublayers; power {power:.2f})")
         facts = (f"trained {described(ours, ours_power)}, null {described(theirs, theirs_power)} for |rho| = "
-                 f"{STATED_COMMUNITY_RHO} in every sublayer; difference of the excess {effect.value:.3g} against "
-                 f"{margin}")
-        if ours.p_value >= 0.05 and ours_power >= MIN_POWER:
+                 f"{STATED_COMMUNITY_RHO} in every sublayer; difference of the excess {effect.value:.3g} (chance band "
+                 f"{effect.low:.3g} to {effect.high:.3g}) against {margin:.3g}")
+        beyond = effect.low > margin
+        if ours.p_value >= TEST_LEVEL and ours_power >= MIN_POWER:
             verdict, why = "does not hold", f"{facts}: absent from the trained model, with power"
             checkpoints = (trained,)  # the null model's graphs cannot change an absence after training
-        elif theirs.p_value < 0.05:
+        elif theirs.p_value < TEST_LEVEL:
             verdict, why = "does not hold", f"{facts}: present in the null model already"
-        elif ours.p_value < 0.05 and effect.value > margin and theirs_power >= MIN_POWER:
+        elif ours.p_value < TEST_LEVEL and beyond and theirs_power >= MIN_POWER:
             verdict, why = "holds", f"{facts}: present after training, absent (with power) at initialisation"
-        elif ours.p_value < 0.05 and effect.value > margin:
+        elif ours.p_value < TEST_LEVEL and beyond:
             verdict, why = UNDECIDED_POWER, f"{facts}: present after training; its absence at init has no power"
-        elif ours.p_value >= 0.05:
+        elif ours.p_value >= TEST_LEVEL:
             verdict, why = UNDECIDED_POWER, f"{facts}: not significant, and the test has power < {MIN_POWER}"
         else:
-            verdict, why = "undecided", f"{facts}: significant, but not by the minimum over the null model"
+            verdict, why = "undecided", (f"{facts}: significant, but the difference from the null model is not "
+                                         "beyond the minimum and chance")
     verdict, why, note = noise_gate(verdict, why, *checkpoints)
     return Claim(key, "The community-level coupling is learned (absent at initialisation)",
-                 "chance-corrected excess sqrt(max(0, Q - m) / sum (K - 1)) of the sign-free pooled community test "
+                 "chance-corrected excess e = (Q - m) / sum (K - 1) of the sign-free pooled community test "
                  "(Q = sum (K - 1) rho^2; p calibrated for neighbouring sublayers); trained - null",
                  "absent at initialization", rule(key), as_estimate(theirs), as_estimate(ours), verdict, note, True,
                  rule_version(key), why=why, effect=effect)

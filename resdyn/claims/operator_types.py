@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .checkpoint import CheckpointData
-from .rules import MIN_SHARE_EFFECT, NEAR_SYMMETRIC_ASYMMETRY
+from .rules import MIN_SHARE_EFFECT, NEAR_SYMMETRIC_ASYMMETRY, STRONGLY_NON_NORMAL_HENRICI
 
 HENRICI = "henrici_rel_j_minus_i"  # Henrici's departure from normality over ||J - I||_F (resdyn/spectra.py)
 
@@ -17,9 +17,10 @@ def operator_types(trained: CheckpointData, null: CheckpointData) -> dict[str, n
     - ``near_symmetric`` (rules v5): asymmetry index below 1/(2 sqrt 2) (half a random map's: near-symmetric in
       absolute terms) and below the null model's at the same depth by MIN_SHARE_EFFECT (made so by training);
     - ``near_symmetric_relative`` (v4): the second condition alone;
-    - ``strongly_non_normal`` (v5): Henrici's departure not below the null model's at the same depth by more than
-      MIN_SHARE_EFFECT: as far from normal as the sublayer's own random map (which is: 0.79-0.97 of ||J - I||_F,
-      resdyn/baselines.py), the paper's "strongly non-normal";
+    - ``strongly_non_normal`` (v5): Henrici's departure above STRONGLY_NON_NORMAL_HENRICI (far from normal in
+      absolute terms) and not below the null model's at the same depth by more than MIN_SHARE_EFFECT (as far from
+      normal as the sublayer's own random map, 0.79-0.97 of ||J - I||_F, resdyn/baselines.py), and not
+      ``near_symmetric``: the paper's "strongly non-normal";
     - ``rotation_dominated`` (v4's reading of it): rotation share above the null model's by MIN_SHARE_EFFECT, where
       not ``near_symmetric_relative``.
     """
@@ -32,5 +33,7 @@ def operator_types(trained: CheckpointData, null: CheckpointData) -> dict[str, n
              "near_symmetric_relative": less_asymmetric,
              "rotation_dominated": more_rotation & ~less_asymmetric}
     if HENRICI in trained.measures and HENRICI in null.measures:
-        types["strongly_non_normal"] = trained.measure(HENRICI) - null.measure(HENRICI) >= -MIN_SHARE_EFFECT
+        henrici = trained.measure(HENRICI)
+        types["strongly_non_normal"] = ((henrici - null.measure(HENRICI) >= -MIN_SHARE_EFFECT)
+                                        & (henrici > STRONGLY_NON_NORMAL_HENRICI) & ~types["near_symmetric"])
     return types

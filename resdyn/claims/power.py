@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import coupling_power
 from .checkpoint import CheckpointData
-from .rules import BOOTSTRAP_SEED, MIN_POWER, STATED_COMMUNITY_RHO, STATED_UNIT_EFFECT
+from .rules import BOOTSTRAP_SEED, MIN_COMMUNITIES, MIN_POWER, STATED_COMMUNITY_RHO, STATED_UNIT_EFFECT, TEST_LEVEL
 
 
 def unit_power(n_boundary: int, n_interior: int, level: float, n_permutations: int) -> float:
@@ -85,12 +85,12 @@ def coupling_power_table(null: CheckpointData, trained: CheckpointData) -> list[
             if data.n_boundary is not None and data.n_interior is not None and tested[index] and \
                     data.n_boundary[index] > 0 and data.n_interior[index] > 0:
                 b, i = int(data.n_boundary[index]), int(data.n_interior[index])
-                row.update(n_boundary=b, n_interior=i, unit_power=unit_power(b, i, 0.05, data.n_permutations),
-                           unit_power_bh=unit_power(b, i, 0.05 / m_unit, data.n_permutations))
-            if data.n_communities is not None and int(data.n_communities[index]) >= 4:
+                row.update(n_boundary=b, n_interior=i, unit_power=unit_power(b, i, TEST_LEVEL, data.n_permutations),
+                           unit_power_bh=unit_power(b, i, TEST_LEVEL / m_unit, data.n_permutations))
+            if data.n_communities is not None and int(data.n_communities[index]) >= MIN_COMMUNITIES:
                 k = int(data.n_communities[index])
-                row.update(n_communities=k, community_power=community_power(k, 0.05, data.n_permutations),
-                           community_power_bh=community_power(k, 0.05 / m_community, data.n_permutations),
+                row.update(n_communities=k, community_power=community_power(k, TEST_LEVEL, data.n_permutations),
+                           community_power_bh=community_power(k, TEST_LEVEL / m_community, data.n_permutations),
                            community_smallest_p=coupling_power.smallest_attainable_p(k, data.n_permutations))
             rows.append(row)
     return rows

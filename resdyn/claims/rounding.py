@@ -32,10 +32,18 @@ def with_quantization_control(claims: list[Claim], null_quantized: CheckpointDat
     return result
 
 
-# claims decided by more than one interval against one bound (a composite, a count with power, an ordering check, a
-# pooled test): their zero-rounding reading would need each part extrapolated, so they have none
-NOT_EXTRAPOLATED = ("late_near_symmetric", "spectral_gradient", "coupling_absent_at_init", "coupling_learned",
-                    "community_coupling_learned", "community_coupling_operator_dependence")
+# the claims with a zero-rounding reading: a trained statistic judged against one bound (a mean, a paired difference,
+# a ratio, one surgery reading). Not: a composite or an ordering check (late layers' primary, the surgery's primary),
+# the gradient (Holm over a family), the coupling counts (BH with power), anything typed by operator masks or read off
+# graphs (every draw re-derives its kNN graphs, communities and types: no smooth dose response), nor a claim about
+# the null model itself (the file's rounding cannot move it)
+EXTRAPOLATED = ("early_rotation", "training_adds_rotation", "cumulative_bottleneck", "bottleneck_learned",
+                "surgery_installed_by_training")
+EXTRAPOLATED_READINGS = ("late_near_symmetric@", "surgery_dissolves@")
+
+
+def has_zero_rounding_reading(key: str) -> bool:
+    return key.split("@", 1)[0] in EXTRAPOLATED or key.startswith(EXTRAPOLATED_READINGS)
 
 
 def rounding_design_gap(doses: list[float]) -> str:
@@ -76,7 +84,7 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
     rounding) by resdyn.simex, linear and quadratic side by side, the primary one declared in rules.SIZES. The
     zero-rounding verdict is the claim's own rule (bound, direction, null guard) on the extrapolated estimate; where
     the two extrapolants give different verdicts it is "undecided (rounding)". A claim judged by more than one
-    bound (:data:`NOT_EXTRAPOLATED`) has none. Without enough draws (rules.SIZES) no claim has one, and the note says
+    bound, or not a trained statistic (:func:`has_zero_rounding_reading`), has none. Without enough draws (rules.SIZES) no claim has one, and the note says
     why."""
     gap = rounding_design_gap([dose for dose, _ in draws])
     if gap:
@@ -88,8 +96,8 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
         rule = rule_for(claim.key)
         statistic = _statistic(claim)
         values = [_statistic(other[claim.key]) if claim.key in other else None for other in on_draws]
-        if claim.key.split("@")[0].rsplit("_", 1)[0] in NOT_EXTRAPOLATED or claim.claim in NOT_EXTRAPOLATED or \
-                rule.bound is None or rule.holds_above is None or statistic is None or not finite(statistic.value) or \
+        if not has_zero_rounding_reading(claim.key) or rule.bound is None or rule.holds_above is None or \
+                statistic is None or not finite(statistic.value) or \
                 any(value is None or not finite(value.value) for value in values):
             result.append(claim)
             continue
@@ -100,9 +108,10 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
             fit = shift.fit(extrapolant)
             single = dataclasses.replace(shift, primary=extrapolant, combined_low=fit.low, combined_high=fit.high)
             moved = _extrapolated(statistic, single)
-            verdicts[extrapolant] = guarded(dataclasses.replace(
-                claim, verdict=side(moved, rule.bound, rule.holds_above),
-                **({"effect": moved} if claim.effect is not None else {"trained": moved}))).verdict
+            verdict = side(moved, rule.bound, rule.holds_above)
+            if claim.effect is None:  # the trained value itself: guarded against the null model's, moved
+                verdict = guarded(dataclasses.replace(claim, verdict=verdict, trained=moved)).verdict
+            verdicts[extrapolant] = verdict
         estimate = _extrapolated(statistic, shift)
         verdict = verdicts[shift.primary] if len(set(verdicts.values())) == 1 else UNDECIDED_ROUNDING
         result.append(dataclasses.replace(claim, zero_rounding=estimate, zero_rounding_verdict=verdict))

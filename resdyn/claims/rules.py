@@ -2,8 +2,8 @@
 
 Pre-registration is the content of this data, not the source bytes of the code that applies it: ``rules_hash()``
 is the sha256 of the canonical JSON of ``SIZES`` and ``RULES`` (sorted keys, floats written by ``repr``), and
-``RULES_VERSION`` names the set. docs/study/rules.json records the hash of every version as committed before its use;
-``tests/unit/test_rules_registered.py`` refuses a changed rule under an old version, and the golden test
+``RULES_VERSION`` names the set. docs/study/rules-v<N>.json records each version's declared data and hash, committed
+before its use; ``tests/unit/test_rules_registered.py`` refuses a changed rule under an old version, and the golden test
 (``tests/unit/test_golden_judgment.py``) re-judges every kept input set and compares its verdicts exactly. A code
 change that decides differently therefore shows up there, and a comment or a faster loop does not change the hash.
 """
@@ -40,7 +40,10 @@ SIZES = {
     "min_power": 0.8,  # "absent" / "does not hold" for a coupling only at this power for the stated effect
     "family_level": 0.05,  # Holm's familywise level (the gradient family; the operator-type arms)
     "min_measure_spread": 0.01,  # an operator-type arm whose measure varies less across sublayers (sd) is not tested
-    "surgery_primary_scale": "linear",  # the surgery share in rank (linear) is primary; log-compression beside it
+    "strongly_non_normal_henrici": 0.5,  # dep/||J - I||_F above it: far from normal (v1's operator-type boundary)
+    "test_level": 0.05,  # the level of a single test (the pooled community test, BH's q)
+    "min_communities": 4,  # a sublayer's community test needs this many communities (4! = 24 orderings)
+    "min_excess_difference": 0.01,  # community excess e (a mean squared rho beyond chance): 0.1^2, v4's RMS minimum
     "simex_min_doses": 3,  # doses of the file's own rounding beyond zero
     "simex_min_draws": 5,  # noise draws per dose
     "simex_primary_extrapolant": "quadratic",
@@ -170,14 +173,15 @@ _RULES = (
          _S["min_rank_biserial"], True, "no holds unless above the null model's over the same sublayers"),
     Rule("coupling_strongly_non_normal", 5, UNIT_SENTENCE,
          "mean rank-biserial effect over strongly non-normal sublayers < -0.05; strongly non-normal: Henrici's "
-         "dep/||J - I||_F not below the null model's at the same depth by more than 0.05 (as non-normal as the "
-         "sublayer's own random map); the null model over the same sublayers; undecided on noise graphs (trained)",
+         "dep/||J - I||_F above 0.5 and not below the null model's at the same depth by more than 0.05 (as non-normal "
+         "as the sublayer's own random map), and not near-symmetric; the null model over the same sublayers; "
+         "undecided on noise graphs (trained)",
          -_S["min_rank_biserial"], False, "no holds unless below the null model's over the same sublayers"),
     Rule("coupling_strongly_non_normal@rotation_dominated", 4, UNIT_SENTENCE,
          "mean rank-biserial effect over rotation-dominated sublayers (rotation share above the null model's by 0.05) "
          "< -0.05 (v4's reading of 'strongly non-normal')", -_S["min_rank_biserial"], False,
          "no holds unless below the null model's over the same sublayers"),
-    Rule("coupling_absent_at_init", 4, ABSENT_SENTENCE,
+    Rule("coupling_absent_at_init", 5, ABSENT_SENTENCE,
          "null model's BH-significant share (BH on the degree-stratified permutation p) < 0.05, with power >= 0.8 of "
          "the BH family (its sublayers' sizes) to reject any test when every sublayer has a rank-biserial effect of "
          "0.2; undecided (no power) below it; undecided on noise graphs (null model); the minimum detectable effect "
@@ -192,15 +196,17 @@ _RULES = (
     Rule("community_coupling_near_symmetric", 5, COMMUNITY_SENTENCE,
          "mean community rho over near-symmetric sublayers (types as for the unit level) minus that over the other "
          "sublayers > 0.1; where every sublayer is of the type, trained - null over the same sublayers (paired by "
-         "depth) > 0.1; no holds unless above the null model's; undecided on noise graphs",
+         "depth) > 0.1; no holds unless above the null model's; undecided on noise graphs (trained; both models "
+         "where the contrast is with the null model)",
          _S["min_community_rho_difference"], True, "no holds unless above the null model's over the same sublayers"),
     Rule("community_coupling_near_symmetric@absolute", 2, COMMUNITY_SENTENCE,
-         "mean Spearman rho(community position, log gain) over near-symmetric sublayers (absolute types) > 0", 0.0,
+         "mean Spearman rho(community position, log gain) over near-symmetric sublayers > 0", 0.0,
          True, "none"),
     Rule("community_coupling_strongly_non_normal", 5, COMMUNITY_SENTENCE,
          "mean community rho over strongly non-normal sublayers (Henrici, as for the unit level) minus that over the "
          "other sublayers < -0.1; where every sublayer is of the type, trained - null over the same sublayers (paired "
-         "by depth) < -0.1; no holds unless below the null model's; undecided on noise graphs",
+         "by depth) < -0.1; no holds unless below the null model's; undecided on noise graphs (trained; both models "
+         "where the contrast is with the null model)",
          -_S["min_community_rho_difference"], False, "no holds unless below the null model's over the same sublayers"),
     Rule("community_coupling_strongly_non_normal@rotation_dominated", 4, COMMUNITY_SENTENCE,
          "the same over rotation-dominated sublayers (v4's reading)", -_S["min_community_rho_difference"], False,
@@ -212,11 +218,13 @@ _RULES = (
          "falling arm changes sign inside the observed range; does not hold when one rises (Holm p < 0.05)", None,
          None, "the null model's row shown beside", "Holm over the testable arms (at most 2)"),
     Rule("community_coupling_learned", 5, COMMUNITY_SENTENCE,
-         "sign-free pooled community test (Q = sum (K - 1) rho^2) with its p calibrated for dependence between "
-         "neighbouring sublayers (effective-df) < 0.05 on the trained model, its chance-corrected excess "
-         "sqrt(max(0, Q - m) / sum (K - 1)) above the null model's by 0.1, and the null model's p >= 0.05 with power "
+         "sign-free pooled community test (Q = sum (K - 1) rho^2 over sublayers with K >= 4) with its p calibrated for "
+         "dependence between neighbouring sublayers (the exact permutation null stretched to the variance of Q under "
+         "an AR(1) dependence in depth estimated from the data) < 0.05 on the trained model; its chance-corrected "
+         "excess e = (Q - m) / sum (K - 1) above the null model's by 0.01 (0.1^2: a mean squared rho), the 95% chance "
+         "band of the difference above 0.01; and the null model's p >= 0.05 with the power of the same calibrated test "
          ">= 0.8 for |rho| = 0.3 in every sublayer; does not hold when the null model's is significant, or the trained "
-         "model's is not with power >= 0.8; otherwise undecided (no power)", _S["min_community_rho_difference"], True,
+         "model's is not with power >= 0.8; otherwise undecided (no power)", _S["min_excess_difference"], True,
          "trained - null chance-corrected excess", "one pooled test per model", "pooled power >= 0.8 at |rho| = 0.3"),
 )
 RULES = {rule.key: rule for rule in _RULES}
@@ -285,3 +293,6 @@ STATED_COMMUNITY_RHO = SIZES["stated_community_rho"]
 MIN_POWER = SIZES["min_power"]
 FAMILY_LEVEL = SIZES["family_level"]
 MIN_MEASURE_SPREAD = SIZES["min_measure_spread"]
+STRONGLY_NON_NORMAL_HENRICI = SIZES["strongly_non_normal_henrici"]
+TEST_LEVEL = SIZES["test_level"]
+MIN_COMMUNITIES = SIZES["min_communities"]

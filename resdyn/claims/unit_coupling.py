@@ -33,7 +33,8 @@ UNIT_READINGS = (
     ("coupling_near_symmetric@relative", "near_symmetric_relative", True,
      "asymmetry below the null model's at the same depth by 0.05"),
     ("coupling_strongly_non_normal", "strongly_non_normal", False,
-     "Henrici's departure not below the null model's at the same depth by more than 0.05"),
+     "Henrici's departure above 0.5, not below the null model's at the same depth by more than 0.05, not "
+     "near-symmetric"),
     ("coupling_strongly_non_normal@rotation_dominated", "rotation_dominated", False,
      "rotation share above the null model's at the same depth by 0.05"),
 )
@@ -71,7 +72,8 @@ def coupling_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim
               for name, d in (("null", null), ("trained", trained))}
     stale = [c for c in ("coupling_q_permutation",) if c in null.missing or c in trained.missing]
     null_power, null_power_note = unit_family_power(null)
-    verdict, why = absence_with_power(*judged("null model's BH-significant share", null_share, 0.05, False),
+    verdict, why = absence_with_power(*judged("null model's BH-significant share", null_share,
+                                              RULES["coupling_absent_at_init"].bound, False),
                                       "holds", null_power, null_power_note, stale)
     verdict, why, note = noise_gate(verdict, why, null)
     claims.append(Claim(
@@ -82,13 +84,13 @@ def coupling_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim
         why=why))
     learned = Estimate(trained_share.value - null_share.value)
     margin = RULES["coupling_learned"].bound
-    needed = margin + (null_share.value if finite(null_share.value) else 0.0)
+    # the null model's share is >= 0, so a trained share <= the margin cannot exceed it by the margin whatever the
+    # null model shows: the verdict and its power (to exceed the margin itself) rest on the trained model alone
+    null_matters = not (finite(trained_share.value) and trained_share.value <= margin)
+    needed = margin + (null_share.value if null_matters and finite(null_share.value) else 0.0)
     trained_power, trained_power_note = unit_family_power(trained, share_needed=needed)
     verdict, why = absence_with_power(*judged("BH-significant share, trained - null", learned, margin, True),
                                       "does not hold", trained_power, trained_power_note, stale)
-    # the null model's share is >= 0, so a trained share <= the margin cannot exceed it by the margin whatever the
-    # null model's graphs show: only the trained graphs can change that verdict
-    null_matters = not (finite(trained_share.value) and trained_share.value <= margin)
     verdict, why, note = noise_gate(verdict, why, *((null, trained) if null_matters else (trained,)))
     claims.append(Claim(
         "coupling_learned", "Training makes the coupling significant in many sublayers",

@@ -5,7 +5,7 @@ null model rounded through the same types (:mod:`resdyn.models.quantized_null_mo
 error does to *these* weights. Simulation-extrapolation (SIMEX; Cook & Stefanski 1994, J. Am. Stat. Assoc.
 89:1314) does: add independent pseudo-errors of ``lambda`` times the rounding error's own variance, measure at
 each ``lambda``, and extrapolate the measures back to ``lambda = -1``, no rounding at all
-(:func:`resdyn.claims.extrapolate_to_zero_rounding`).
+(:func:`resdyn.claims.with_zero_rounding`).
 
 The rounding error of a GGML integer-grid type. Its values are a grid per block of ``b`` weights along a row
 (the last Hugging Face dimension): Q4_1 stores ``d q + m`` with q in 0..15 (asymmetric: the block's minimum and

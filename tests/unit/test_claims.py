@@ -134,6 +134,9 @@ def test_sampling_intervals_decide_and_noise_graphs_leave_topology_undecided(fre
         trained = _checkpoint(rng, asymmetry_start=0.30, asymmetry_end=0.30, rotation=0.6, **common)
         null = _checkpoint(rng, asymmetry_start=0.2, asymmetry_end=0.5, rotation=0.3, **{
             **common, "significant": [False] * n, "effects": 0.02 * rng.normal(size=n)})
+        # the first half far from normal (Henrici 0.8, as the null model's random maps): strongly non-normal
+        trained.measures["henrici_rel_j_minus_i"] = np.r_[np.full(12, 0.8), np.full(12, 0.3)]
+        null.measures["henrici_rel_j_minus_i"] = np.full(n, 0.8)
         return {claim.key: claim for claim in claims.evaluate(null, trained)}
     quiet = pair(0.001, 40)
     assert quiet["late_near_symmetric@relative"].verdict == "holds"

@@ -659,3 +659,24 @@ def test_the_calibrated_omnibus_test_finds_a_coupling_in_every_sublayer(fresh_se
     one = cp.dependence_calibrated_omnibus_test(_depth_dependent_rhos(rng, 1, np.full(36, 12), 0.0, 0.5)[0],
                                                 np.full(36, 12), seed=fresh_seed)
     assert one.p_value < 0.01 and one.rms_excess > 0.25
+
+
+def test_the_chance_band_of_an_excess_difference_covers_zero_without_coupling(fresh_seed):
+    """Two models without coupling, one with 4 communities per sublayer and one with 12 (the RMS rho's chance levels
+    0.58 and 0.30): the difference of their excess e is 0 in expectation and its 95% chance band (each model's exact
+    null variance of e) covers 0 in about 95% of draws, while the difference of sqrt(max(0, e)) is biased."""
+    from resdyn import coupling_power
+
+    draws = 2000
+    small = coupling_power.null_spearman_draws(np.full(36, 4), draws, seed=fresh_seed)
+    large = coupling_power.null_spearman_draws(np.full(36, 12), draws, seed=fresh_seed + 1)
+    e_small = ((small ** 2) @ np.full(36, 3.0) - 36) / (36 * 3.0)
+    e_large = ((large ** 2) @ np.full(36, 11.0) - 36) / (36 * 11.0)
+    band = 1.96 * np.hypot(coupling_power.chance_excess_standard_error(np.full(36, 4)),
+                           coupling_power.chance_excess_standard_error(np.full(36, 12)))
+    difference = e_large - e_small
+    assert abs(difference.mean()) < 4 * difference.std() / np.sqrt(draws)
+    covered = np.mean(np.abs(difference) <= band)
+    assert 0.93 <= covered <= 0.97, covered
+    roots = np.sqrt(np.maximum(e_large, 0)) - np.sqrt(np.maximum(e_small, 0))
+    assert abs(roots.mean()) > 6 * roots.std() / np.sqrt(draws)  # the root is not chance-free

@@ -144,7 +144,14 @@ def test_a_verdict_that_rounding_alone_made_is_flagged_at_zero_rounding(fresh_se
     assert "changes at zero rounding" in rotation.row()["zero_rounding"] and "15 draws" in note
     bottleneck = {c.key: c for c in controlled}["cumulative_bottleneck"]
     assert bottleneck.zero_rounding_verdict == bottleneck.verdict  # rounding does not touch the ranks here
-    assert not {c.key: c for c in controlled}["late_near_symmetric"].zero_rounding_verdict  # a composite: none
+    by_key = {c.key: c for c in controlled}
+    # a composite, an ordering check, the null model's own claims, graph-typed and counted claims: no reading
+    for key in ("late_near_symmetric", "surgery_dissolves", "init_near_symmetric", "init_near_symmetric@random",
+                "spectral_gradient_attn", "coupling_near_symmetric", "coupling_strongly_non_normal",
+                "coupling_absent_at_init", "coupling_learned"):
+        assert not by_key[key].zero_rounding_verdict, key
+    assert by_key["late_near_symmetric@relative"].zero_rounding_verdict
+    assert by_key["surgery_dissolves@lapack-default/effective_rank"].zero_rounding_verdict
     report = claims.ClaimsReport("m", "init", "trained", controlled, rounding_note=note)
     assert "at zero rounding (SIMEX)" in report.markdown()
 

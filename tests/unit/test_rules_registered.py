@@ -3,7 +3,11 @@ committed for its version in docs/study/rules-v<N>.json. This file runs first (t
 under an old version stops the suite before anything is judged by it."""
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from resdyn.claims import rules
 
@@ -42,3 +46,40 @@ def test_every_claim_row_has_a_declared_rule_of_at_most_the_current_version():
                for rule in rules.RULES.values())
     assert rules.rule_for("spectral_gradient_mlp@henrici").key == "spectral_gradient"
     assert rules.rule_for("surgery_dissolves@lapack-default/stable_rank").key == "surgery_dissolves"
+
+
+def _committed_versions(path: Path) -> list[tuple[str, dict]]:
+    """(commit, content) of every committed version of ``path``, newest first ([] outside a git checkout)."""
+    if shutil.which("git") is None:
+        return []
+    root = path.parents[2]
+    listed = subprocess.run(["git", "-C", str(root), "log", "--format=%H", "--", str(path.relative_to(root))],
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        return []
+    versions = []
+    for commit in listed.stdout.split():
+        shown = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{path.relative_to(root)}"],
+                               capture_output=True, text=True)
+        if shown.returncode == 0:
+            versions.append((commit, json.loads(shown.stdout)))
+    return versions
+
+
+def test_a_registered_hash_is_never_changed_in_place():
+    """Every hash the registration ever committed for this version is the current one or is named superseded, with
+    the reason: an edit of rules and registration together cannot pass silently."""
+    path = REGISTERED / f"rules-v{rules.RULES_VERSION}.json"
+    current = json.loads(path.read_text())
+    versions = _committed_versions(path)
+    if not versions:
+        pytest.skip("not a git checkout: no history to compare with")
+    superseded = {entry["hash"]: entry for entry in current.get("superseded", [])}
+    assert all(entry.get("why") and entry.get("registered_in") for entry in superseded.values())
+    for commit, committed in versions:
+        assert committed["hash"] == current["hash"] or committed["hash"] in superseded, (
+            f"{path.name} at {commit[:10]} registered {committed['hash']}, which is neither the current hash nor "
+            "named superseded (with why): a changed rule needs a new RULES_VERSION, or the old hash kept with its "
+            "reason")
+        assert all(entry in current.get("superseded", []) for entry in committed.get("superseded", [])), (
+            f"{path.name} at {commit[:10]}: a superseded entry was removed or edited")

@@ -7,7 +7,7 @@ import numpy as np
 from .. import coupling_power
 from .checkpoint import CheckpointData, noise_gate
 from .claim import Claim
-from .operator_types import operator_types
+from .operator_types import MEANING, operator_types
 from .rules import (
     BOOTSTRAP_SEED,
     FAMILY_LEVEL,
@@ -24,15 +24,9 @@ from .rules import (
 )
 from .statistics import Estimate, bootstrap, finite, group_difference, holm, judged
 
-COMMUNITY_READINGS = (
-    ("community_coupling_near_symmetric", "near_symmetric", True,
-     "asymmetry below 1/(2 sqrt 2) and below the null model's at the same depth by 0.05"),
-    ("community_coupling_strongly_non_normal", "strongly_non_normal", False,
-     "Henrici's departure above 0.5, not below the null model's at the same depth by more than 0.05, not "
-     "near-symmetric"),
-    ("community_coupling_strongly_non_normal@rotation_dominated", "rotation_dominated", False,
-     "rotation share above the null model's at the same depth by 0.05"),
-)
+COMMUNITY_READINGS = (("community_coupling_near_symmetric", "near_symmetric", True),
+                      ("community_coupling_strongly_non_normal", "strongly_non_normal", False),
+                      ("community_coupling_strongly_non_normal@rotation_dominated", "rotation_dominated", False))
 
 
 def _mean_rho(data: CheckpointData, mask: np.ndarray | None) -> Estimate | None:
@@ -57,7 +51,8 @@ def community_claims(null: CheckpointData, trained: CheckpointData) -> list[Clai
         return []
     claims = []
     types = operator_types(trained, null)
-    for key, kind, amplified, meaning in COMMUNITY_READINGS:
+    for key, kind, amplified in COMMUNITY_READINGS:
+        meaning = MEANING[kind]
         of_kind = None if types is None else types.get(kind)
         words = kind.replace("_", "-")
         statement = (f"In {words} sublayers, communities in boundary positions are "

@@ -10,6 +10,15 @@ from .rules import MIN_SHARE_EFFECT, NEAR_SYMMETRIC_ASYMMETRY, STRONGLY_NON_NORM
 
 HENRICI = "henrici_rel_j_minus_i"  # Henrici's departure from normality over ||J - I||_F (resdyn/spectra.py)
 
+# each type in words, as the claims print it
+MEANING = {
+    "near_symmetric": "asymmetry below 1/(2 sqrt 2) and below the null model's at the same depth by 0.05",
+    "near_symmetric_relative": "asymmetry below the null model's at the same depth by 0.05",
+    "strongly_non_normal": ("Henrici's departure above 0.5, not below the null model's at the same depth by more "
+                            "than 0.05, not near-symmetric"),
+    "rotation_dominated": "rotation share above the null model's at the same depth by 0.05",
+}
+
 
 def operator_types(trained: CheckpointData, null: CheckpointData) -> dict[str, np.ndarray] | None:
     """{type: mask over the trained model's sublayers}, or None when the two checkpoints' sublayers differ.

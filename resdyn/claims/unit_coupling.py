@@ -6,7 +6,7 @@ import numpy as np
 
 from .checkpoint import CheckpointData, noise_gate
 from .claim import Claim
-from .operator_types import operator_types
+from .operator_types import MEANING, operator_types
 from .power import unit_family_power
 from .rules import MIN_POWER, RULES, UNDECIDED_POWER, rule, rule_version
 from .statistics import Estimate, bootstrap, finite, judged
@@ -26,18 +26,11 @@ def absence_with_power(verdict: str, why: str, absence: str, power: float, power
     return verdict, f"{why}; {power_note}"
 
 
-# (key, type, amplified, what the type means): the primary reading of each claim first
-UNIT_READINGS = (
-    ("coupling_near_symmetric", "near_symmetric", True,
-     "asymmetry below 1/(2 sqrt 2) and below the null model's at the same depth by 0.05"),
-    ("coupling_near_symmetric@relative", "near_symmetric_relative", True,
-     "asymmetry below the null model's at the same depth by 0.05"),
-    ("coupling_strongly_non_normal", "strongly_non_normal", False,
-     "Henrici's departure above 0.5, not below the null model's at the same depth by more than 0.05, not "
-     "near-symmetric"),
-    ("coupling_strongly_non_normal@rotation_dominated", "rotation_dominated", False,
-     "rotation share above the null model's at the same depth by 0.05"),
-)
+# (key, type, amplified): the primary reading of each claim first
+UNIT_READINGS = (("coupling_near_symmetric", "near_symmetric", True),
+                 ("coupling_near_symmetric@relative", "near_symmetric_relative", True),
+                 ("coupling_strongly_non_normal", "strongly_non_normal", False),
+                 ("coupling_strongly_non_normal@rotation_dominated", "rotation_dominated", False))
 
 
 def _mean_effect(data: CheckpointData, mask: np.ndarray | None) -> Estimate | None:
@@ -48,7 +41,8 @@ def _mean_effect(data: CheckpointData, mask: np.ndarray | None) -> Estimate | No
 def coupling_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
     claims = []
     types = operator_types(trained, null)
-    for key, kind, amplified, meaning in UNIT_READINGS:
+    for key, kind, amplified in UNIT_READINGS:
+        meaning = MEANING[kind]
         mask = None if types is None else types.get(kind)
         estimate = _mean_effect(trained, mask)
         verdict, why = judged("trained mean rank-biserial effect", estimate, RULES[key].bound, amplified)

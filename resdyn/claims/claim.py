@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .rules import rule_for
 from .statistics import Estimate, finite
 
 
@@ -33,7 +34,6 @@ class Claim:
     zero_rounding: Estimate | None = None
     zero_rounding_verdict: str = ""
 
-    reads: str = ""  # the sentence of PAPER.md the claim reads (its rule's ``reads``)
 
     def rounding_text(self) -> str:
         """The zero-rounding reading: its statistic, its verdict, and a flag on any change of verdict (rules v5: a
@@ -56,6 +56,11 @@ class Claim:
         if self.quantized_comparison is not None:
             return f"trained vs it: {self.quantized_comparison.text()}"
         return "n/a"
+
+    @property
+    def reads(self) -> str:
+        """The sentence of PAPER.md the claim reads: its declared rule's."""
+        return rule_for(self.key).reads
 
     @property
     def claim(self) -> str:

@@ -8,7 +8,6 @@ from .bottleneck import bottleneck_claims
 from .checkpoint import CheckpointData
 from .claim import Claim, guarded
 from .community import community_claims
-from .rules import rule_for
 from .spectral import symmetry_and_rotation_claims
 from .statistics import finite
 from .unit_coupling import coupling_claims
@@ -26,7 +25,6 @@ def evaluate(null: CheckpointData, trained: CheckpointData) -> list[Claim]:
                 not claim.key.startswith("spectral_gradient") and "modulus" not in claim.key:
             claim = dataclasses.replace(claim, note="; ".join(filter(None, [claim.note, "no samples interval (folds off)"])))
         marked.append(claim)
-    claims = [guarded(claim) for claim in marked + coupling_claims(null, trained) + community_claims(null, trained)]
-    return [dataclasses.replace(claim, reads=rule_for(claim.key).reads) for claim in claims]
+    return [guarded(claim) for claim in marked + coupling_claims(null, trained) + community_claims(null, trained)]
 
 

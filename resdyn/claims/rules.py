@@ -15,6 +15,8 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
+from .. import simex
+
 RULES_VERSION = 5
 
 # Sizes the rules decide with (all in the hash). Rules v4 fixed the effect sizes (docs/study.md, "Rules v4"); v5 adds
@@ -44,9 +46,9 @@ SIZES = {
     "test_level": 0.05,  # the level of a single test (the pooled community test, BH's q)
     "min_communities": 4,  # a sublayer's community test needs this many communities (4! = 24 orderings)
     "min_excess_difference": 0.01,  # community excess e (a mean squared rho beyond chance): 0.1^2, v4's RMS minimum
-    "simex_min_doses": 3,  # doses of the file's own rounding beyond zero
-    "simex_min_draws": 5,  # noise draws per dose
-    "simex_primary_extrapolant": "quadratic",
+    "simex_min_doses": simex.MIN_DOSES_BEYOND_ZERO,  # doses of the file's own rounding beyond zero
+    "simex_min_draws": simex.MIN_DRAWS_PER_DOSE,  # noise draws per dose
+    "simex_primary_extrapolant": simex.PRIMARY_EXTRAPOLANT,
 }
 
 UNDECIDED_ORDERING = "undecided (ordering-dependent)"

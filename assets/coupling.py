@@ -60,7 +60,7 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
     return groups
 
 
-@partition_asset(ANALYSIS, group_name="coupling", code_version="4",
+@partition_asset(ANALYSIS, group_name="coupling", code_version="5",
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
 def coupling_tests(context, settings, outputs, unit_amplification: TableHandle, communities: TableHandle,
@@ -97,6 +97,7 @@ def _coupling_tests(context, settings, outputs, unit_amplification, communities,
         rows.append({"layer": layer, "sublayer": sublayer, "depth": sublayer_depth(layer, sublayer),
                      "boundary": STARTING_BOUNDARY[sublayer],
                      "n_boundary": result.n_boundary, "n_interior": result.n_interior,
+                     "stratum_boundary": list(result.stratum_boundary), "stratum_interior": list(result.stratum_interior),
                      "u_statistic": result.u_statistic if defined else None, "effect": result.effect if defined else None,
                      "p_value": result.p_value, "p_permutation": result.p_permutation,
                      "direction": result.direction, "reason": result.reason or None,

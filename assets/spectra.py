@@ -66,7 +66,7 @@ def jacobians_in_depth_order(jacobians: MatrixTable, settings) -> tuple[list, in
         dg.AssetSpec("schur_forms", code_version="1", group_name="spectra",
                      description="The real Schur form T of every mean Jacobian, factored once here and read by "
                                  "transient_analysis (resdyn.spectra.real_schur_form)."),
-        dg.AssetSpec("layer_metrics", code_version="5", group_name="spectra",
+        dg.AssetSpec("layer_metrics", code_version="6", group_name="spectra",
                      description="One row per sublayer: conditioning, non-normality, rotation, alignment, ranks, "
                                  "operator type (resdyn.spectra)."),
         dg.AssetSpec("cumulative_rank", code_version="2", group_name="depth",
@@ -152,6 +152,9 @@ def _analyse(context, settings, outputs, jacobians):
     extra["layer_metrics"] = figure(figure_frames.metrics_figure(model, metrics, figures_directory))
     types = [row["operator_type"] for row in metric_rows]
     extra["layer_metrics"]["operator_types"] = dg.MetadataValue.json({t: types.count(t) for t in sorted(set(types))})
+    conditions = [row["eigenvector_condition_number"] for row in metric_rows]
+    if conditions:
+        extra["layer_metrics"]["largest_eigenvector_condition_number"] = dg.MetadataValue.float(float(max(conditions)))
     ranks = pa.Table.from_pylist(rank_rows)
     extra["cumulative_rank"] = figure(figure_frames.cumulative_rank_figure(
         model, {checkpoint: pl.from_arrow(ranks)}, figures_directory))

@@ -13,8 +13,9 @@ FOLD_SURGERY_ORDERINGS = (SCHUR_ORDERING, POLAR_NORMAL)
 
 
 def analyse_matrix(matrix):
-    """A matrix reference (store.handles.MatrixReference) -> its SublayerSpectrum (Schur form kept for surgery)."""
-    return analyse_sublayer(matrix.load())
+    """A matrix reference (store.handles.MatrixReference) -> its SublayerSpectrum (Schur form kept for surgery,
+    the eigenvector condition number recorded)."""
+    return analyse_sublayer(matrix.load(), eigenvectors=True)
 
 
 def sample_metrics(matrix: np.ndarray) -> dict:

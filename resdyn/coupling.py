@@ -65,6 +65,10 @@ class CouplingResult(SignedTestResult):
     p_value: float
     p_permutation: float
     reason: str = ""  # why the test is undefined; empty when it is defined
+    # boundary and interior units per degree stratum (the permutation's bins, by increasing degree): the sizes the
+    # test's power depends on (resdyn.coupling_power.unit_test_p_values_normal)
+    stratum_boundary: tuple[int, ...] = ()
+    stratum_interior: tuple[int, ...] = ()
 
 
 def rank_correlation_test(x: np.ndarray, y: np.ndarray, *, n_permutations: int, seed: int) -> tuple[float, float]:
@@ -115,17 +119,20 @@ def coupling_test(amplification: np.ndarray, is_boundary: np.ndarray, degree: np
     finite = np.isfinite(amplification)
     amplification, is_boundary = amplification[finite], is_boundary[finite]
     n_boundary, n_interior = int(is_boundary.sum()), int((~is_boundary).sum())
+    strata = degree_strata(np.asarray(degree)[finite]) if degree is not None else np.zeros(len(amplification), int)
+    bins = np.unique(strata)
+    sizes = {"stratum_boundary": tuple(int(np.sum(is_boundary[strata == g])) for g in bins),
+             "stratum_interior": tuple(int(np.sum(~is_boundary[strata == g])) for g in bins)}
     if n_boundary == 0 or n_interior == 0:
         return CouplingResult(n_boundary, n_interior, float("nan"), float("nan"), 1.0, 1.0,
-                              undefined_reason(n_boundary, n_interior))
+                              undefined_reason(n_boundary, n_interior), **sizes)
     u, effect, p_value = rank_biserial(amplification[is_boundary], amplification[~is_boundary])
-    strata = degree_strata(np.asarray(degree)[finite]) if degree is not None else np.zeros(len(amplification), int)
     # effect from rank sums: U_b = R_b - n_b (n_b + 1) / 2, so permuting labels needs no re-ranking
     boundary_rank_sums = _permuted_rank_sums(scipy.stats.rankdata(amplification), is_boundary, strata,
                                              n_permutations, np.random.default_rng(seed))
     permuted = 2.0 / (n_boundary * n_interior) * (boundary_rank_sums - n_boundary * (n_boundary + 1) / 2) - 1.0
     extreme = int(np.sum(np.abs(permuted) >= abs(effect) - 1e-12))
-    return CouplingResult(n_boundary, n_interior, u, effect, p_value, (1 + extreme) / (1 + n_permutations))
+    return CouplingResult(n_boundary, n_interior, u, effect, p_value, (1 + extreme) / (1 + n_permutations), **sizes)
 
 
 def coupling_test_of(task: tuple) -> CouplingResult:

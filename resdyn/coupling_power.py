@@ -687,32 +687,64 @@ def chance_excess_standard_error(n_communities, variance_inflation: float = 1.0)
                  / np.sum(sizes - 1.0))
 
 def unit_test_p_values_normal(n_boundary: int, n_interior: int, planted_effect: float, n_simulations: int, *,
-                              n_permutations: int, rng: np.random.Generator) -> np.ndarray:
+                              n_permutations: int, rng: np.random.Generator, strata=None) -> np.ndarray:
     """Simulated p-values of one sublayer's unit-level test under a planted rank-biserial effect r, by the normal
-    law of the estimated effect: r_hat ~ N(r, sigma_0^2), sigma_0^2 = (n_b + n_i + 1) / (3 n_b n_i) (the null
-    variance, Mann & Whitney 1947; under an effect the variance is smaller, so the power is slightly understated),
-    p = max(2 Phi(-|r_hat| / sigma_0), 1 / (1 + B)) (a permutation p cannot fall below its floor). Milliseconds
-    where the permutation simulation (:func:`unit_test_power`) takes seconds to minutes at B = 20,000; the two
-    agree within Monte-Carlo error at the study's sizes (tests/unit/test_coupling_power.py)."""
+    law of the estimated effect. Milliseconds where the permutation simulation (:func:`unit_test_power`) takes
+    seconds to minutes at B = 20,000; the two agree within Monte-Carlo error at the study's sizes
+    (tests/unit/test_coupling_power.py).
+
+    One stratum (``strata`` None): r_hat ~ N(r, sigma_0^2), sigma_0^2 = (N + 1) / (3 n_b n_i), N = n_b + n_i (the
+    null variance, Mann & Whitney 1947; under an effect the variance is smaller, so the power is slightly
+    understated), p = max(2 Phi(-|r_hat| / sigma_0), 1 / (1 + B)) (a permutation p cannot fall below its floor).
+
+    Degree strata (``strata`` = [(b_g, i_g), ...], the boundary and interior units of each bin the labels are
+    shuffled within, :func:`resdyn.coupling.coupling_test`): a shuffle within bin g draws its b_g boundary ranks
+    from the bin's n_g, so with W = sum_g b_g i_g / n_g the permutation variance of the rank sum is
+    W N (N + 1) / 12 against n_b n_i (N + 1) / 12 unstratified, i.e. kappa sigma_0^2 in units of r,
+    kappa = W N / (n_b n_i) <= 1 (= 1 when every bin holds the same boundary share). The permutation law is
+    centred not at 0 but at the bins' own share of the effect: with no confound, r_hat = c + D, the centre
+    c ~ N(r (1 - kappa), (1 - kappa) sigma_0^2) and the departure from it D ~ N(r kappa, kappa sigma_0^2),
+    independent; p = P(|c + sqrt(kappa) sigma_0 Z| >= |r_hat|), floored at 1 / (1 + B). Unequal boundary shares
+    thus cost power (only D carries evidence): checked against the permutation simulation with skewed shares."""
     if n_boundary < 1 or n_interior < 1:
         raise ValueError(f"both groups must be non-empty: {n_boundary} boundary, {n_interior} interior units")
-    sigma = np.sqrt((n_boundary + n_interior + 1) / (3.0 * n_boundary * n_interior))
-    estimate = planted_effect + sigma * rng.standard_normal(n_simulations)
-    return np.maximum(2.0 * scipy.stats.norm.sf(np.abs(estimate) / sigma), 1.0 / (1 + n_permutations))
+    n_units = n_boundary + n_interior
+    sigma_squared = (n_units + 1) / (3.0 * n_boundary * n_interior)
+    kappa = 1.0
+    if strata is not None:
+        strata = [(int(b), int(i)) for b, i in strata]
+        if sum(b for b, _ in strata) != n_boundary or sum(i for _, i in strata) != n_interior:
+            raise ValueError(f"the strata {strata} do not add up to {n_boundary} boundary and {n_interior} interior "
+                             "units")
+        kappa = min(1.0, sum(b * i / (b + i) for b, i in strata if b + i) * n_units / (n_boundary * n_interior))
+    if kappa <= 0.0:  # no bin holds both groups: no shuffle moves a label, p = 1
+        return np.ones(n_simulations)
+    spread = np.sqrt(kappa * sigma_squared)
+    if kappa == 1.0:  # one stratum, or bins of one boundary share: the permutation law is centred at 0
+        estimate = planted_effect + spread * rng.standard_normal(n_simulations)
+        return np.maximum(2.0 * scipy.stats.norm.sf(np.abs(estimate) / spread), 1.0 / (1 + n_permutations))
+    centre = planted_effect * (1.0 - kappa) + np.sqrt((1.0 - kappa) * sigma_squared) * rng.standard_normal(n_simulations)
+    estimate = np.abs(centre + planted_effect * kappa + spread * rng.standard_normal(n_simulations))
+    p = scipy.stats.norm.cdf((-estimate - centre) / spread) + scipy.stats.norm.sf((estimate - centre) / spread)
+    return np.maximum(np.minimum(p, 1.0), 1.0 / (1 + n_permutations))
 
 
 def bh_family_power(sizes, planted_effect: float, *, fdr: float = 0.05, n_permutations: int = 1000,
-                    share_needed: float = 0.0, n_simulations: int = 2000, seed: int = 0) -> PowerEstimate:
-    """Power of a Benjamini-Hochberg family of unit-level tests (one per sublayer, ``sizes`` = [(n_b, n_i), ...])
-    when every sublayer has rank-biserial effect ``planted_effect``: the share of simulated families in which BH at
-    ``fdr`` rejects more than ``share_needed`` of the m tests (0: at least one). Each family draws one p per
-    sublayer (:func:`unit_test_p_values_normal`) and applies scipy.stats.false_discovery_control."""
-    sizes = [(int(b), int(i)) for b, i in sizes if int(b) > 0 and int(i) > 0]
-    if not sizes:
+                    share_needed: float = 0.0, n_simulations: int = 2000, seed: int = 0, strata=None) -> PowerEstimate:
+    """Power of a Benjamini-Hochberg family of unit-level tests (one per sublayer, ``sizes`` = [(n_b, n_i), ...],
+    ``strata`` None or per sublayer its degree strata [(b_g, i_g), ...]) when every sublayer has rank-biserial
+    effect ``planted_effect``: the share of simulated families in which BH at ``fdr`` rejects more than
+    ``share_needed`` of the m tests (0: at least one). Each family draws one p per sublayer
+    (:func:`unit_test_p_values_normal`) and applies scipy.stats.false_discovery_control."""
+    strata = [None] * len(sizes) if strata is None else list(strata)
+    if len(strata) != len(sizes):
+        raise ValueError(f"one entry of strata per sublayer: {len(strata)} for {len(sizes)} sizes")
+    tested = [(int(b), int(i), s) for (b, i), s in zip(sizes, strata) if int(b) > 0 and int(i) > 0]
+    if not tested:
         raise ValueError("no sublayer with both a boundary and an interior group")
     rng = np.random.default_rng(seed)
     p = np.column_stack([unit_test_p_values_normal(b, i, planted_effect, n_simulations, n_permutations=n_permutations,
-                                                   rng=rng) for b, i in sizes])
+                                                   rng=rng, strata=s) for b, i, s in tested])
     q = scipy.stats.false_discovery_control(p, axis=1)
     power = float(np.mean(np.mean(q <= fdr, axis=1) > share_needed))
     return PowerEstimate(power, math.sqrt(power * (1.0 - power) / n_simulations), fdr, n_simulations)

@@ -132,6 +132,9 @@ _table("layer_metrics", "sublayer", "spectra",
        _c("log10_condition", F64, "log10(sigma_max / sigma_min)"),
        _c("henrici", F64, "Henrici departure from normality, from the real Schur form"),
        _c("henrici_rel_j", F64, "henrici / ||J||_F"), _c("henrici_rel_j_minus_i", F64, "henrici / ||J - I||_F"),
+       _c("eigenvector_condition_number", F64, "sigma_max(V) / sigma_min(V) of the unit-column eigenvectors V of J "
+          "(1 only for a normal J; inf defective; Bauer-Fike constant): the conditioning of the polar normal part "
+          "(resdyn.normal_part.eigenvector_condition_number)"),
        _c("asymmetry_index", F64, "||A - A^T||_F / (2 ||A||_F) of the update A = J - I: 0 symmetric, 1/sqrt(2) random, 1 skew"),
        _c("rotation_share", F64, "sum |Im mu| / sum |mu| over the eigenvalues mu of A = J - I: 0 all real, 2/pi random, 1 all imaginary"),
        _c("mean_absolute_argument", F64, "mean |arg lambda| (radians) over the eigenvalues of J"),
@@ -236,6 +239,9 @@ _table("unit_amplification", "(sublayer, unit)", "coupling",
        _c("row_norm", F64, "||e_i^T J||"), _c("diagonal", F64, "J_ii"))
 _table("coupling_tests", "sublayer", "coupling",
        LAYER, SUBLAYER, DEPTH, BOUNDARY, _c("n_boundary", I32, "boundary units"), _c("n_interior", I32, "interior units"),
+       _c("stratum_boundary", pa.list_(I32), "boundary units in each degree stratum of the permutation (quantile bins "
+          "of degree, increasing): what the test's power depends on (resdyn.coupling_power)"),
+       _c("stratum_interior", pa.list_(I32), "interior units in each degree stratum, in the same order"),
        _c("u_statistic", F64, "Mann-Whitney U of the boundary group (null when undefined)"),
        _c("effect", F64, "rank-biserial 2U/(n1 n2) - 1 (null when undefined)"),
        _c("p_value", F64, "Mann-Whitney two-sided (1 when undefined)"),

@@ -107,11 +107,13 @@ def checkpoint_data(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, Checkpoi
             community_rho=_floats(rows, "community_rho"),
             community_significant=rows["community_significant"].fill_null(False).to_numpy().astype(bool),
             n_boundary=_counts(rows, "n_boundary"), n_interior=_counts(rows, "n_interior"),
-            n_communities=_counts(rows, "n_communities"),
+            n_communities=_counts(rows, "n_communities"), unit_strata=_strata(rows),
             n_permutations=_setting(frames["runs"], checkpoint, "n_permutations", BY_NAME["n_permutations"].default),
             missing=tuple(column for column in V4_COLUMNS
                           if column not in rows.columns or rows[column].null_count() == rows.height),
             noise_to_signal=_noise(folds, depths),
+            eigenvector_condition=(None if rows["eigenvector_condition_number"].null_count() == rows.height
+                                   else _floats(rows, "eigenvector_condition_number")),
             d_model=int(size.get("d_model") or 0), n_samples=int(size.get("n_samples") or 0),
             n_observations=int(graph.get("n_observations") or 0),
             median_edge_correlation=float(graph.get("median_edge_correlation", float("nan"))),
@@ -125,6 +127,16 @@ def checkpoint_data(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, Checkpoi
 # sql/claims/sublayers.sql's columns since rules v4: inputs saved before lack them (or, joined with newer folders,
 # hold only nulls there); the claims that need one say so, naming it
 V4_COLUMNS = ("n_boundary", "n_interior", "n_communities", "coupling_q_permutation")
+
+
+def _strata(frame: pl.DataFrame) -> list[tuple[tuple[int, int], ...]] | None:
+    """Per sublayer the unit test's degree strata, ((boundary, interior) per bin), () where the test has none; None
+    where the inputs were kept before the strata were recorded (the power is then computed over one stratum, and
+    its note says so)."""
+    if frame["stratum_boundary"].null_count() == frame.height:
+        return None
+    return [tuple(zip(boundary or (), interior or ()))
+            for boundary, interior in zip(frame["stratum_boundary"].to_list(), frame["stratum_interior"].to_list())]
 
 
 def _counts(frame: pl.DataFrame, column: str) -> np.ndarray | None:

@@ -29,9 +29,10 @@ SAVED = (*INPUTS, "surgery_by_depth", "partitions", "runs")
 # quietly turned "not testable").
 COLUMNS: dict[str, tuple[str, ...]] = {
     "sublayers": ("model", "checkpoint", "depth", "sublayer", "asymmetry_index", "rotation_share",
-                  "henrici_rel_j_minus_i", "henrici_rel_j", "frac_complex", "update_size", "mean_absolute_argument",
+                  "henrici_rel_j_minus_i", "henrici_rel_j", "eigenvector_condition_number", "frac_complex", "update_size", "mean_absolute_argument",
                   "operator_type", "operator_type_henrici", "coupling_effect", "coupling_significant",
-                  "coupling_q_permutation", "n_boundary", "n_interior", "community_rho", "community_significant",
+                  "coupling_q_permutation", "n_boundary", "n_interior", "stratum_boundary", "stratum_interior",
+                  "community_rho", "community_significant",
                   "n_communities"),
     "cumulative": ("model", "checkpoint", "depth", "effective_rank", "participation_ratio", "stable_rank"),
     "surgery": ("model", "checkpoint", "schur_ordering", "alpha", "effective_rank", "participation_ratio",
@@ -46,11 +47,16 @@ COLUMNS: dict[str, tuple[str, ...]] = {
              "corpus_sha256", "tables_code_version"),
 }
 
+# kept columns added after kept folders existed: a frame kept before lacks them and is read with nulls there (the
+# claims say the measure was not recorded, naming it); any other absent column is an error
+ADDED_SINCE_KEPT = {"sublayers": ("eigenvector_condition_number", "stratum_boundary", "stratum_interior")}
+
 # the kept columns that are not numbers; every other kept column must be one (a number kept as text is an error)
 NOT_NUMBERS = {"model", "checkpoint", "sublayer", "operator_type", "operator_type_henrici", "schur_ordering",
                "quantity", "construction", "status", "source_sha256", "registered_sha256", "settings_hash", "settings",
                "git_commit", "resdyn_version", "corpus", "corpus_sha256", "tables_code_version",
-               "coupling_significant", "community_significant", "replicates"}
+               "coupling_significant", "community_significant", "replicates", "stratum_boundary",
+               "stratum_interior"}
 
 
 def claims_inputs(store: Warehouse, model: str) -> dict[str, pl.DataFrame]:
@@ -234,6 +240,9 @@ def _read(folder: Path, name: str, *, every_column: bool = True) -> pl.DataFrame
     except Exception as error:  # polars' own errors (ComputeError, ...) are not ValueErrors
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ValueError(f"{path} cannot be read as Parquet ({type(error).__name__}: {first_line}); {fix}") from None
+    added = [column for column in ADDED_SINCE_KEPT.get(name, ()) if column not in frame.columns]
+    frame = frame.with_columns(*(pl.lit(None, pl.List(pl.Int32) if column.startswith("stratum_") else pl.Float64)
+                                 .alias(column) for column in added))
     absent = [column for column in COLUMNS[name] if column not in frame.columns]
     if absent and not every_column:
         frame = frame.with_columns(*(pl.lit(None).alias(column) for column in absent))

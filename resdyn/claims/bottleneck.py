@@ -100,6 +100,9 @@ def _surgery_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim
             + ("basis-free polar normal part" if ordering == POLAR_NORMAL else f"{ordering} Schur ordering") + ")",
             "largely dissolved", rule("surgery_dissolves"), _surgery_share(null, ordering, rank)[0], recovered,
             verdict, note, primary, rule_version("surgery_dissolves"), why=why, direction=1)))
+    conditioning = polar_conditioning(null, trained)
+    claims = [dataclasses.replace(c, note="; ".join(filter(None, [c.note, conditioning])))
+              if c.key == "surgery_dissolves" else c for c in claims]
     definitions = [c for c in claims if c.key == "surgery_dissolves" or c.key.endswith("/effective_rank")]
     decided = {c.verdict for c in definitions} & {"holds", "does not hold"}
     if len(decided) == 2 and claims[0].verdict != "not testable":
@@ -131,6 +134,18 @@ def _surgery_claims(null: CheckpointData, trained: CheckpointData) -> list[Claim
         "(implied: the bottleneck is installed by training)", rule("surgery_installed_by_training"), theirs, ours,
         verdict, "", True, rule_version("surgery_installed_by_training"), why=why, effect=effect))
     return claims
+
+
+def polar_conditioning(null: CheckpointData, trained: CheckpointData) -> str:
+    """The polar normal part's conditioning, as the claims print it: the largest eigenvector condition number
+    kappa(V) over each model's sublayers (resdyn.normal_part.eigenvector_condition_number), or that it was not
+    recorded."""
+    parts = []
+    for label, data in (("trained", trained), ("null model", null)):
+        largest = data.largest_eigenvector_condition()
+        parts.append(f"{label} not recorded (inputs kept before it was)" if largest is None
+                     else f"{label} {largest[0]:.3g} (depth {largest[1]})")
+    return "largest eigenvector condition number kappa(V): " + ", ".join(parts)
 
 
 def _surgery_share(data: CheckpointData, ordering: str, rank: str, logarithmic: bool = False

@@ -36,6 +36,7 @@ class CheckpointData:
     community_rho: np.ndarray | None = None  # Spearman rho(position, log gain) per sublayer, nan where undefined
     community_significant: np.ndarray | None = None
     noise_to_signal: np.ndarray | None = None  # per sublayer (jackknife)
+    eigenvector_condition: np.ndarray | None = None  # kappa(V) per sublayer (polar part's conditioning); None: not kept
     d_model: int = 0
     n_samples: int = 0
     n_observations: int = 0  # (sample, position) pairs behind the correlation graphs
@@ -45,6 +46,8 @@ class CheckpointData:
     n_boundary: np.ndarray | None = None  # boundary units of the unit-level test
     n_interior: np.ndarray | None = None
     n_communities: np.ndarray | None = None  # eligible communities of the community test
+    # per sublayer the unit test's degree strata ((boundary, interior) per bin); None: kept before they were recorded
+    unit_strata: list[tuple[tuple[int, int], ...]] | None = None
     n_permutations: int = 1000  # of each per-sublayer test (the run's settings)
     missing: tuple[str, ...] = ()  # input columns this checkpoint's frames lack (older inputs), named in notes
 
@@ -68,6 +71,14 @@ class CheckpointData:
 
     def measure(self, name: str) -> np.ndarray:
         return np.asarray(self.measures[name], dtype=np.float64)
+
+    def largest_eigenvector_condition(self) -> tuple[float, int] | None:
+        """(largest eigenvector condition number, its depth) over the sublayers, or None where not recorded."""
+        values = self.eigenvector_condition
+        if values is None or not len(values) or np.isnan(values).all():
+            return None
+        index = int(np.nanargmax(values))
+        return float(values[index]), int(self.depth[index])
 
     def graph_noise_ratio(self) -> float:
         """Median kNN edge |r| over that of independent units (NaN when not a kNN graph)."""

@@ -23,7 +23,8 @@ def diagnostics(null: CheckpointData, trained: CheckpointData) -> list[dict]:
                      "observations": data.n_observations, "units": data.d_model, "k": data.graph_k,
                      "median_noise_to_signal": float(np.nanmedian(data.noise_to_signal))
                      if data.noise_to_signal is not None and np.isfinite(data.noise_to_signal).any() else float("nan"),
-                     "n_folds": data.n_folds})
+                     "n_folds": data.n_folds,
+                     "largest_eigenvector_condition": (data.largest_eigenvector_condition() or (float("nan"), -1))[0]})
     return rows
 
 
@@ -101,5 +102,8 @@ class ClaimsReport:
                 lines.append(f"\nMean Jacobians ({row['checkpoint']}): median noise-to-signal "
                              f"||se(J)||_F / ||J - I||_F = {row['median_noise_to_signal']:.3f} over sublayers "
                              f"({row['n_folds']} folds).")
+            if np.isfinite(row.get("largest_eigenvector_condition", float("nan"))):
+                lines.append(f"\nPolar normal part ({row['checkpoint']}): largest eigenvector condition number "
+                             f"kappa(V) = {row['largest_eigenvector_condition']:.3g} over sublayers.")
         return "\n".join(lines)
 

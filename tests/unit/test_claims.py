@@ -409,3 +409,56 @@ def test_the_rules_hash_is_the_one_docs_study_recorded():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "study.md").read_text()
     assert f"rules v{claims.RULES_VERSION} hash of the declared rules: `{claims.rules_hash()}`" in text
+
+
+def test_the_surgery_prints_the_largest_eigenvector_condition_number_or_that_it_was_not_recorded(fresh_seed):
+    """The polar normal part's conditioning: the largest kappa(V) over each model's sublayers and its depth, taken
+    from per-sublayer values drawn here, in the surgery's note, the diagnostics and claims.md; inputs kept before
+    it was recorded say so instead of printing a number."""
+    rng = np.random.default_rng(fresh_seed)
+    n = 24
+    kinds = ["rotation_dominated"] * n
+    trained = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.5, rotation=0.4, ranks=np.geomspace(60, 3, n),
+                          significant=[False] * n, kinds=kinds, effects=np.zeros(n))
+    null = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.7, rotation=0.6, ranks=np.linspace(62, 58, n),
+                       significant=[False] * n, kinds=kinds, effects=np.zeros(n))
+    note = {c.key: c for c in claims.evaluate(null, trained)}["surgery_dissolves"].note
+    assert "trained not recorded" in note and "null model not recorded" in note
+    trained.eigenvector_condition = rng.uniform(1.0, 50.0, n)
+    trained.eigenvector_condition[rng.integers(n)] = np.nan  # a sublayer without a value is skipped, not fatal
+    largest = int(np.nanargmax(trained.eigenvector_condition))
+    note = {c.key: c for c in claims.evaluate(null, trained)}["surgery_dissolves"].note
+    assert f"trained {trained.eigenvector_condition[largest]:.3g} (depth {largest})" in note
+    assert "null model not recorded" in note
+    rows = claims.diagnostics(null, trained)
+    assert rows[1]["largest_eigenvector_condition"] == np.nanmax(trained.eigenvector_condition)
+    assert np.isnan(rows[0]["largest_eigenvector_condition"])
+    report = claims.ClaimsReport("m", "init", "trained", claims.evaluate(null, trained), rows)
+    assert f"kappa(V) = {np.nanmax(trained.eigenvector_condition):.3g}" in report.markdown()
+
+
+def test_the_unit_tests_power_uses_the_degree_strata_kept_and_says_which_law_it_used(fresh_seed):
+    """Kept strata with boundary shares that differ by degree bin lower the BH family's power and raise its minimum
+    detectable effect against the one-stratum law of inputs kept before the strata were recorded; bins of one
+    share change nothing."""
+    from resdyn.claims.power import unit_family_power
+
+    rng = np.random.default_rng(fresh_seed)
+    n = 24
+    kinds = ["rotation_dominated"] * n
+    data = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.5, rotation=0.4, ranks=np.geomspace(60, 3, n),
+                       significant=[False] * n, kinds=kinds, effects=rng.normal(0, 0.05, n),
+                       n_boundary=160, n_interior=416)
+    power, note = unit_family_power(data)
+    assert "one stratum per test" in note
+    even = ((40, 104),) * 4
+    data.unit_strata = [even] * n
+    assert unit_family_power(data) == (power, note.replace(
+        "one stratum per test (the inputs lack the degree strata, kept before they were recorded)",
+        "over the degree strata as observed"))
+    skewed = ((4, 140), (6, 138), (20, 124), (130, 14))
+    data.unit_strata = [skewed] * n
+    stratified, stratified_note = unit_family_power(data)
+    assert "over the degree strata as observed" in stratified_note and stratified <= power
+    detectable = [float(text.rsplit(" ", 1)[-1]) for text in (note, stratified_note)]
+    assert detectable[1] > detectable[0] + 0.02

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from resdyn.dagster_project.study.claims_inputs import (
+    ADDED_SINCE_KEPT,
     COLUMNS,
     NOT_NUMBERS,
     SAVED,
@@ -18,7 +19,8 @@ from resdyn.dagster_project.study.claims_inputs import (
     load_claims_inputs,
 )
 
-TEXT = {"coupling_significant": pl.Boolean, "community_significant": pl.Boolean, "replicates": pl.List(pl.Float64)}
+TEXT = {"coupling_significant": pl.Boolean, "community_significant": pl.Boolean, "replicates": pl.List(pl.Float64),
+        "stratum_boundary": pl.List(pl.Int32), "stratum_interior": pl.List(pl.Int32)}
 
 
 def study_frames(model: str, checkpoints: list[str], *, d_model: int, sha: str, n: int = 8, corpus: str = "c1",
@@ -41,7 +43,9 @@ def study_frames(model: str, checkpoints: list[str], *, d_model: int, sha: str, 
                 elif column in identity:
                     row[column] = identity[column]
                 elif column in TEXT:
-                    row[column] = rng.random() < 0.5 if TEXT[column] == pl.Boolean else [rng.random(), rng.random()]
+                    row[column] = (rng.random() < 0.5 if TEXT[column] == pl.Boolean else
+                                   [rng.randrange(50), rng.randrange(50)] if column.startswith("stratum_") else
+                                   [rng.random(), rng.random()])
                 elif column in NOT_NUMBERS:
                     row[column] = f"text-{rng.randrange(1000)}"
                 else:
@@ -149,12 +153,19 @@ def test_damaged_old_or_mistyped_kept_frames_are_one_line_errors_naming_the_file
     target.write_bytes(b"")  # empty
     with pytest.raises(ValueError, match=rf"{target}.*cannot be read"):
         load_claims_inputs(kept, "gm")
-    column = random.choice([c for c in COLUMNS[name] if c not in ("model", "checkpoint")])
+    column = random.choice([c for c in COLUMNS[name] if c not in ("model", "checkpoint", *ADDED_SINCE_KEPT.get(name, ()))])
     target.write_bytes(original)
     pl.read_parquet(target).drop(column).write_parquet(target)  # an older schema
     with pytest.raises(ValueError, match=rf"{target} lacks the column\(s\) {column} "):
         load_claims_inputs(kept, "gm")
     target.write_bytes(original)
+    for added_to, added in ADDED_SINCE_KEPT.items():  # kept before these columns existed: read, nulls there
+        other = kept / "trained" / f"{added_to}.parquet"
+        before = other.read_bytes()
+        pl.read_parquet(other).drop(*added).write_parquet(other)
+        read = load_claims_inputs(kept, "gm")[added_to].filter(pl.col("checkpoint") == "trained")
+        assert read.height and all(read[column].null_count() == read.height for column in added)
+        other.write_bytes(before)
     numeric = random.choice([c for c in COLUMNS["checkpoints"] if c not in NOT_NUMBERS])
     target = kept / "init" / "checkpoints.parquet"
     pl.read_parquet(target).with_columns(pl.col(numeric).cast(pl.String)).write_parquet(target)

@@ -452,6 +452,47 @@ def test_the_normal_law_of_the_unit_test_gives_its_power_and_one_test_is_a_famil
     assert cp.bh_family_power([(b, i)] * 40, 0.0, n_simulations=4000, seed=fresh_seed).power < 0.05 + 0.015
 
 
+def test_the_normal_law_over_degree_strata_is_the_stratified_permutation_tests_power(fresh_seed):
+    """Boundary shares that differ between degree bins cost the stratified permutation test power (a shuffle within
+    a bin keeps the bins' own share of the effect): the normal law over the strata matches the permutation
+    simulation of resdyn.coupling's test with those bins, where one stratum's law overstates it; bins of one share
+    give the one-stratum law exactly; no effect gives the level."""
+    rng = np.random.default_rng(fresh_seed)
+    bins, per_bin = 4, 120
+    degree = np.repeat(np.arange(bins), per_bin).astype(float) + rng.random(bins * per_bin) * 0.5
+    shares = np.sort(rng.uniform(0.01, 0.15, bins))
+    shares[-1] = rng.uniform(0.6, 0.9)  # the best connected bin mostly boundary: a degree confound
+    is_boundary = np.concatenate([rng.random(per_bin) < share for share in shares])
+    from resdyn.coupling import degree_strata
+
+    strata_of_unit = degree_strata(degree)
+    strata = [(int(is_boundary[strata_of_unit == g].sum()), int((~is_boundary[strata_of_unit == g]).sum()))
+              for g in np.unique(strata_of_unit)]
+    b, i = int(is_boundary.sum()), int((~is_boundary).sum())
+    result = coupling_test(rng.normal(size=len(degree)), is_boundary, degree, n_permutations=10)
+    assert list(zip(result.stratum_boundary, result.stratum_interior)) == strata  # what the coupling table keeps
+    for effect in (0.0, 0.15):
+        simulated = cp.unit_test_power(b, i, effect, degree=degree, is_boundary=is_boundary, n_simulations=800,
+                                       seed=int(rng.integers(2 ** 31)))
+        stratified = np.mean(cp.unit_test_p_values_normal(b, i, effect, 20000, n_permutations=1000, rng=rng,
+                                                          strata=strata) <= 0.05)
+        error = np.sqrt(max(simulated.power * (1 - simulated.power), 0.05 * 0.95) / 800)
+        assert abs(stratified - simulated.power) <= 4.5 * error + 0.01, (effect, stratified, simulated.power)
+        if effect:
+            one_stratum = np.mean(cp.unit_test_p_values_normal(b, i, effect, 20000, n_permutations=1000,
+                                                               rng=rng) <= 0.05)
+            assert one_stratum - simulated.power > 4.5 * error, (one_stratum, simulated.power)
+    even = [(10, 30), (20, 60), (5, 15)]  # one boundary share in every bin: kappa = 1
+    first, second = np.random.default_rng(fresh_seed), np.random.default_rng(fresh_seed)
+    np.testing.assert_array_equal(cp.unit_test_p_values_normal(35, 105, 0.2, 500, n_permutations=999, rng=first,
+                                                               strata=even),
+                                  cp.unit_test_p_values_normal(35, 105, 0.2, 500, n_permutations=999, rng=second))
+    with pytest.raises(ValueError, match="do not add up"):
+        cp.unit_test_p_values_normal(35, 105, 0.2, 10, n_permutations=999, rng=rng, strata=even[:2])
+    family = cp.bh_family_power([(b, i)] * 20, 0.1, seed=fresh_seed, strata=[strata] * 20)
+    assert family.power < cp.bh_family_power([(b, i)] * 20, 0.1, seed=fresh_seed).power
+
+
 # ------------------------------------------------- (e) dependent neighbouring sublayers, the chance-corrected excess
 
 

@@ -243,3 +243,38 @@ def test_each_fold_replicates_the_polar_normal_surgery(fresh_seed):
         for rank in depth.RANK_DEFINITIONS:
             assert result["surgery"]["polar-normal"][rank] == pytest.approx(expected_polar[rank], rel=1e-9)
             assert result["surgery"]["lapack-default"][rank] == pytest.approx(expected_lapack[rank], rel=1e-9)
+
+
+def test_the_eigenvector_condition_number_is_that_of_numpys_unit_eigenvectors(fresh_seed):
+    """kappa(V) from the Schur form's DTREVC vectors against numpy.linalg.eig's (LAPACK dgeev) unit columns, with
+    complex pairs; it does not depend on the Schur basis, and the polar construction reports the same number."""
+    rng = np.random.default_rng(fresh_seed)
+    for _ in range(5):
+        d = int(rng.integers(10, 80))
+        jacobian = _non_normal(rng, d)
+        _, vectors = np.linalg.eig(jacobian)
+        reference = np.linalg.cond(vectors / np.linalg.norm(vectors, axis=0))
+        schur_form, _ = scipy.linalg.schur(jacobian, output="real")
+        condition = normal_part.eigenvector_condition_number(schur_form)
+        assert condition == pytest.approx(reference, rel=1e-8)
+        assert normal_part.polar_normal_form(schur_form).eigenvector_condition == pytest.approx(condition, rel=1e-12)
+        metrics = spectra.analyse_sublayer(jacobian, eigenvectors=True).metrics
+        assert metrics["eigenvector_condition_number"] == pytest.approx(reference, rel=1e-8)
+        assert "eigenvector_condition_number" not in spectra.analyse_sublayer(jacobian).metrics  # per-sample: not asked
+
+
+def test_the_eigenvector_condition_number_has_its_two_by_two_closed_form_and_is_one_for_normal_matrices(fresh_seed):
+    """J = [[a, b], [0, c]], a != c: unit eigenvectors e1 and (b, c - a) / r at cos t = b / r, r = sqrt(b^2 +
+    (a - c)^2); V^T V = [[1, cos t], [cos t, 1]] has eigenvalues 1 +- |cos t|, so kappa(V) = sqrt((1 + |cos t|) /
+    (1 - |cos t|)). A normal matrix with distinct eigenvalues has orthonormal unit eigenvectors: kappa = 1."""
+    rng = np.random.default_rng(fresh_seed)
+    for _ in range(20):
+        a, b, c = rng.normal(size=3) * rng.uniform(0.1, 10.0, 3)
+        cosine = abs(b) / np.hypot(b, a - c)
+        closed_form = np.sqrt((1 + cosine) / (1 - cosine))
+        schur_form, _ = scipy.linalg.schur(np.array([[a, b], [0.0, c]]), output="real")
+        assert normal_part.eigenvector_condition_number(schur_form) == pytest.approx(closed_form, rel=1e-10)
+    d = int(rng.integers(10, 50))
+    rotation = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    assert spectra.analyse_sublayer(rotation, eigenvectors=True).metrics["eigenvector_condition_number"] == \
+        pytest.approx(1.0, abs=1e-10)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from resdyn.corpus import Corpus, load_training_text, load_wikitext
 from resdyn.dagster_project.store.artefacts import StudyArtefacts, kept_location
-from resdyn.models.registry import MADE_REVISIONS, ModelSpec
+from resdyn.models.registry import MADE_REVISIONS, SIMEX_BASELINE, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,9 @@ class PartitionCheckpoint:
         if spec.is_gguf:  # imported (or initialised) by model_checkpoints
             from resdyn.models.sources import gguf_checkpoint_label, store_directory
 
-            label = self.checkpoint if self.revision in MADE_REVISIONS else gguf_checkpoint_label(spec)
+            # the SIMEX baseline is the imported file itself, not a copy
+            made = self.revision in MADE_REVISIONS and self.revision != SIMEX_BASELINE
+            label = self.checkpoint if made else gguf_checkpoint_label(spec)
             directory = store_directory(self._models_directory, spec, label)
             if not (directory / "config.json").is_file():
                 raise FileNotFoundError(f"{self.model}@{self.checkpoint} has not been imported into {directory} yet: "

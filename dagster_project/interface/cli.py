@@ -216,7 +216,12 @@ def command_claims(arguments) -> int:
     from resdyn.dagster_project.configuration.config import warehouse_location
     from resdyn.dagster_project.configuration.locations import ObjectLocation, parse_output
     from resdyn.dagster_project.study.claims import build_claims, claim_pairs, claims_need_output
-    from resdyn.dagster_project.study.claims_inputs import claims_inputs, keep_claims_inputs, load_claims_inputs
+    from resdyn.dagster_project.study.claims_inputs import (
+        claims_inputs,
+        keep_claims_inputs,
+        load_claims_inputs,
+        simex_inputs,
+    )
 
     if arguments.inputs and arguments.save_inputs:
         raise ValueError("--inputs DIR reads kept inputs and --save-inputs DIR keeps a warehouse's: give one "
@@ -240,10 +245,13 @@ def command_claims(arguments) -> int:
     with Spool(upload) as spool:
         output = spool if upload else target.path if target else None
         try:
+            simex_kept = Path(arguments.simex_inputs) if arguments.simex_inputs else None
             if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
                 frames = load_claims_inputs(kept, arguments.model, recovered)
                 null, trained = _kept_pair(frames, arguments)
-                report, figure = build_claims(None, arguments.model, null, trained, output, frames=frames)
+                simex_frames = load_claims_inputs(simex_kept, arguments.model, recovered) if simex_kept else None
+                report, figure = build_claims(None, arguments.model, null, trained, output, frames=frames,
+                                              simex_frames=simex_frames)
             else:
                 store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output)
                 pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
@@ -255,7 +263,16 @@ def command_claims(arguments) -> int:
                     for folder in keep_claims_inputs(claims_inputs(store, arguments.model), kept, recovered):
                         print(f"claims inputs kept: {folder}")
                     frames = load_claims_inputs(kept, arguments.model, recovered)
-                report, figure = build_claims(store, arguments.model, null, trained, output, frames=frames)
+                simex_frames = None
+                if simex_kept is not None:  # the SIMEX set kept beside the draws kept before, judged from there
+                    found = simex_inputs(store, arguments.model)
+                    ready = sorted(set(found["sublayers"]["checkpoint"].to_list()))
+                    if ready:
+                        for folder in keep_claims_inputs(found, simex_kept, recovered, checkpoints=ready):
+                            print(f"claims inputs kept (SIMEX set): {folder}")
+                    simex_frames = load_claims_inputs(simex_kept, arguments.model, recovered)
+                report, figure = build_claims(store, arguments.model, null, trained, output, frames=frames,
+                                              simex_frames=simex_frames)
         finally:
             for line in recovered:  # what a keep that was stopped left in the kept folder, and what was done
                 print(f"resdyn: warning: {line}", file=sys.stderr)
@@ -311,9 +328,18 @@ def command_run(arguments) -> int:
     from resdyn.dagster_project.configuration.settings import SETTINGS
     from resdyn.models.registration import Request
 
-    request = Request(suite=arguments.suite, models=tuple(arguments.model or ()),
-                      checkpoints=tuple(arguments.checkpoint or ()), revision=arguments.revision, name=arguments.name,
-                      null_model=arguments.null_model)
+    from resdyn.models.registry import SIMEX_REVISIONS
+
+    checkpoints = tuple(arguments.checkpoint or ())
+    if arguments.simex:
+        if arguments.suite or arguments.null_model or checkpoints:
+            print("resdyn: --simex runs the SIMEX set of registered --model(s): not with --suite (`--suite simex` is "
+                  "that set for the study's models), --null-model (register the file first) or --checkpoint",
+                  file=sys.stderr)
+            return 2
+        checkpoints = tuple(SIMEX_REVISIONS)
+    request = Request(suite=arguments.suite, models=tuple(arguments.model or ()), checkpoints=checkpoints,
+                      revision=arguments.revision, name=arguments.name, null_model=arguments.null_model)
     flags = {setting.name: getattr(arguments, setting.name) for setting in SETTINGS}
     from resdyn.dagster_project.launch.run_loop import run_request
 
@@ -352,7 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "'init-quantized', those weights rounded through the file's own tensor types, and "
                      "'rounding-x1' / 'rounding-x2', the file's weights with 1x / 2x their own rounding variance "
                      "added (the claims extrapolate to no rounding: SIMEX); all are registered, and --checkpoint "
-                     "selects which run (e.g. --checkpoint local --checkpoint init)")
+                     "selects which run (e.g. --checkpoint local --checkpoint init); the SIMEX set is registered "
+                     "too and runs with --simex")
+    run.add_argument("--simex", action="store_true", help="run the SIMEX set of a registered GGUF --model (rules v5's "
+                     "zero-rounding readings): its file's weights (simex-x0) and 5 noise draws at each of 3 doses of "
+                     "its own rounding (simex-xD-K), each measured for the spectral tables only, at the settings given "
+                     "(the default n = 128; the readings pair each draw with simex-x0 on the same samples)")
     for setting in SETTINGS:
         run.add_argument(setting.flag, dest=setting.name, default=None,
                          help=f"{setting.help} [{setting.variable}; default {setting.default}]")
@@ -409,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a study run over several sessions), and judge from all of them")
     claims.add_argument("--inputs", metavar="DIR", help="compute the claims from frames kept by --save-inputs (every "
                         "checkpoint folder under DIR) instead of the warehouse; needs --output")
+    claims.add_argument("--simex-inputs", metavar="DIR", help="the SIMEX set's frames (resdyn run --model M --simex): "
+                        "with --inputs, read those kept in DIR; otherwise keep the warehouse's in DIR, beside draws "
+                        "kept there before, and read them from there (default: the warehouse's, not kept)")
     claims.set_defaults(handler=command_claims)
 
     forget = commands.add_parser("forget", help="remove a partition MODEL@CHECKPOINT and its data")

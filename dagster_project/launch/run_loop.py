@@ -38,7 +38,7 @@ from resdyn.dagster_project.launch.stops import (
 from resdyn.dagster_project.launch.summary_table import peak_memory_mb, summary_table
 from resdyn.dagster_project.store import open_warehouse
 from resdyn.lifeline import die_with_parent, end_process_trees, owning_runs
-from resdyn.models.registry import split_partition_key
+from resdyn.models.registry import SIMEX_REVISIONS, SIMEX_SELECTION, split_partition_key
 
 Progress = Callable[[int, int, str, bool], None]  # (number, total, key, done): told as each partition starts, ends
 
@@ -81,6 +81,11 @@ def run_request(request, flags: dict, progress=None, *, selection: str | None = 
     with open_warehouse(config.warehouse).writable_registry() as registry:
         keys = partitions_of(request, registry, stale_checkpoints=lambda model: _stale_checkpoints(config.warehouse,
                                                                                                     model))
+        simex_only = bool(keys) and all(registry.get(model).checkpoints[checkpoint] in SIMEX_REVISIONS
+                                        for model, checkpoint in map(split_partition_key, keys))
+    if simex_only and selection is None:
+        selection = SIMEX_SELECTION
+        print(f"resdyn: the SIMEX set: only the tables its zero-rounding readings read ({SIMEX_SELECTION})", flush=True)
     return run_partitions(config, keys, selection, progress, resume=resume, log_level=log_level,
                           parallel_runs=parallel_runs, summary_file=summary_file)
 

@@ -30,11 +30,11 @@ from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
 from resdyn.dagster_project.configuration.settings import BY_NAME
 from resdyn.dagster_project.store.artefacts import index_figures
 from resdyn.dagster_project.store.warehouse import Warehouse
-from resdyn.dagster_project.study.claims_inputs import claims_inputs, describe, identity
+from resdyn.dagster_project.study.claims_inputs import claims_inputs, describe, differences, identity, simex_inputs
 from resdyn.depth import RANK_DEFINITIONS as RANKS
 from resdyn.depth import SCHUR_ORDERINGS as ORDERINGS
 from resdyn.models.registry import INIT_QUANTIZED_REVISION as QUANTIZED_CHECKPOINT
-from resdyn.models.registry import ROUNDING_NOISE_REVISIONS
+from resdyn.models.registry import SIMEX_BASELINE, SIMEX_REVISIONS
 from resdyn.sampling import cumulative_quantity, surgery_quantity
 
 
@@ -174,10 +174,11 @@ def claim_pairs(store: Warehouse) -> list[dict]:
 
 
 def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trained_checkpoint: str,
-                 output: Path | None = None, *, frames: dict[str, pl.DataFrame] | None = None
-                 ) -> tuple[ClaimsReport, Path]:
+                 output: Path | None = None, *, frames: dict[str, pl.DataFrame] | None = None,
+                 simex_frames: dict[str, pl.DataFrame] | None = None) -> tuple[ClaimsReport, Path]:
     """The claims of ``model`` from the warehouse ``store`` or, when ``frames`` is given, from those frames
-    (:func:`load_claims_inputs`); without a warehouse, ``output`` is required."""
+    (:func:`load_claims_inputs`); their zero-rounding readings from the SIMEX set's frames ``simex_frames`` (kept
+    ones), else the warehouse's (:func:`zero_rounding`); without a warehouse, ``output`` is required."""
     from resdyn.figures import claims_panels
 
     if null_checkpoint == trained_checkpoint:
@@ -193,10 +194,7 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     partitions = {row["checkpoint"]: row for row in frames["partitions"].iter_rows(named=True)}
     data, products = checkpoint_data(frames)
     control = QUANTIZED_CHECKPOINT if QUANTIZED_CHECKPOINT in data and null_checkpoint == "init" else None
-    # the SIMEX doses of the trained file's own rounding (resdyn/models/rounding_noise.py), when both were run at the
-    # trained partition's settings (a dose at other settings, or one alone, extrapolates nothing: said in the record)
-    doses, doses_note = _rounding_doses(data, frames["runs"], null_checkpoint, trained_checkpoint)
-    compared = [null_checkpoint, trained_checkpoint, *([control] if control else []), *doses]
+    compared = [null_checkpoint, trained_checkpoint, *([control] if control else [])]
     stale = [c for c in compared if partitions.get(c, {}).get("status") == "stale"]
     if stale:
         row = partitions[stale[0]]
@@ -224,13 +222,14 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     claims = evaluate(data[null_checkpoint], data[trained_checkpoint])
     if control is not None:
         claims = with_quantization_control(claims, data[control], data[trained_checkpoint])
-    if doses:
-        claims, rounding_note = with_zero_rounding(claims, data[null_checkpoint],
-                                                   [(ROUNDING_NOISE_REVISIONS[dose], data[dose]) for dose in doses])
-        doses_note = "; ".join(filter(None, [doses_note, rounding_note]))
+    if simex_frames is None and store is not None:
+        simex_frames = simex_inputs(store, model)
+    claims, rounding_note, simex_checkpoints = zero_rounding(
+        claims, model, data[null_checkpoint], simex_frames, sources[trained_checkpoint], null_checkpoint,
+        from_kept_inputs=store is None)
     report = ClaimsReport(model, null_checkpoint, trained_checkpoint, claims,
                           diagnostics(data[null_checkpoint], data[trained_checkpoint]), control,
-                          coupling_power_table(data[null_checkpoint], data[trained_checkpoint]), doses_note)
+                          coupling_power_table(data[null_checkpoint], data[trained_checkpoint]), rounding_note)
     output = Path(output) if output else store.root / "_artefacts" / "claims" / model
     output.mkdir(parents=True, exist_ok=True)
     pair = {null_checkpoint: data[null_checkpoint], **({control: data[control]} if control else {}),
@@ -239,7 +238,8 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
                            surgery_products=products)
     runs = frames["runs"].to_dicts()
     record = {"model": model, "null_checkpoint": null_checkpoint, "trained_checkpoint": trained_checkpoint,
-              "quantized_null_checkpoint": control, "rounding_doses": doses, "rounding_doses_note": doses_note,
+              "quantized_null_checkpoint": control, "simex_checkpoints": simex_checkpoints,
+              "zero_rounding_note": rounding_note,
               "d_model": data[trained_checkpoint].d_model, "n_samples": data[trained_checkpoint].n_samples,
               "settings": {r["checkpoint"]: json.loads(r["settings"]) for r in runs},
               "settings_hash": {r["checkpoint"]: r["settings_hash"] for r in runs},
@@ -309,22 +309,46 @@ def _check_comparable(model: str, frames: dict[str, pl.DataFrame], compared: lis
     return warnings
 
 
-def _rounding_doses(data: dict, runs: pl.DataFrame, null_checkpoint: str, trained_checkpoint: str
-                    ) -> tuple[list[str], str]:
-    """(the dose checkpoints to extrapolate with, a note): both doses, complete at the trained partition's settings
-    hash, beside a GGUF file's null model ``init``; otherwise none, and the note says why."""
-    present = [dose for dose in ROUNDING_NOISE_REVISIONS if dose in data]
-    if not present or null_checkpoint != "init":
-        return [], "" if not present else "the doses go with a GGUF file's null model (--null init)"
-    if len(present) < len(ROUNDING_NOISE_REVISIONS):
-        missing = [dose for dose in ROUNDING_NOISE_REVISIONS if dose not in data]
-        return [], f"no extrapolation to zero rounding: {', '.join(missing)} not complete (run it)"
-    made = {row["checkpoint"]: (row["settings_hash"], row.get("corpus_sha256")) for row in runs.iter_rows(named=True)}
-    odd = [dose for dose in present if made.get(dose) != made.get(trained_checkpoint)]
+def zero_rounding(claims: list, model: str, null: CheckpointData, simex_frames: dict[str, pl.DataFrame] | None,
+                  trained_sha256: str, null_checkpoint: str, *, from_kept_inputs: bool = False
+                  ) -> tuple[list, str, list[str]]:
+    """(``claims`` with their zero-rounding readings, a note, the SIMEX checkpoints read) from the SIMEX set's
+    frames (:func:`simex_inputs`, or kept ones): its baseline (the file's own weights) and its draws, all of one
+    study (file, width, settings, corpus) and made from the trained checkpoint's file, each draw paired with the
+    baseline (resdyn.claims.with_zero_rounding). Without a usable set every claim stays as it is and the note says
+    why and what to run."""
+    run = f"`resdyn run --model {model} --simex`"
+    if null_checkpoint != "init":
+        return claims, "no zero-rounding reading: the SIMEX set goes with a GGUF file's null model (--null init)", []
+    if simex_frames is None and from_kept_inputs:
+        return claims, ("no zero-rounding reading: no SIMEX set was given with the kept inputs (--simex-inputs DIR, "
+                        f"kept from a warehouse where it ran: {run})"), []
+    if simex_frames is None or simex_frames["sublayers"].height == 0:
+        return claims, f"no zero-rounding reading: {model}'s SIMEX set is not measured (run it: {run})", []
+    data, _ = checkpoint_data(simex_frames)
+    if SIMEX_BASELINE not in data:
+        return claims, (f"no zero-rounding reading: the SIMEX set lacks its paired baseline {SIMEX_BASELINE}, the "
+                        f"file's own weights (run it: {run})"), []
+    draws = [checkpoint for checkpoint in SIMEX_REVISIONS if checkpoint != SIMEX_BASELINE and checkpoint in data]
+    baseline = identity(simex_frames, SIMEX_BASELINE)
+    odd = {checkpoint: differing for checkpoint in draws
+           if (differing := differences(baseline, identity(simex_frames, checkpoint)))}
     if odd:
-        return [], (f"no extrapolation to zero rounding: {', '.join(odd)} made at other settings or on another "
-                    f"corpus than {trained_checkpoint} (rerun them with the same settings)")
-    return present, ""
+        return claims, ("no zero-rounding reading: " + "; ".join(f"{c} differs from {SIMEX_BASELINE} in "
+                                                                 f"{', '.join(d)}" for c, d in odd.items())
+                        + f" (a draw is paired with the baseline on the same samples: rerun them at its settings, "
+                        f"{run})"), []
+    if baseline["source_sha256"] and trained_sha256 and baseline["source_sha256"] != trained_sha256:
+        return claims, (f"no zero-rounding reading: the SIMEX set was made from another file (sha256 "
+                        f"{baseline['source_sha256'][:12]}) than the trained checkpoint ({trained_sha256[:12]}): "
+                        f"rerun it ({run})"), []
+    if data[SIMEX_BASELINE].d_model != null.d_model or not np.array_equal(data[SIMEX_BASELINE].depth, null.depth):
+        return claims, (f"no zero-rounding reading: the SIMEX set's model (d = {data[SIMEX_BASELINE].d_model}) is not "
+                        f"the null model's (d = {null.d_model})"), []
+    judged, note = with_zero_rounding(claims, null, [(SIMEX_REVISIONS[c][0], data[c]) for c in draws],
+                                      data[SIMEX_BASELINE])
+    measured = f"the SIMEX set measured at n = {data[SIMEX_BASELINE].n_samples} (settings {baseline['settings_hash']})"
+    return judged, f"{note}; {measured}", [SIMEX_BASELINE, *draws]
 
 
 def _require_partitions(store: Warehouse, model: str) -> None:

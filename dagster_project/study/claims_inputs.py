@@ -59,14 +59,17 @@ NOT_NUMBERS = {"model", "checkpoint", "sublayer", "operator_type", "operator_typ
                "stratum_interior"}
 
 
-def claims_inputs(store: Warehouse, model: str) -> dict[str, pl.DataFrame]:
+def claims_inputs(store: Warehouse, model: str, *, complete_only: bool = True) -> dict[str, pl.DataFrame]:
     """Everything the claims of ``model`` are computed from, as small frames: the answers of sql/claims/*.sql over
-    the complete partitions, the surgery through depth, the partitions' status and the provenance of the runs
-    that made the tables (settings, corpus, code). :func:`keep_claims_inputs` keeps them, so the claims can be
-    recomputed without the warehouse's matrices (a study's partitions may be run in different sessions)."""
+    the complete partitions (every partition with ``complete_only`` false), the surgery through depth, the
+    partitions' status and the provenance of the runs that made the tables (settings, corpus, code).
+    :func:`keep_claims_inputs` keeps them, so the claims can be recomputed without the warehouse's matrices (a
+    study's partitions may be run in different sessions)."""
     from resdyn.depth import SCHUR_ORDERING
 
-    def answer(sql: str, complete_only: bool = True) -> pl.DataFrame:
+    every = complete_only
+
+    def answer(sql: str, complete_only: bool = every) -> pl.DataFrame:
         return pl.from_arrow(store.query(sql, complete_only=complete_only)).filter(pl.col("model") == model)
 
     frames = {name: answer((SQL_DIRECTORY / "claims" / f"{name}.sql").read_text()) for name in INPUTS}
@@ -85,6 +88,30 @@ def claims_inputs(store: Warehouse, model: str) -> dict[str, pl.DataFrame]:
         "LEFT JOIN runs r ON r.run_id = t.run_id AND r.model = t.model AND r.checkpoint = t.checkpoint "
         "AND r.settings IS NOT NULL GROUP BY ALL").filter(pl.col("settings").is_not_null())
     return frames
+
+
+# what the SIMEX set's runs publish and its zero-rounding readings read (resdyn.models.registry.SIMEX_SELECTION)
+SIMEX_TABLES = ("model_checkpoints", "layer_metrics", "cumulative_rank", "schur_surgery")
+
+
+def simex_inputs(store: Warehouse, model: str) -> dict[str, pl.DataFrame]:
+    """The frames of :func:`claims_inputs` for ``model``'s SIMEX set (resdyn.models.registry.SIMEX_REVISIONS): the
+    checkpoints of the set whose SIMEX_TABLES are all published, intact and written by one run at one settings hash
+    (the set's runs publish only those, so its partitions are never "complete" in the warehouse's sense). Frames of
+    no rows when none is."""
+    from resdyn.models.registry import SIMEX_REVISIONS
+
+    published = pl.from_arrow(store.query(
+        "SELECT checkpoint, table_name, run_id, settings_hash, intact FROM published_tables WHERE model = $model",
+        parameters={"model": model}))
+    ready = []
+    for checkpoint in SIMEX_REVISIONS:
+        rows = published.filter((pl.col("checkpoint") == checkpoint) & pl.col("table_name").is_in(SIMEX_TABLES))
+        if rows.height == len(SIMEX_TABLES) and rows["intact"].all() and rows["run_id"].n_unique() == 1 and \
+                rows["settings_hash"].n_unique() == 1:
+            ready.append(checkpoint)
+    frames = claims_inputs(store, model, complete_only=False)
+    return {name: frame.filter(pl.col("checkpoint").is_in(ready)) for name, frame in frames.items()}
 
 
 def identity(frames: dict[str, pl.DataFrame], checkpoint: str) -> dict:
@@ -119,10 +146,11 @@ def complete_checkpoints(frames: dict[str, pl.DataFrame]) -> list[str]:
     return frames["partitions"].filter(pl.col("status") == "complete")["checkpoint"].to_list()
 
 
-def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path, recovered: list[str] | None = None
-                       ) -> list[Path]:
+def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path, recovered: list[str] | None = None,
+                       checkpoints: list[str] | None = None) -> list[Path]:
     """``frames`` (:func:`claims_inputs`) kept as ``<directory>/<checkpoint>/<name>.parquet``, one folder per
-    complete checkpoint, beside the checkpoints kept there before (module docstring). A checkpoint already kept
+    complete checkpoint (or per one of ``checkpoints``: the SIMEX set's, :func:`simex_inputs`), beside the
+    checkpoints kept there before (module docstring). A checkpoint already kept
     is replaced only by inputs of the same identity (the same partition measured again); anything else, or
     checkpoints that differ among themselves, is refused before ``directory`` is touched.
 
@@ -132,7 +160,7 @@ def keep_claims_inputs(frames: dict[str, pl.DataFrame], directory: Path, recover
     swap a crash interrupted is put back by the next keep or read of the folder (:func:`_recover`; one line per
     thing put back or removed is added to ``recovered``)."""
     directory = Path(directory)
-    checkpoints = complete_checkpoints(frames)
+    checkpoints = complete_checkpoints(frames) if checkpoints is None else checkpoints
     if not checkpoints:
         raise ValueError("the warehouse holds no complete partition of this model to keep")
     new = {checkpoint: identity(frames, checkpoint) for checkpoint in checkpoints}

@@ -169,7 +169,7 @@ def zero_rounding_sentence(claims: dict) -> str:
     readings = [(claim, zero_rounding_reading(claim)) for claim in primary]
     readings = [(claim, reading) for claim, reading in readings if reading is not None]
     if not readings:
-        reason = claims.get("rounding_doses_note") or ""
+        reason = claims.get("zero_rounding_note", claims.get("rounding_doses_note")) or ""
         return (f"Zero rounding (SIMEX): {reason}." if reason.startswith("no zero-rounding reading") else
                 "Zero rounding (SIMEX): claims.json has no zero-rounding reading of any primary claim"
                 + (f" ({reason})." if reason else "."))

@@ -75,13 +75,15 @@ def _extrapolated(estimate: Estimate, shift: simex.RoundingShift) -> Estimate:
     return Estimate(estimate.value + shift.shift, low, high, sample_low, sample_high)
 
 
-def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tuple[float, CheckpointData]]
-                       ) -> tuple[list[Claim], str]:
+def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tuple[float, CheckpointData]],
+                       baseline: CheckpointData | None = None) -> tuple[list[Claim], str]:
     """(``claims`` with their zero-rounding reading, a note). ``draws`` are (dose, checkpoint) pairs: the trained
     file's weights with ``dose`` times their own rounding variance added, one independent noise draw each, measured
-    on the same samples as the trained checkpoint. Each claim's statistic (its effect, else its trained value) is
-    recomputed on every draw; its paired differences from the file's own value are extrapolated to dose -1 (no
-    rounding) by resdyn.simex, linear and quadratic side by side, the primary one declared in rules.SIZES. The
+    on the same samples as ``baseline``, the file's own weights (the SIMEX set, resdyn.models.registry; without a
+    baseline, on the trained checkpoint's samples). Each claim's statistic (its effect, else its trained value) is
+    recomputed on every draw and on the baseline; its paired differences draw - baseline (without one, draw - the
+    claim's own value) are extrapolated to dose -1 (no rounding) by resdyn.simex, linear and quadratic side by side,
+    the primary one declared in rules.SIZES, and the shift is added to the claim's own estimate. The
     zero-rounding verdict is the claim's own rule (bound, direction, null guard) on the extrapolated estimate; where
     the two extrapolants give different verdicts it is "undecided (rounding)". A claim judged by more than one
     bound, or not a trained statistic (:func:`has_zero_rounding_reading`), has none. Without enough draws (rules.SIZES) no claim has one, and the note says
@@ -90,18 +92,21 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
     if gap:
         return claims, gap
     on_draws = [{claim.key: claim for claim in evaluate(null, data)} for _, data in draws]
+    paired_with = {claim.key: claim for claim in evaluate(null, baseline)} if baseline is not None else None
     doses = np.array([dose for dose, _ in draws], dtype=np.float64)
     result = []
     for claim in claims:
         rule = rule_for(claim.key)
         statistic = _statistic(claim)
         values = [_statistic(other[claim.key]) if claim.key in other else None for other in on_draws]
+        origin = statistic if paired_with is None else \
+            (_statistic(paired_with[claim.key]) if claim.key in paired_with else None)
         if not has_zero_rounding_reading(claim.key) or rule.bound is None or rule.holds_above is None or \
-                statistic is None or not finite(statistic.value) or \
+                statistic is None or not finite(statistic.value) or origin is None or not finite(origin.value) or \
                 any(value is None or not finite(value.value) for value in values):
             result.append(claim)
             continue
-        shift = simex.extrapolate_rounding_shift(doses, [value.value - statistic.value for value in values],
+        shift = simex.extrapolate_rounding_shift(doses, [value.value - origin.value for value in values],
                                                  primary=SIZES["simex_primary_extrapolant"])
         verdicts = {}
         for extrapolant in simex.EXTRAPOLANTS:
@@ -115,4 +120,8 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
         estimate = _extrapolated(statistic, shift)
         verdict = verdicts[shift.primary] if len(set(verdicts.values())) == 1 else UNDECIDED_ROUNDING
         result.append(dataclasses.replace(claim, zero_rounding=estimate, zero_rounding_verdict=verdict))
-    return result, f"zero rounding by SIMEX over {len(draws)} draws ({SIZES['simex_primary_extrapolant']} primary)"
+    paired = "each paired with the file's own weights on the same samples" if baseline is not None else \
+        "each paired with the trained checkpoint"
+    return result, (f"zero rounding by SIMEX over {len(draws)} draws at doses "
+                    f"{', '.join(f'{dose:g}' for dose in sorted(set(doses.tolist())))} ({paired}; "
+                    f"{SIZES['simex_primary_extrapolant']} extrapolant primary, the hull of both in the interval)")

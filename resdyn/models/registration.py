@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .registry import ModelRegistry, ModelSpec, check_name, partition_key
+from .registry import ModelRegistry, ModelSpec, check_name, default_checkpoints, partition_key
 
 
 class RegistrationError(ValueError):
@@ -61,7 +61,7 @@ def _suite_partitions(request: Request, registry: ModelRegistry) -> list[str]:
     keys = []
     for name in names:  # a model (every checkpoint it registers) or one model@checkpoint
         check_source_present(registry.get(name.split("@", 1)[0]))
-        keys += [name] if "@" in name else registry.partition_keys([name])
+        keys += [name] if "@" in name else registry.default_partition_keys(name)
     return [key for key in keys if not request.checkpoints or key.split("@")[1] in request.checkpoints]
 
 
@@ -98,7 +98,7 @@ def _registered_partitions(spec: ModelSpec, checkpoints: Sequence[str]) -> list[
         from .checkpoint import check_checkpoint_directory
 
         check_checkpoint_directory(spec.source)  # it may have changed since it was registered
-    chosen = list(checkpoints) or list(spec.checkpoints)
+    chosen = list(checkpoints) or default_checkpoints(spec)
     unknown = [c for c in chosen if c not in spec.checkpoints]
     if unknown:
         raise RegistrationError(f"model {spec.name} has no checkpoint {unknown}; known: {list(spec.checkpoints)}")
@@ -114,7 +114,7 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
         INIT_QUANTIZED_REVISION,
         INIT_REVISION,
         MADE_REVISIONS,
-        ROUNDING_NOISE_REVISIONS,
+        SIMEX_REVISIONS,
     )
 
     if request.revision:
@@ -132,8 +132,10 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
     if request.null_model:
         checkpoints[INIT_REVISION] = INIT_REVISION
         checkpoints[INIT_QUANTIZED_REVISION] = INIT_QUANTIZED_REVISION  # the quantization control
-        for dose in ROUNDING_NOISE_REVISIONS:  # the file's own rounding as a dose-response (SIMEX): rules v4
-            checkpoints[dose] = dose
+        # rules v5's SIMEX set: registered, run with --simex at its own settings (v4's one-draw doses,
+        # rounding-x1 / rounding-x2, are no longer registered: they carry no v5 reading)
+        for label in SIMEX_REVISIONS:
+            checkpoints[label] = label
     previous = registry.specs.get(name)
     changed = bool(previous is not None and previous.sha256 and previous.sha256 != description.sha256)
     registry.add(ModelSpec(name, description.family, str(path), checkpoints, description.sha256,
@@ -142,11 +144,15 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
     stale = stale_checkpoints(name)
     rerun = [label for label, revision in (previous.checkpoints.items() if previous is not None else ())
              if revision in MADE_REVISIONS and label not in checkpoints and label in stale]
-    chosen = [c for c in [*checkpoints, *rerun] if not request.checkpoints or c in request.checkpoints]
+    chosen = [c for c in [*checkpoints, *rerun]
+              if c in request.checkpoints or (not request.checkpoints and c not in SIMEX_REVISIONS)]
     remade = [c for c in rerun if c in chosen]
+    simex = [c for c in checkpoints if c in SIMEX_REVISIONS]
     say(f"registered {name} -> {path} (GGUF {description.architecture}, {description.quantization_summary}, sha256 "
         f"{description.sha256[:12]}{'; changed since last registered: it will be imported again' if changed else ''}"
-        f"), checkpoints {list(checkpoints) + rerun}"
+        f"), checkpoints {[c for c in [*checkpoints, *rerun] if c not in simex]}"
+        + (f" and the SIMEX set ({len(simex)} checkpoints {simex[0]} ... {simex[-1]}: run it with `resdyn run "
+           f"--model {name} --simex`)" if simex else "")
         + (f"; {', '.join(remade)} made from another file: remade from this one" if remade else "")
         + (f"; {', '.join(c for c in rerun if c not in chosen)} made from another file: stale until run"
            if len(remade) < len(rerun) else ""))

@@ -10,7 +10,8 @@ distribution's installed metadata, without importing it), or one that ships in `
 resdyn.models.parts). The checkpoints of a GGUF model are
 ``gguf`` (the file, imported once), ``init`` (the null model: the same config, freshly
 initialised), ``init-quantized`` (the null model rounded through the file's own tensor types) or
-``rounding-x1`` / ``rounding-x2`` (the file's weights with 1x / 2x their own rounding variance added);
+``rounding-x1`` / ``rounding-x2`` (the file's weights with 1x / 2x their own rounding variance added) or one of
+the SIMEX set (``simex-x0``, the file's weights as they are, and ``simex-xD-K``, draw K at D times that variance);
 ``sha256`` and ``quantization`` record the registered file.
 """
 
@@ -29,10 +30,23 @@ PACKAGE_PREFIX = "package:"
 GGUF_REVISION = "gguf"  # a GGUF model's checkpoint made from the file itself
 INIT_REVISION = "init"  # the same config, freshly initialised (resdyn.models.null_model)
 INIT_QUANTIZED_REVISION = "init-quantized"  # init rounded through the file's types (resdyn.models.quantized_null_model)
-# the trained file's weights plus lambda times their own rounding variance (resdyn.models.rounding_noise): SIMEX doses
+# the trained file's weights plus lambda times their own rounding variance (resdyn.models.rounding_noise): one draw
+# per dose, measured like the trained file (rules v4's design)
 ROUNDING_NOISE_REVISIONS = {"rounding-x1": 1.0, "rounding-x2": 2.0}
+# The SIMEX set (rules v5): the file's own weights (`simex-x0`, the paired baseline) and SIMEX_DRAWS independent
+# noise draws at each of SIMEX_DOSES, all measured on one smaller sample set (SIMEX_SAMPLES) for the tables the
+# zero-rounding readings read (SIMEX_SELECTION): each draw is a paired difference from `simex-x0` on the same samples
+# (resdyn.simex). label -> (dose, seed of the draw)
+SIMEX_BASELINE = "simex-x0"
+SIMEX_DOSES = (1.0, 2.0, 3.0)
+SIMEX_DRAWS = 5
+SIMEX_REVISIONS = {SIMEX_BASELINE: (0.0, 0), **{f"simex-x{dose:g}-{draw}": (dose, draw) for dose in SIMEX_DOSES
+                                                for draw in range(1, SIMEX_DRAWS + 1)}}
+SIMEX_SAMPLES = 128
+SIMEX_SELECTION = ("group:inputs or group:measurements or group:depth or key:eigenvalues or key:singular_values "
+                   "or key:schur_forms or key:layer_metrics")
 # checkpoints made from a GGUF model's file rather than the file itself, each stored at its own label
-MADE_REVISIONS = (INIT_REVISION, INIT_QUANTIZED_REVISION, *ROUNDING_NOISE_REVISIONS)
+MADE_REVISIONS = (INIT_REVISION, INIT_QUANTIZED_REVISION, *ROUNDING_NOISE_REVISIONS, *SIMEX_REVISIONS)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 BUILT_IN = Path(__file__).with_name("registry.toml")
 
@@ -97,6 +111,12 @@ def resolve_gguf_source(source: str) -> Path:
                                   "pinned version (requirements-models.txt)")
     return path.resolve()
 
+def default_checkpoints(spec: ModelSpec) -> list[str]:
+    """The checkpoints a run of ``spec`` makes when none is named: all but the SIMEX set, which runs at its own
+    settings (``resdyn run --suite simex``, or each named with --checkpoint)."""
+    return [checkpoint for checkpoint, revision in spec.checkpoints.items() if revision not in SIMEX_REVISIONS]
+
+
 def partition_key(model: str, checkpoint: str) -> str:
     return f"{model}@{checkpoint}"
 
@@ -153,6 +173,10 @@ class ModelRegistry:
     def partition_keys(self, models: list[str] | None = None) -> list[str]:
         names = models if models is not None else sorted(self.specs)
         return [partition_key(name, checkpoint) for name in names for checkpoint in self.get(name).checkpoints]
+
+    def default_partition_keys(self, name: str) -> list[str]:
+        """The partitions a run of model ``name`` makes when no checkpoint is named (:func:`default_checkpoints`)."""
+        return [partition_key(name, checkpoint) for checkpoint in default_checkpoints(self.get(name))]
 
     def tiny_suite(self) -> list[str]:
         return sorted(name for name, spec in self.specs.items() if spec.is_tiny)

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .registry import GGUF_REVISION, INIT_QUANTIZED_REVISION, INIT_REVISION, ROUNDING_NOISE_REVISIONS, ModelSpec
+from .registry import (
+    GGUF_REVISION,
+    INIT_QUANTIZED_REVISION,
+    INIT_REVISION,
+    ROUNDING_NOISE_REVISIONS,
+    SIMEX_REVISIONS,
+    ModelSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,9 @@ def registered_origin(spec: ModelSpec, checkpoint: str) -> CheckpointOrigin:
                       INIT_QUANTIZED_REVISION: "the registered GGUF's config, freshly initialised, then rounded "
                                                "through the file's own tensor types",
                       **{kind: f"the registered GGUF's weights plus {multiple:g}x their own rounding variance"
-                         for kind, multiple in ROUNDING_NOISE_REVISIONS.items()}}.get(revision, "")
+                         for kind, multiple in ROUNDING_NOISE_REVISIONS.items()},
+                      **{kind: simex_description(dose, draw) for kind, (dose, draw) in SIMEX_REVISIONS.items()}
+                      }.get(revision, "")
     return CheckpointOrigin(spec.source, spec.sha256, spec.quantization, initialization)
 
 
@@ -122,7 +131,27 @@ def ensure_local_checkpoint(spec: ModelSpec, checkpoint: str, models_directory: 
                                          expected_sha256=record.sha256, progress=progress)
         return destination, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
                                              made["initialization"])
+    if revision in SIMEX_REVISIONS:  # the SIMEX set: the file's weights as they are, or one noise draw at a dose
+        from .rounding_noise import rounding_noise_checkpoint
+
+        dose, draw = SIMEX_REVISIONS[revision]
+        if dose == 0.0:  # the paired baseline is the imported file itself, measured at the set's settings
+            return trained, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
+                                             simex_description(dose, draw))
+        destination = store_directory(models_directory, spec, checkpoint)
+        made = rounding_noise_checkpoint(gguf_file, trained, destination, dose, seed=draw,
+                                         expected_sha256=record.sha256, progress=progress)
+        return destination, CheckpointOrigin(record.source, record.sha256, record.quantization_summary,
+                                             made["initialization"])
     raise KeyError(f"model {spec.name}: checkpoint {checkpoint} has revision {revision!r}; a GGUF model's checkpoints "
                    f"are {GGUF_REVISION!r} (the file), {INIT_REVISION!r} (its null model), "
                    f"{INIT_QUANTIZED_REVISION!r} (the null model rounded through the file's types) or "
-                   f"{', '.join(map(repr, ROUNDING_NOISE_REVISIONS))} (the file's weights with more rounding noise)")
+                   f"{', '.join(map(repr, ROUNDING_NOISE_REVISIONS))} (the file's weights with more rounding noise) or "
+                   f"one of the SIMEX set ({', '.join(SIMEX_REVISIONS)})")
+
+
+def simex_description(dose: float, draw: int) -> str:
+    """What a checkpoint of the SIMEX set is made of (resdyn.models.registry.SIMEX_REVISIONS)."""
+    if dose == 0.0:
+        return "the registered GGUF's weights as they are: the SIMEX set's paired baseline"
+    return f"the registered GGUF's weights plus {dose:g}x their own rounding variance (SIMEX draw {draw})"

@@ -210,36 +210,48 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
                                                                                              built, s3_warehouse,
                                                                                              s3_environment):
     from resdyn.dagster_project.store.warehouse import Warehouse
-    from resdyn.models.registry import ModelRegistry
+    from resdyn.dagster_project.study.claims_inputs import SIMEX_TABLES
+    from resdyn.models.registry import SIMEX_REVISIONS, ModelRegistry
 
     path = write_gguf(random_model("llama", fresh_seed), tmp_path / "tiny-gguf.gguf", quantize=QUANTIZED)
     warehouse = tmp_path / "warehouse"
-    # five partitions (the file, its null model, the quantization control, two rounding doses): the analysis at the
-    # test's small settings (what is checked is the origin, the controls and the claims, not the analysis' precision)
+    # three partitions (the file, its null model, the quantization control), then two of its SIMEX set: the analysis
+    # at the test's small settings (what is checked is the origin, the controls and the claims, not the analysis'
+    # precision)
     settings = ("--samples", "6", "--seq-len", "16", "--per-sample", "2", "--leiden-seeds", "2", "--permutations", "50")
     arguments = ("run", "--model", str(path), "--null-model", *settings, "--warehouse", str(warehouse))
     first = run_cli_in_process(*arguments)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "tiny-gguf@local ok" in first.stdout and "tiny-gguf@init ok" in first.stdout
     assert "tiny-gguf@init-quantized ok" in first.stdout  # the quantization control
-    assert "tiny-gguf@rounding-x1 ok" in first.stdout and "tiny-gguf@rounding-x2 ok" in first.stdout  # SIMEX doses
+    assert "simex" not in first.stdout.split("registered tiny-gguf", 1)[1].split("\n", 1)[1]  # registered, not run
     sha = describe_gguf(path).sha256
     spec = ModelRegistry(warehouse / "registry.json").get("tiny-gguf")
     assert (spec.source, spec.sha256, spec.checkpoints) == (str(path.resolve()), sha, {
-        "local": "gguf", "init": "init", "init-quantized": "init-quantized", "rounding-x1": "rounding-x1",
-        "rounding-x2": "rounding-x2"})
+        "local": "gguf", "init": "init", "init-quantized": "init-quantized", **{c: c for c in SIMEX_REVISIONS}})
     assert spec.quantization == "F32:15,Q8_0:5"
+    # two of the SIMEX set (named: --simex runs all 16): only the tables its readings read, by themselves
+    simex = run_cli_in_process("run", "--model", "tiny-gguf", "--checkpoint", "simex-x0", "--checkpoint", "simex-x2-1",
+                               *settings, "--warehouse", str(warehouse))
+    assert simex.returncode == 0, simex.stdout[-3000:] + simex.stderr[-2000:]
+    assert "the SIMEX set: only the tables its zero-rounding readings read" in simex.stdout
     store = Warehouse(warehouse)
     assert {r["checkpoint"]: r["status"] for r in store.query("SELECT * FROM partitions").to_pylist()} == \
-        {"local": "complete", "init": "complete", "init-quantized": "complete", "rounding-x1": "complete",
-         "rounding-x2": "complete"}
+        {"local": "complete", "init": "complete", "init-quantized": "complete", "simex-x0": "incomplete",
+         "simex-x2-1": "incomplete"}
+    assert {r["table_name"] for r in store.query("SELECT table_name FROM published_tables WHERE checkpoint = "
+                                                 "'simex-x2-1'").to_pylist()} >= set(SIMEX_TABLES)
+    assert not store.query("SELECT * FROM published_tables WHERE checkpoint = 'simex-x2-1' AND table_name IN "
+                           "('coupling_tests', 'communities', 'transient_dynamics')").num_rows
     rows = store.query("SELECT checkpoint, source_sha256, source_quantization, initialization "
                        "FROM model_checkpoints").to_pylist()
     assert all(r["source_sha256"] == sha and r["source_quantization"] == "F32:15,Q8_0:5" for r in rows)
     initialization = {r["checkpoint"]: r["initialization"] for r in rows}
     assert "seed 0" in initialization["init"] and initialization["init"] in initialization["init-quantized"]
     assert "(F32:15,Q8_0:5)" in initialization["init-quantized"] and initialization["local"] == ""
-    assert "2 times each tensor's own rounding variance" in initialization["rounding-x2"]
+    assert "2 times each tensor's own rounding variance" in initialization["simex-x2-1"] and \
+        "seed 1" in initialization["simex-x2-1"]
+    assert "as they are" in initialization["simex-x0"]  # the file itself: the draws' paired baseline
     # the control's weights: the null model's, Q8_0-rounded where the file is Q8_0, unchanged where it is F32
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -258,10 +270,11 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
     claims_record = json.loads((claims_directory / "claims.json").read_text())
     # the same claims from the small frames kept beside (then without the warehouse): a study run over several
     # sessions keeps each session's checkpoints there and is judged from them all
-    inputs = warehouse.parent / "claims-inputs"
+    inputs, simex_inputs = warehouse.parent / "claims-inputs", warehouse.parent / "simex-inputs"
     for source in (("--warehouse", str(warehouse), "--save-inputs", str(inputs)), ("--inputs", str(inputs))):
         output = inputs.parent / f"claims-from-{source[-2].strip('-')}"
-        again = run_cli_in_process("claims", "tiny-gguf", "--trained", "local", *source, "--output", str(output))
+        again = run_cli_in_process("claims", "tiny-gguf", "--trained", "local", *source, "--simex-inputs",
+                                   str(simex_inputs), "--output", str(output))
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         assert json.loads((output / "claims.json").read_text()) == claims_record, source
         assert (output / "claims.md").read_text() == (claims_directory / "claims.md").read_text()
@@ -272,8 +285,8 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
                                  env={**os.environ, **s3_environment})
     assert over_s3.returncode == 0, over_s3.stderr[-2000:]
     assert json.loads((inputs.parent / "claims-over-s3" / "claims.json").read_text()) == claims_record
-    assert sorted(path.name for path in inputs.iterdir()) == [".lock", "init", "init-quantized", "local",
-                                                              "rounding-x1", "rounding-x2"]  # and no generation left
+    assert sorted(path.name for path in inputs.iterdir()) == [".lock", "init", "init-quantized", "local"]
+    assert sorted(path.name for path in simex_inputs.iterdir()) == [".lock", "simex-x0", "simex-x2-1"]
     # the kept frames have exactly the columns a kept folder is checked against (claims_inputs.COLUMNS)
     from resdyn.dagster_project.study.claims_inputs import COLUMNS, claims_inputs, keep_claims_inputs
 
@@ -305,12 +318,13 @@ def test_resdyn_run_on_a_gguf_file_records_its_origin_and_does_not_reimport_an_u
             "coupling_learned", "community_coupling_near_symmetric", "community_coupling_strongly_non_normal",
             "community_coupling_learned", "surgery_installed_by_training",
             "community_coupling_operator_dependence"} == primary
-    # every row says why and which sentence of PAPER.md it reads; the two registered doses (one draw each) are
-    # used but are too few for rules v5's extrapolation to zero rounding, which the record says
+    # every row says why and which sentence of PAPER.md it reads; the SIMEX set's baseline and one draw are read but
+    # are too few for rules v5's extrapolation to zero rounding, which the record says
     assert all(claim["why"] and claim["reads"] for claim in claims_record["claims"])
-    assert claims_record["rounding_doses"] == ["rounding-x1", "rounding-x2"]
+    assert claims_record["simex_checkpoints"] == ["simex-x0", "simex-x2-1"]
     assert all(c["zero_rounding"] == "n/a" for c in claims_record["claims"])
-    assert "at least 5 draws at each of at least 3 doses" in claims_record["rounding_doses_note"]
+    assert "at least 5 draws at each of at least 3 doses" in claims_record["zero_rounding_note"] and \
+        "1 at 2x" in claims_record["zero_rounding_note"]
     assert (claims_directory / "coupling_power.parquet").is_file()
     assert claims_record["rules"] == {key: {"version": v, "rule": text} for key, (v, text) in rules_table().items()}
     assert set(claims_record["settings_hash"]) >= {"init", "local"}

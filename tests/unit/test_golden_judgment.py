@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from resdyn import claims
-from resdyn.dagster_project.study.claims import checkpoint_data
+from resdyn.dagster_project.study.claims import checkpoint_data, zero_rounding
 from resdyn.dagster_project.study.claims_inputs import load_claims_inputs
-from resdyn.models.registry import ROUNDING_NOISE_REVISIONS
 
 STUDY = Path(__file__).resolve().parents[2] / "docs" / "study"
 KEPT = (("smollm2-135m", STUDY / "smollm2-135m"), ("gemma3-270m", STUDY / "gemma3-270m"),
@@ -33,11 +32,14 @@ def rejudged(model: str, folder: Path) -> tuple[dict, list[claims.Claim], str]:
     judged = claims.evaluate(null, trained)
     if record.get("quantized_null_checkpoint"):
         judged = claims.with_quantization_control(judged, data[record["quantized_null_checkpoint"]], trained)
-    note = ""
-    if record.get("rounding_doses"):
-        judged, note = claims.with_zero_rounding(judged, null, [(ROUNDING_NOISE_REVISIONS[dose], data[dose])
-                                                                for dose in record["rounding_doses"]])
+    simex = folder / "simex"  # the SIMEX set kept beside the study's inputs (resdyn claims --simex-inputs)
+    simex_frames = load_claims_inputs(simex, model) if simex.is_dir() else None
+    sha = record["source_sha256"].get(record["trained_checkpoint"]) or ""
+    judged, note, checkpoints = zero_rounding(judged, model, null, simex_frames, sha, record["null_checkpoint"],
+                                              from_kept_inputs=True)
+    assert checkpoints == record["simex_checkpoints"]
     return record, judged, note
+
 
 
 def _close(kept, now) -> bool:
@@ -66,7 +68,7 @@ def test_every_kept_input_set_is_judged_as_committed(model, folder):
             if committed is not None:
                 assert all(_close(committed[field], now[field]) for field in committed), (claim.key, name, committed, now)
         assert kept[claim.key]["zero_rounding_verdict"] == claim.zero_rounding_verdict
-    assert record["rounding_doses_note"].endswith(note)
+    assert record["zero_rounding_note"] == note
 
 
 def test_the_tolerance_can_fail():

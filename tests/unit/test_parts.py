@@ -89,14 +89,19 @@ def test_the_registered_gemma3_entry_lists_its_four_parts():
 
 
 def test_a_suite_names_whole_models_or_single_checkpoints():
-    """The study runs four checkpoints of both models (null model, trained, the two doses of the file's own
-    rounding; not the quantized null model, which informs no claim); the demo names SmolLM2's two checkpoints and leaves the rest to the study."""
+    """The study runs two checkpoints of both models (null model and trained; not the quantized null model, which
+    informs no claim), the SIMEX suite each model's SIMEX set (which a run of the whole model leaves out: it runs at
+    its own settings); the demo names SmolLM2's two checkpoints and leaves the rest to the study."""
     from resdyn.models.registration import Request, partitions_of
+    from resdyn.models.registry import SIMEX_REVISIONS
 
     registry = ModelRegistry()
     study = partitions_of(Request(suite="study"), registry)
-    assert study == [f"{model}@{c}" for model in ("smollm2-135m", "gemma3-270m")
-                     for c in ("init", "trained", "rounding-x1", "rounding-x2")]
+    assert study == [f"{model}@{c}" for model in ("smollm2-135m", "gemma3-270m") for c in ("init", "trained")]
+    assert partitions_of(Request(suite="simex"), registry) == [f"{model}@{c}" for model in ("smollm2-135m", "gemma3-270m")
+                                                               for c in SIMEX_REVISIONS]
+    assert len(SIMEX_REVISIONS) == 16 and not set(SIMEX_REVISIONS) & {
+        key.split("@")[1] for key in partitions_of(Request(models=("gemma3-270m",)), registry)}
     assert partitions_of(Request(suite="smollm2"), registry) == [
         f"smollm2-135m@{c}" for c in ("init", "init-quantized", "trained")]
     default = partitions_of(Request(suite="default"), registry)
@@ -105,19 +110,20 @@ def test_a_suite_names_whole_models_or_single_checkpoints():
 
 
 @pytest.mark.parametrize(("given", "label", "run"), [
-    ((), "local", ["local", "init", "init-quantized", "rounding-x1", "rounding-x2"]),
+    ((), "local", ["local", "init", "init-quantized"]),
     (("local",), "local", ["local"]),
     (("local", "init"), "local", ["local", "init"]),
-    (("init", "rounding-x1", "rounding-x2"), "local", ["init", "rounding-x1", "rounding-x2"]),
+    (("init", "simex-x0", "simex-x3-5"), "local", ["init", "simex-x0", "simex-x3-5"]),
     (("mine", "init"), "mine", ["mine", "init"]),
 ])
 def test_checkpoint_selects_among_a_gguf_files_null_model_checkpoints(tmp_path, given, label, run):
-    """--null-model registers the file's null model, its quantized control and rounding doses; --checkpoint
-    then names which of them run (and, once, the file's own label): the trained file and its null model without
-    the quantized control is one command."""
+    """--null-model registers the file's null model, its quantized control and its SIMEX set; --checkpoint then
+    names which of them run (and, once, the file's own label; without it, all but the SIMEX set, which --simex
+    runs): the trained file and its null model without the quantized control is one command."""
     import random
 
     from resdyn.models.registration import Request, partitions_of
+    from resdyn.models.registry import SIMEX_REVISIONS
 
     from ..gguf_files import random_model, write_gguf
 
@@ -126,6 +132,8 @@ def test_checkpoint_selects_among_a_gguf_files_null_model_checkpoints(tmp_path, 
     said = []
     keys = partitions_of(Request(models=(str(path),), checkpoints=given, null_model=True), registry, say=said.append)
     assert keys == [f"tg@{c}" for c in run]
-    assert set(registry.get("tg").checkpoints) == {label, "init", "init-quantized", "rounding-x1", "rounding-x2"}
+    assert set(registry.get("tg").checkpoints) == {label, "init", "init-quantized", *SIMEX_REVISIONS}
+    assert "the SIMEX set (16 checkpoints simex-x0 ... simex-x3-5: run it with `resdyn run --model tg --simex`)" \
+        in said[0]
     with pytest.raises(ValueError, match="at most one --checkpoint label.*may also select"):
         partitions_of(Request(models=(str(path),), checkpoints=("a", "b"), null_model=True), registry)

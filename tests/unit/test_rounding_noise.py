@@ -193,3 +193,26 @@ def test_any_change_of_verdict_at_zero_rounding_is_flagged():
         assert "changes at zero rounding" in text, (verdict, zero, text)
     same = dataclasses.replace(base, zero_rounding=claims.Estimate(0.2), zero_rounding_verdict="undecided")
     assert "changes" not in same.rounding_text()
+
+
+def test_draws_on_other_samples_are_paired_with_the_files_own_weights_on_those_samples(fresh_seed):
+    """The SIMEX set measures its draws and the file's own weights (the baseline) on a smaller sample set, whose
+    values all sit `offset` away from the trained checkpoint's (another n): paired with the baseline, the planted
+    shift -0.1 comes back and the claim is judged on the trained checkpoint's own value moved by it; paired with the
+    trained checkpoint instead, the offset would pass for rounding."""
+    offset = np.random.default_rng(fresh_seed).uniform(0.03, 0.06)
+    scatter = np.random.default_rng(fresh_seed + 7).normal(0.0, 0.003, (4, 5))
+    null, dose = _rounding_pair(fresh_seed, lambda lam, draw: 0.3 + 0.1 * (lam + 1) + (scatter[int(lam), draw]
+                                                                                      if lam else 0.0))
+    _, other_samples = _rounding_pair(fresh_seed, lambda lam, draw: offset + 0.3 + 0.1 * (lam + 1)
+                                      + (scatter[int(lam), draw] if lam else 0.0))
+    plain = claims.evaluate(null, dose(0.0))
+    draws = [(float(lam), other_samples(float(lam), draw)) for lam in (1, 2, 3) for draw in range(5)]
+    paired, note = claims.with_zero_rounding(plain, null, draws, baseline=other_samples(0.0))
+    rotation = {c.key: c for c in paired}["early_rotation"]
+    plain_rotation = {c.key: c for c in plain}["early_rotation"]
+    shift = rotation.zero_rounding.value - plain_rotation.effect.value
+    assert shift == pytest.approx(-0.1, abs=0.01) and rotation.zero_rounding_verdict == "does not hold"
+    assert "paired with the file's own weights on the same samples" in note and "doses 1, 2, 3" in note
+    unpaired = {c.key: c for c in claims.with_zero_rounding(plain, null, draws)[0]}["early_rotation"]
+    assert abs(unpaired.zero_rounding.value - plain_rotation.effect.value + 0.1) > offset / 2

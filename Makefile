@@ -33,19 +33,21 @@ demo: install
 	$(VENV)/bin/resdyn run --suite default
 	$(VENV)/bin/resdyn report
 
-# The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained, as its null
-# model and two doses of its own rounding noise (the `study` suite; the quantized null model informs no claim), on
-# 1,000 WikiText-2 windows (--preset paper), then each model's claims (rules v5, docs/study.md).
+# The study at the paper's sample size (not part of demo): SmolLM2-135M and Gemma 3 270M, each trained and as its
+# null model (the `study` suite; the quantized null model informs no claim), on 1,000 WikiText-2 windows
+# (--preset paper); then each model's SIMEX set (the file's weights and 5 draws at each of 3 doses of its own
+# rounding, spectral tables only, n = 128: the `simex` suite); then each model's claims (rules v5, docs/study.md).
 # Resumable: --resume skips the partitions the warehouse holds complete with these settings, corpus and code; the claims
-# inputs (small frames, one folder per checkpoint) are kept in docs/study/MODEL/inputs, so checkpoints run in
-# different sessions (or warehouses) are judged together.
+# inputs (small frames, one folder per checkpoint) are kept in docs/study/MODEL/inputs and the SIMEX set's in
+# docs/study/MODEL/simex, so checkpoints run in different sessions (or warehouses) are judged together.
 study: install
 	mkdir -p $(DAGSTER_HOME)
 	$(VENV)/bin/resdyn run --suite study --preset paper --resume
+	$(VENV)/bin/resdyn run --suite simex
 	$(VENV)/bin/resdyn claims smollm2-135m --null init --trained trained --output docs/study/smollm2-135m \
-	  --save-inputs docs/study/smollm2-135m/inputs
+	  --save-inputs docs/study/smollm2-135m/inputs --simex-inputs docs/study/smollm2-135m/simex
 	$(VENV)/bin/resdyn claims gemma3-270m --null init --trained trained --output docs/study/gemma3-270m \
-	  --save-inputs docs/study/gemma3-270m/inputs
+	  --save-inputs docs/study/gemma3-270m/inputs --simex-inputs docs/study/gemma3-270m/simex
 
 # every tier: tests/unit, tests/pipeline (one warehouse per session) and tests/system (real components, kill drills),
 # on TEST_WORKERS processes (pytest-xdist): each test file whole on one worker, the slowest files of the last recorded

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from resdyn.depth import POLAR_NORMAL, SCHUR_ORDERING
+from resdyn.normal_part import eigenvector_condition_number
 from resdyn.spectra import analyse_sublayer
 
 # the normal parts whose alpha = 0 surgery each fold replicates (sampling_intervals): LAPACK's Schur ordering and the
@@ -13,9 +16,12 @@ FOLD_SURGERY_ORDERINGS = (SCHUR_ORDERING, POLAR_NORMAL)
 
 
 def analyse_matrix(matrix):
-    """A matrix reference (store.handles.MatrixReference) -> its SublayerSpectrum (Schur form kept for surgery,
-    the eigenvector condition number recorded)."""
-    return analyse_sublayer(matrix.load(), eigenvectors=True)
+    """A matrix reference (store.handles.MatrixReference) -> its SublayerSpectrum (Schur form kept for surgery),
+    with the eigenvector condition number of the mean Jacobian (the polar normal part's conditioning, from the same
+    Schur form; only layer_metrics records it)."""
+    spectrum = analyse_sublayer(matrix.load())
+    condition = eigenvector_condition_number(spectrum.schur_form)
+    return dataclasses.replace(spectrum, metrics={**spectrum.metrics, "eigenvector_condition_number": condition})
 
 
 def sample_metrics(matrix: np.ndarray) -> dict:

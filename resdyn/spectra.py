@@ -299,17 +299,14 @@ class SublayerSpectrum:
     metrics: dict
 
 
-def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True, alignment: bool = True,
-                     eigenvectors: bool = False) -> SublayerSpectrum:
+def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True, alignment: bool = True
+                     ) -> SublayerSpectrum:
     """Every per-sublayer metric of the study for one (mean) Jacobian J, from three factorizations:
 
     the real Schur form of J (eigenvalues, Henrici departure, complex blocks; reused by Schur
     surgery; without its basis when ``keep_schur`` is false), the singular values of J (conditioning,
     ranks), and the top-k singular triplets of J - I (both self-alignment metrics; a full SVD up to
     TRUNCATED_SVD_MIN_WIDTH, Lanczos beyond; skipped, and the two metrics left out, without ``alignment``).
-    With ``eigenvectors``, also the eigenvector condition number from T's eigenvectors
-    (resdyn.normal_part.eigenvector_condition_number: the conditioning of the polar normal part that the Schur
-    surgery uses; only the mean Jacobians' table records it).
     """
     jacobian = _float64(jacobian)
     if not np.isfinite(jacobian).all():
@@ -350,10 +347,6 @@ def analyse_sublayer(jacobian, k: int | None = None, *, keep_schur: bool = True,
         "stable_rank": stable_rank(singular_values),
         "numerical_rank": numerical_rank(singular_values),
     }
-    if eigenvectors:
-        from .normal_part import eigenvector_condition_number  # normal_part imports this module
-
-        metrics["eigenvector_condition_number"] = eigenvector_condition_number(schur_form)
     metrics["operator_type"] = operator_type(metrics["asymmetry_index"], metrics["rotation_share"])
     metrics["operator_type_henrici"] = operator_type_henrici(metrics["henrici_rel_j_minus_i"], metrics["frac_complex"])
     if not keep_schur:

@@ -246,9 +246,18 @@ def command_claims(arguments) -> int:
         output = spool if upload else target.path if target else None
         try:
             simex_kept = Path(arguments.simex_inputs) if arguments.simex_inputs else None
+
+            def keep_simex_set(store) -> None:  # the warehouse's SIMEX set beside the draws kept before
+                found = simex_inputs(store, arguments.model)
+                ready = sorted(set(found["sublayers"]["checkpoint"].to_list()))
+                if ready:
+                    for folder in keep_claims_inputs(found, simex_kept, recovered, checkpoints=ready):
+                        print(f"claims inputs kept (SIMEX set): {folder}")
             if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
                 frames = load_claims_inputs(kept, arguments.model, recovered)
                 null, trained = _kept_pair(frames, arguments)
+                if simex_kept is not None and arguments.warehouse:  # the SIMEX set measured in another warehouse
+                    keep_simex_set(open_for_reading(arguments.warehouse))
                 simex_frames = load_claims_inputs(simex_kept, arguments.model, recovered) if simex_kept else None
                 report, figure = build_claims(None, arguments.model, null, trained, output, frames=frames,
                                               simex_frames=simex_frames)
@@ -265,11 +274,7 @@ def command_claims(arguments) -> int:
                     frames = load_claims_inputs(kept, arguments.model, recovered)
                 simex_frames = None
                 if simex_kept is not None:  # the SIMEX set kept beside the draws kept before, judged from there
-                    found = simex_inputs(store, arguments.model)
-                    ready = sorted(set(found["sublayers"]["checkpoint"].to_list()))
-                    if ready:
-                        for folder in keep_claims_inputs(found, simex_kept, recovered, checkpoints=ready):
-                            print(f"claims inputs kept (SIMEX set): {folder}")
+                    keep_simex_set(store)
                     simex_frames = load_claims_inputs(simex_kept, arguments.model, recovered)
                 report, figure = build_claims(store, arguments.model, null, trained, output, frames=frames,
                                               simex_frames=simex_frames)
@@ -441,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--inputs", metavar="DIR", help="compute the claims from frames kept by --save-inputs (every "
                         "checkpoint folder under DIR) instead of the warehouse; needs --output")
     claims.add_argument("--simex-inputs", metavar="DIR", help="the SIMEX set's frames (resdyn run --model M --simex): "
-                        "with --inputs, read those kept in DIR; otherwise keep the warehouse's in DIR, beside draws "
+                        "keep the warehouse's in DIR (with --inputs: only where --warehouse is given), beside draws "
                         "kept there before, and read them from there (default: the warehouse's, not kept)")
     claims.set_defaults(handler=command_claims)
 

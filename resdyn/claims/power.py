@@ -38,7 +38,7 @@ def community_power(n_communities: int, level: float, n_permutations: int) -> fl
 def _strata_of(data: CheckpointData, tested: np.ndarray) -> tuple[list | None, str]:
     """(the tested sublayers' degree strata or None, a note saying which law the power used)."""
     if data.unit_strata is None:
-        return None, "one stratum per test (the inputs lack the degree strata, kept before they were recorded)"
+        return None, "over one stratum per test: the inputs lack the degree strata, kept before they were recorded"
     return [data.unit_strata[index] or None for index in np.flatnonzero(tested)], "over the degree strata as observed"
 
 

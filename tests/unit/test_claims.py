@@ -450,11 +450,11 @@ def test_the_unit_tests_power_uses_the_degree_strata_kept_and_says_which_law_it_
                        significant=[False] * n, kinds=kinds, effects=rng.normal(0, 0.05, n),
                        n_boundary=160, n_interior=416)
     power, note = unit_family_power(data)
-    assert "one stratum per test" in note
+    assert "over one stratum per test" in note
     even = ((40, 104),) * 4
     data.unit_strata = [even] * n
     assert unit_family_power(data) == (power, note.replace(
-        "one stratum per test (the inputs lack the degree strata, kept before they were recorded)",
+        "over one stratum per test: the inputs lack the degree strata, kept before they were recorded",
         "over the degree strata as observed"))
     skewed = ((4, 140), (6, 138), (20, 124), (130, 14))
     data.unit_strata = [skewed] * n

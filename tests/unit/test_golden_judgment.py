@@ -32,8 +32,8 @@ def rejudged(model: str, folder: Path) -> tuple[dict, list[claims.Claim], str]:
     judged = claims.evaluate(null, trained)
     if record.get("quantized_null_checkpoint"):
         judged = claims.with_quantization_control(judged, data[record["quantized_null_checkpoint"]], trained)
-    simex = folder / "simex"  # the SIMEX set kept beside the study's inputs (resdyn claims --simex-inputs)
-    simex_frames = load_claims_inputs(simex, model) if simex.is_dir() else None
+    simex = STUDY / model / "simex"  # the model's SIMEX set, kept by resdyn claims --simex-inputs
+    simex_frames = load_claims_inputs(simex, model) if record["simex_checkpoints"] else None
     sha = record["source_sha256"].get(record["trained_checkpoint"]) or ""
     judged, note, checkpoints = zero_rounding(judged, model, null, simex_frames, sha, record["null_checkpoint"],
                                               from_kept_inputs=True)

@@ -304,14 +304,20 @@ def test_holm_matches_its_step_down_definition(fresh_seed):
         assert rejected == {int(i) for i in tested if adjusted[i] <= level}
 
 
-def test_the_surgery_verdict_that_flips_with_the_ordering_is_undecided(fresh_seed):
+def _rotating_pair(fresh_seed, n: int = 24):
+    """(rng, trained, null): a trained model that loses asymmetry and collapses its rank through depth, rotation
+    dominated everywhere, and a null model that keeps both (the surgery restores 0.9 of the rank in each)."""
     rng = np.random.default_rng(fresh_seed)
-    n = 24
     kinds = ["rotation_dominated"] * n
     trained = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.5, rotation=0.4, ranks=np.geomspace(60, 3, n),
-                          significant=[False] * n, kinds=kinds, effects=np.zeros(n), surgery_share=0.9)
+                          significant=[False] * n, kinds=kinds, effects=np.zeros(n))
     null = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.7, rotation=0.6, ranks=np.linspace(62, 58, n),
-                       significant=[False] * n, kinds=kinds, effects=np.zeros(n), surgery_share=0.9)
+                       significant=[False] * n, kinds=kinds, effects=np.zeros(n))
+    return rng, trained, null
+
+
+def test_the_surgery_verdict_that_flips_with_the_ordering_is_undecided(fresh_seed):
+    _, trained, null = _rotating_pair(fresh_seed)
     verdicts = {c.key: c for c in claims.evaluate(null, trained)}
     assert verdicts["surgery_installed_by_training"].verdict == "does not hold"  # the null model rescues as much
     assert verdicts["surgery_dissolves"].verdict == "undecided" and "null model's" in verdicts["surgery_dissolves"].why
@@ -415,13 +421,8 @@ def test_the_surgery_prints_the_largest_eigenvector_condition_number_or_that_it_
     """The polar normal part's conditioning: the largest kappa(V) over each model's sublayers and its depth, taken
     from per-sublayer values drawn here, in the surgery's note, the diagnostics and claims.md; inputs kept before
     it was recorded say so instead of printing a number."""
-    rng = np.random.default_rng(fresh_seed)
-    n = 24
-    kinds = ["rotation_dominated"] * n
-    trained = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.5, rotation=0.4, ranks=np.geomspace(60, 3, n),
-                          significant=[False] * n, kinds=kinds, effects=np.zeros(n))
-    null = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.7, rotation=0.6, ranks=np.linspace(62, 58, n),
-                       significant=[False] * n, kinds=kinds, effects=np.zeros(n))
+    rng, trained, null = _rotating_pair(fresh_seed)
+    n = len(trained.depth)
     note = {c.key: c for c in claims.evaluate(null, trained)}["surgery_dissolves"].note
     assert "trained not recorded" in note and "null model not recorded" in note
     trained.eigenvector_condition = rng.uniform(1.0, 50.0, n)

@@ -37,9 +37,11 @@ demo: install
 # null model (the `study` suite; the quantized null model informs no claim), on 1,000 WikiText-2 windows
 # (--preset paper); then each model's SIMEX set (the file's weights and 5 draws at each of 3 doses of its own
 # rounding, spectral tables only, n = 128: the `simex` suite); then each model's claims (rules v5, docs/study.md).
-# Resumable: --resume skips the partitions the warehouse holds complete with these settings, corpus and code; the claims
-# inputs (small frames, one folder per checkpoint) are kept in docs/study/MODEL/inputs and the SIMEX set's in
-# docs/study/MODEL/simex, so checkpoints run in different sessions (or warehouses) are judged together.
+# The study's partitions are resumable: --resume skips those the warehouse holds complete with these settings, corpus
+# and code. The SIMEX set is not (its partitions hold only the spectral tables, and --resume judges whole partitions):
+# each `make study` measures it again (docs/scale.md: its cost). The claims inputs (small frames, one folder per
+# checkpoint) are kept in docs/study/MODEL/inputs and the SIMEX set's in docs/study/MODEL/simex, so checkpoints run in
+# different sessions (or warehouses) are judged together.
 study: install
 	mkdir -p $(DAGSTER_HOME)
 	$(VENV)/bin/resdyn run --suite study --preset paper --resume

@@ -119,7 +119,8 @@ def coupling_test(amplification: np.ndarray, is_boundary: np.ndarray, degree: np
     finite = np.isfinite(amplification)
     amplification, is_boundary = amplification[finite], is_boundary[finite]
     n_boundary, n_interior = int(is_boundary.sum()), int((~is_boundary).sum())
-    strata = degree_strata(np.asarray(degree)[finite]) if degree is not None else np.zeros(len(amplification), int)
+    strata = degree_strata(np.asarray(degree)[finite]) if degree is not None and finite.any() else \
+        np.zeros(len(amplification), int)
     bins = np.unique(strata)
     sizes = {"stratum_boundary": tuple(int(np.sum(is_boundary[strata == g])) for g in bins),
              "stratum_interior": tuple(int(np.sum(~is_boundary[strata == g])) for g in bins)}

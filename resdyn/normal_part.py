@@ -200,7 +200,8 @@ def eigenvector_condition_number(schur_form: np.ndarray) -> float:
     """kappa(V) = sigma_max(V) / sigma_min(V) for the unit-column eigenvector matrix V of J = Z T Z^T, from T.
 
     kappa(V) >= 1; it is 1 for a normal J with distinct eigenvalues and only for a normal J (unit columns that are
-    orthonormal); inf for a defective J. It is the Bauer-Fike constant (every eigenvalue of J + E lies within
+    orthonormal); for a defective J it is infinite in exact arithmetic and of the order of 1 / eps in floating
+    point (DTREVC perturbs a repeated diagonal: a 2 x 2 Jordan block gives about 1e16). It is the Bauer-Fike constant (every eigenvalue of J + E lies within
     kappa(V) ||E||_2 of J's spectrum: Bauer & Fike 1960, Numer. Math. 2, 137-141) and, with unit columns, within a
     factor sqrt(d) of the smallest condition number over the columns' scalings (van der Sluis 1969, Numer. Math.
     14, 14-23); Trefethen & Embree, Spectra and Pseudospectra (2005), read it as a measure of non-normality. It is

@@ -247,20 +247,27 @@ def command_claims(arguments) -> int:
         try:
             simex_kept = Path(arguments.simex_inputs) if arguments.simex_inputs else None
 
+            left_out: dict[str, str] = {}
+
             def keep_simex_set(store) -> None:  # the warehouse's SIMEX set beside the draws kept before
-                found = simex_inputs(store, arguments.model)
+                found, excluded = simex_inputs(store, arguments.model)
+                left_out.update(excluded)
                 ready = sorted(set(found["sublayers"]["checkpoint"].to_list()))
                 if ready:
                     for folder in keep_claims_inputs(found, simex_kept, recovered, checkpoints=ready):
                         print(f"claims inputs kept (SIMEX set): {folder}")
+
+            def kept_simex_set():  # None where nothing was kept (the claims then say why there is no reading)
+                held = simex_kept is not None and simex_kept.is_dir() and any(
+                    path.is_dir() and not path.name.startswith(".") for path in simex_kept.iterdir())
+                return load_claims_inputs(simex_kept, arguments.model, recovered) if held else None
             if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
                 frames = load_claims_inputs(kept, arguments.model, recovered)
                 null, trained = _kept_pair(frames, arguments)
                 if simex_kept is not None and arguments.warehouse:  # the SIMEX set measured in another warehouse
                     keep_simex_set(open_for_reading(arguments.warehouse))
-                simex_frames = load_claims_inputs(simex_kept, arguments.model, recovered) if simex_kept else None
                 report, figure = build_claims(None, arguments.model, null, trained, output, frames=frames,
-                                              simex_frames=simex_frames)
+                                              simex_frames=kept_simex_set(), simex_left_out=left_out)
             else:
                 store = open_for_reading(arguments.warehouse)  # a folder, or s3://BUCKET/PREFIX (then --output)
                 pair = next((p for p in claim_pairs(store) if p["model"] == arguments.model), {})
@@ -275,9 +282,9 @@ def command_claims(arguments) -> int:
                 simex_frames = None
                 if simex_kept is not None:  # the SIMEX set kept beside the draws kept before, judged from there
                     keep_simex_set(store)
-                    simex_frames = load_claims_inputs(simex_kept, arguments.model, recovered)
+                    simex_frames = kept_simex_set()
                 report, figure = build_claims(store, arguments.model, null, trained, output, frames=frames,
-                                              simex_frames=simex_frames)
+                                              simex_frames=simex_frames, simex_left_out=left_out)
         finally:
             for line in recovered:  # what a keep that was stopped left in the kept folder, and what was done
                 print(f"resdyn: warning: {line}", file=sys.stderr)
@@ -380,11 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "file's stem)")
     run.add_argument("--null-model", action="store_true", help="with a new GGUF --model: also its checkpoint 'init', "
                      "the same config with freshly initialised weights (HF's initialisation, seed 0), and "
-                     "'init-quantized', those weights rounded through the file's own tensor types, and "
-                     "'rounding-x1' / 'rounding-x2', the file's weights with 1x / 2x their own rounding variance "
-                     "added (the claims extrapolate to no rounding: SIMEX); all are registered, and --checkpoint "
-                     "selects which run (e.g. --checkpoint local --checkpoint init); the SIMEX set is registered "
-                     "too and runs with --simex")
+                     "'init-quantized', those weights rounded through the file's own tensor types; --checkpoint "
+                     "selects which run (e.g. --checkpoint local --checkpoint init). Its SIMEX set (the file's "
+                     "weights with their own rounding noise added, from which the claims extrapolate to no "
+                     "rounding) is registered too and runs with --simex")
     run.add_argument("--simex", action="store_true", help="run the SIMEX set of a registered GGUF --model (rules v5's "
                      "zero-rounding readings): its file's weights (simex-x0) and 5 noise draws at each of 3 doses of "
                      "its own rounding (simex-xD-K), each measured for the spectral tables only, at the settings given "

@@ -133,7 +133,7 @@ _table("layer_metrics", "sublayer", "spectra",
        _c("henrici", F64, "Henrici departure from normality, from the real Schur form"),
        _c("henrici_rel_j", F64, "henrici / ||J||_F"), _c("henrici_rel_j_minus_i", F64, "henrici / ||J - I||_F"),
        _c("eigenvector_condition_number", F64, "sigma_max(V) / sigma_min(V) of the unit-column eigenvectors V of J "
-          "(1 only for a normal J; inf defective; Bauer-Fike constant): the conditioning of the polar normal part "
+          "(1 only for a normal J; about 1 / eps for a defective one; the Bauer-Fike constant): the conditioning of the polar normal part "
           "(resdyn.normal_part.eigenvector_condition_number)"),
        _c("asymmetry_index", F64, "||A - A^T||_F / (2 ||A||_F) of the update A = J - I: 0 symmetric, 1/sqrt(2) random, 1 skew"),
        _c("rotation_share", F64, "sum |Im mu| / sum |mu| over the eigenvalues mu of A = J - I: 0 all real, 2/pi random, 1 all imaginary"),

@@ -64,10 +64,10 @@ def _view(connection, store, table: str, files: list[str]) -> None:
                            f"FROM _files_{table}")
     elif files:
         file_list = "[" + ", ".join(_literal(path) for path in sorted(files)) + "]"
-        read = f"SELECT * FROM read_parquet({file_list}, {HIVE})"
-        if table == "runs":  # runs recorded before a provenance column existed: the column is there, null
-            connection.register("_empty_runs", _empty(table))
-            read += " UNION ALL BY NAME SELECT * FROM _empty_runs"
+        # a table written before one of its columns existed (runs before a provenance column, layer_metrics before
+        # eigenvector_condition_number, ...): the column is there, null, as the object store's schema reads it
+        connection.register(f"_empty_{table}", _empty(table))
+        read = f"SELECT * FROM read_parquet({file_list}, {HIVE}) UNION ALL BY NAME SELECT * FROM _empty_{table}"
         connection.execute(f"CREATE OR REPLACE VIEW {table} AS {read}")
     else:
         connection.register(f"_empty_{table}", _empty(table))

@@ -175,7 +175,8 @@ def claim_pairs(store: Warehouse) -> list[dict]:
 
 def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trained_checkpoint: str,
                  output: Path | None = None, *, frames: dict[str, pl.DataFrame] | None = None,
-                 simex_frames: dict[str, pl.DataFrame] | None = None) -> tuple[ClaimsReport, Path]:
+                 simex_frames: dict[str, pl.DataFrame] | None = None, simex_left_out: dict[str, str] | None = None
+                 ) -> tuple[ClaimsReport, Path]:
     """The claims of ``model`` from the warehouse ``store`` or, when ``frames`` is given, from those frames
     (:func:`load_claims_inputs`); their zero-rounding readings from the SIMEX set's frames ``simex_frames`` (kept
     ones), else the warehouse's (:func:`zero_rounding`); without a warehouse, ``output`` is required."""
@@ -222,11 +223,13 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
     claims = evaluate(data[null_checkpoint], data[trained_checkpoint])
     if control is not None:
         claims = with_quantization_control(claims, data[control], data[trained_checkpoint])
+    left_out = dict(simex_left_out or {})
     if simex_frames is None and store is not None:
-        simex_frames = simex_inputs(store, model)
+        simex_frames, excluded = simex_inputs(store, model)
+        left_out.update(excluded)
     claims, rounding_note, simex_checkpoints = zero_rounding(
-        claims, model, data[null_checkpoint], simex_frames, sources[trained_checkpoint], null_checkpoint,
-        from_kept_inputs=store is None)
+        claims, model, data[null_checkpoint], simex_frames, identity(frames, trained_checkpoint), null_checkpoint,
+        from_kept_inputs=store is None, left_out=left_out)
     report = ClaimsReport(model, null_checkpoint, trained_checkpoint, claims,
                           diagnostics(data[null_checkpoint], data[trained_checkpoint]), control,
                           coupling_power_table(data[null_checkpoint], data[trained_checkpoint]), rounding_note)
@@ -309,26 +312,35 @@ def _check_comparable(model: str, frames: dict[str, pl.DataFrame], compared: lis
     return warnings
 
 
+# the analysis settings the spectral tables depend on besides n: a SIMEX set measured at others than the study's
+# is noted (its shift is carried to the study's estimate as a property of the weights)
+SPECTRAL_SETTINGS = ("sequence_length", "positions", "warmup", "bos", "dtype", "backend", "seed")
+
+
 def zero_rounding(claims: list, model: str, null: CheckpointData, simex_frames: dict[str, pl.DataFrame] | None,
-                  trained_sha256: str, null_checkpoint: str, *, from_kept_inputs: bool = False
-                  ) -> tuple[list, str, list[str]]:
+                  trained: dict, null_checkpoint: str, *, from_kept_inputs: bool = False,
+                  left_out: dict[str, str] | None = None) -> tuple[list, str, list[str]]:
     """(``claims`` with their zero-rounding readings, a note, the SIMEX checkpoints read) from the SIMEX set's
     frames (:func:`simex_inputs`, or kept ones): its baseline (the file's own weights) and its draws, all of one
-    study (file, width, settings, corpus) and made from the trained checkpoint's file, each draw paired with the
-    baseline (resdyn.claims.with_zero_rounding). Without a usable set every claim stays as it is and the note says
-    why and what to run."""
+    study (file, width, settings, corpus) and made from the trained checkpoint's file (``trained``: its
+    :func:`identity`), each draw paired with the baseline (resdyn.claims.with_zero_rounding). The note names the
+    set's checkpoints ``left_out`` (with why) and the spectral settings or corpus in which the set differs from the
+    trained checkpoint. Without a usable set every claim stays as it is and the note says why and what to run."""
     run = f"`resdyn run --model {model} --simex`"
+    left = "; ".join(f"{checkpoint} left out: {why}" for checkpoint, why in (left_out or {}).items())
     if null_checkpoint != "init":
         return claims, "no zero-rounding reading: the SIMEX set goes with a GGUF file's null model (--null init)", []
     if simex_frames is None and from_kept_inputs:
-        return claims, ("no zero-rounding reading: no SIMEX set was given with the kept inputs (--simex-inputs DIR, "
-                        f"kept from a warehouse where it ran: {run})"), []
+        return claims, ("no zero-rounding reading: no SIMEX set in the kept inputs (--simex-inputs DIR, kept from a "
+                        f"warehouse where {run} ran)"), []
     if simex_frames is None or simex_frames["sublayers"].height == 0:
-        return claims, f"no zero-rounding reading: {model}'s SIMEX set is not measured (run it: {run})", []
+        return claims, "; ".join(filter(None, [f"no zero-rounding reading: {model}'s SIMEX set is not measured (run "
+                                               f"it: {run})", left])), []
     data, _ = checkpoint_data(simex_frames)
     if SIMEX_BASELINE not in data:
-        return claims, (f"no zero-rounding reading: the SIMEX set lacks its paired baseline {SIMEX_BASELINE}, the "
-                        f"file's own weights (run it: {run})"), []
+        return claims, "; ".join(filter(None, [
+            f"no zero-rounding reading: the SIMEX set lacks its paired baseline {SIMEX_BASELINE}, the file's own "
+            f"weights (run it: {run})", left])), []
     draws = [checkpoint for checkpoint in SIMEX_REVISIONS if checkpoint != SIMEX_BASELINE and checkpoint in data]
     baseline = identity(simex_frames, SIMEX_BASELINE)
     odd = {checkpoint: differing for checkpoint in draws
@@ -338,17 +350,31 @@ def zero_rounding(claims: list, model: str, null: CheckpointData, simex_frames: 
                                                                  f"{', '.join(d)}" for c, d in odd.items())
                         + f" (a draw is paired with the baseline on the same samples: rerun them at its settings, "
                         f"{run})"), []
-    if baseline["source_sha256"] and trained_sha256 and baseline["source_sha256"] != trained_sha256:
+    if baseline["source_sha256"] and trained["source_sha256"] and baseline["source_sha256"] != trained["source_sha256"]:
         return claims, (f"no zero-rounding reading: the SIMEX set was made from another file (sha256 "
-                        f"{baseline['source_sha256'][:12]}) than the trained checkpoint ({trained_sha256[:12]}): "
-                        f"rerun it ({run})"), []
+                        f"{baseline['source_sha256'][:12]}) than the trained checkpoint "
+                        f"({trained['source_sha256'][:12]}): rerun it ({run})"), []
     if data[SIMEX_BASELINE].d_model != null.d_model or not np.array_equal(data[SIMEX_BASELINE].depth, null.depth):
         return claims, (f"no zero-rounding reading: the SIMEX set's model (d = {data[SIMEX_BASELINE].d_model}) is not "
                         f"the null model's (d = {null.d_model})"), []
     judged, note = with_zero_rounding(claims, null, [(SIMEX_REVISIONS[c][0], data[c]) for c in draws],
                                       data[SIMEX_BASELINE])
     measured = f"the SIMEX set measured at n = {data[SIMEX_BASELINE].n_samples} (settings {baseline['settings_hash']})"
-    return judged, f"{note}; {measured}", [SIMEX_BASELINE, *draws]
+    return judged, "; ".join(filter(None, [note, measured, _set_against_study(simex_frames, trained), left])), \
+        [SIMEX_BASELINE, *draws]
+
+
+def _set_against_study(simex_frames: dict[str, pl.DataFrame], trained: dict) -> str:
+    """Where the SIMEX set's baseline was measured on another corpus or other spectral settings than the trained
+    checkpoint (beside n, which the design lowers), one clause saying so; else ""."""
+    baseline = identity(simex_frames, SIMEX_BASELINE)
+    ours, theirs = baseline["settings"], trained["settings"]
+    clauses = [f"{name} {ours[name]} (the trained checkpoint's: {theirs[name]})" for name in SPECTRAL_SETTINGS
+               if name in ours and name in theirs and ours[name] != theirs[name]]
+    if baseline["corpus_sha256"] and trained["corpus_sha256"] and baseline["corpus_sha256"] != trained["corpus_sha256"]:
+        clauses.append(f"another corpus ({baseline['corpus']}; the trained checkpoint's: {trained['corpus']})")
+    return ("the set was measured with " + ", ".join(clauses) + ": its shift is carried as a property of the weights"
+            if clauses else "")
 
 
 def _require_partitions(store: Warehouse, model: str) -> None:

@@ -94,24 +94,31 @@ def claims_inputs(store: Warehouse, model: str, *, complete_only: bool = True) -
 SIMEX_TABLES = ("model_checkpoints", "layer_metrics", "cumulative_rank", "schur_surgery")
 
 
-def simex_inputs(store: Warehouse, model: str) -> dict[str, pl.DataFrame]:
-    """The frames of :func:`claims_inputs` for ``model``'s SIMEX set (resdyn.models.registry.SIMEX_REVISIONS): the
-    checkpoints of the set whose SIMEX_TABLES are all published, intact and written by one run at one settings hash
-    (the set's runs publish only those, so its partitions are never "complete" in the warehouse's sense). Frames of
-    no rows when none is."""
+def simex_inputs(store: Warehouse, model: str) -> tuple[dict[str, pl.DataFrame], dict[str, str]]:
+    """(the frames of :func:`claims_inputs` for ``model``'s SIMEX set, the set's checkpoints left out with why): the
+    checkpoints of the set (resdyn.models.registry.SIMEX_REVISIONS) whose SIMEX_TABLES are all published, intact
+    and written by one run at one settings hash (the set's runs publish only those, so its partitions are never
+    "complete" in the warehouse's sense). Frames of no rows when none is."""
     from resdyn.models.registry import SIMEX_REVISIONS
 
     published = pl.from_arrow(store.query(
         "SELECT checkpoint, table_name, run_id, settings_hash, intact FROM published_tables WHERE model = $model",
         parameters={"model": model}))
-    ready = []
+    ready, left_out = [], {}
     for checkpoint in SIMEX_REVISIONS:
         rows = published.filter((pl.col("checkpoint") == checkpoint) & pl.col("table_name").is_in(SIMEX_TABLES))
-        if rows.height == len(SIMEX_TABLES) and rows["intact"].all() and rows["run_id"].n_unique() == 1 and \
-                rows["settings_hash"].n_unique() == 1:
+        if not rows.height:
+            continue
+        missing = sorted(set(SIMEX_TABLES) - set(rows["table_name"].to_list()))
+        damaged = sorted(rows.filter(~pl.col("intact"))["table_name"].to_list())
+        if missing or damaged:
+            left_out[checkpoint] = f"{', '.join(missing or damaged)} {'not published' if missing else 'damaged'}"
+        elif rows["run_id"].n_unique() > 1 or rows["settings_hash"].n_unique() > 1:
+            left_out[checkpoint] = "its tables come from several runs or settings (run it again)"
+        else:
             ready.append(checkpoint)
     frames = claims_inputs(store, model, complete_only=False)
-    return {name: frame.filter(pl.col("checkpoint").is_in(ready)) for name, frame in frames.items()}
+    return {name: frame.filter(pl.col("checkpoint").is_in(ready)) for name, frame in frames.items()}, left_out
 
 
 def identity(frames: dict[str, pl.DataFrame], checkpoint: str) -> dict:
@@ -123,7 +130,7 @@ def identity(frames: dict[str, pl.DataFrame], checkpoint: str) -> dict:
     settings = json.loads(run["settings"]) if run.get("settings") else {}
     return {"model": row.get("model"), "source_sha256": row.get("source_sha256") or "", "d_model": row.get("d_model"),
             "settings_hash": run.get("settings_hash") or "", "n_samples": settings.get("n_samples"),
-            "corpus": run.get("corpus") or "", "corpus_sha256": run.get("corpus_sha256") or ""}
+            "corpus": run.get("corpus") or "", "corpus_sha256": run.get("corpus_sha256") or "", "settings": settings}
 
 
 def describe(identity_of: dict) -> str:

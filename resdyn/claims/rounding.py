@@ -61,18 +61,32 @@ def _statistic(claim: Claim) -> Estimate | None:
     return claim.effect or claim.trained
 
 
-def _extrapolated(estimate: Estimate, shift: simex.RoundingShift) -> Estimate:
+# the claims whose statistic is a ratio of ranks (> 0): their rounding shift is one of log(statistic), paired and
+# extrapolated on that scale and applied as a factor, so that a shift measured at the SIMEX set's level (another
+# n) carries to the study's level as the same relative change
+MULTIPLICATIVE = ("cumulative_bottleneck", "bottleneck_learned")
+
+
+def _multiplicative(key: str) -> bool:
+    return key.split("@", 1)[0] in MULTIPLICATIVE
+
+
+def _extrapolated(estimate: Estimate, shift: simex.RoundingShift, multiplicative: bool = False) -> Estimate:
     """The estimate moved by the primary shift, each of its intervals widened by the shift's own (the hull of both
-    extrapolants' 95% intervals, added end to end: conservative)."""
+    extrapolants' 95% intervals, added end to end: conservative); ``multiplicative``: the shift is one of the log,
+    so the estimate and its bounds are multiplied by exp(shift) and exp(its bounds)."""
+    def move(value, by):
+        return value * float(np.exp(by)) if multiplicative else value + by
+
     def moved(low, high):
         if low is None:
             return None, None
-        return low + shift.combined_low, high + shift.combined_high
+        return move(low, shift.combined_low), move(high, shift.combined_high)
     low, high = moved(estimate.low, estimate.high)
     sample_low, sample_high = moved(estimate.sample_low, estimate.sample_high)
     if low is None and sample_low is None:
-        low, high = estimate.value + shift.combined_low, estimate.value + shift.combined_high
-    return Estimate(estimate.value + shift.shift, low, high, sample_low, sample_high)
+        low, high = move(estimate.value, shift.combined_low), move(estimate.value, shift.combined_high)
+    return Estimate(move(estimate.value, shift.shift), low, high, sample_low, sample_high)
 
 
 def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tuple[float, CheckpointData]],
@@ -82,8 +96,9 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
     on the same samples as ``baseline``, the file's own weights (the SIMEX set, resdyn.models.registry; without a
     baseline, on the trained checkpoint's samples). Each claim's statistic (its effect, else its trained value) is
     recomputed on every draw and on the baseline; its paired differences draw - baseline (without one, draw - the
-    claim's own value) are extrapolated to dose -1 (no rounding) by resdyn.simex, linear and quadratic side by side,
-    the primary one declared in rules.SIZES, and the shift is added to the claim's own estimate. The
+    claim's own value; for a ratio of ranks, MULTIPLICATIVE, of the logs) are extrapolated to dose -1 (no rounding)
+    by resdyn.simex, linear and quadratic side by side, the primary one declared in rules.SIZES, and the shift is
+    added to the claim's own estimate (a ratio's multiplies it). The
     zero-rounding verdict is the claim's own rule (bound, direction, null guard) on the extrapolated estimate; where
     the two extrapolants give different verdicts it is "undecided (rounding)". A claim judged by more than one
     bound, or not a trained statistic (:func:`has_zero_rounding_reading`), has none. Without enough draws (rules.SIZES) no claim has one, and the note says
@@ -101,23 +116,26 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
         values = [_statistic(other[claim.key]) if claim.key in other else None for other in on_draws]
         origin = statistic if paired_with is None else \
             (_statistic(paired_with[claim.key]) if claim.key in paired_with else None)
+        multiplicative = _multiplicative(claim.key)
         if not has_zero_rounding_reading(claim.key) or rule.bound is None or rule.holds_above is None or \
                 statistic is None or not finite(statistic.value) or origin is None or not finite(origin.value) or \
-                any(value is None or not finite(value.value) for value in values):
+                any(value is None or not finite(value.value) for value in values) or \
+                (multiplicative and min(origin.value, *(value.value for value in values)) <= 0):
             result.append(claim)
             continue
-        shift = simex.extrapolate_rounding_shift(doses, [value.value - origin.value for value in values],
-                                                 primary=SIZES["simex_primary_extrapolant"])
+        paired = [np.log(value.value / origin.value) if multiplicative else value.value - origin.value
+                  for value in values]
+        shift = simex.extrapolate_rounding_shift(doses, paired, primary=SIZES["simex_primary_extrapolant"])
         verdicts = {}
         for extrapolant in simex.EXTRAPOLANTS:
             fit = shift.fit(extrapolant)
             single = dataclasses.replace(shift, primary=extrapolant, combined_low=fit.low, combined_high=fit.high)
-            moved = _extrapolated(statistic, single)
+            moved = _extrapolated(statistic, single, multiplicative)
             verdict = side(moved, rule.bound, rule.holds_above)
             if claim.effect is None:  # the trained value itself: guarded against the null model's, moved
                 verdict = guarded(dataclasses.replace(claim, verdict=verdict, trained=moved)).verdict
             verdicts[extrapolant] = verdict
-        estimate = _extrapolated(statistic, shift)
+        estimate = _extrapolated(statistic, shift, multiplicative)
         verdict = verdicts[shift.primary] if len(set(verdicts.values())) == 1 else UNDECIDED_ROUNDING
         result.append(dataclasses.replace(claim, zero_rounding=estimate, zero_rounding_verdict=verdict))
     paired = "each paired with the file's own weights on the same samples" if baseline is not None else \

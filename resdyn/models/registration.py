@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .registry import ModelRegistry, ModelSpec, check_name, default_checkpoints, partition_key
+from .registry import SIMEX_REVISIONS, ModelRegistry, ModelSpec, check_name, default_checkpoints, partition_key
 
 
 class RegistrationError(ValueError):
@@ -100,6 +100,9 @@ def _registered_partitions(spec: ModelSpec, checkpoints: Sequence[str]) -> list[
         check_checkpoint_directory(spec.source)  # it may have changed since it was registered
     chosen = list(checkpoints) or default_checkpoints(spec)
     unknown = [c for c in chosen if c not in spec.checkpoints]
+    if unknown and spec.is_gguf and set(unknown) <= set(SIMEX_REVISIONS):
+        raise RegistrationError(f"model {spec.name} has no SIMEX set registered: register it with its file's null model "
+                                f"(`resdyn run --model {spec.source} --null-model`), then run it (--simex)")
     if unknown:
         raise RegistrationError(f"model {spec.name} has no checkpoint {unknown}; known: {list(spec.checkpoints)}")
     return [partition_key(spec.name, c) for c in chosen]
@@ -114,7 +117,6 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
         INIT_QUANTIZED_REVISION,
         INIT_REVISION,
         MADE_REVISIONS,
-        SIMEX_REVISIONS,
     )
 
     if request.revision:

@@ -34,15 +34,14 @@ INIT_QUANTIZED_REVISION = "init-quantized"  # init rounded through the file's ty
 # per dose, measured like the trained file (rules v4's design)
 ROUNDING_NOISE_REVISIONS = {"rounding-x1": 1.0, "rounding-x2": 2.0}
 # The SIMEX set (rules v5): the file's own weights (`simex-x0`, the paired baseline) and SIMEX_DRAWS independent
-# noise draws at each of SIMEX_DOSES, all measured on one smaller sample set (SIMEX_SAMPLES) for the tables the
-# zero-rounding readings read (SIMEX_SELECTION): each draw is a paired difference from `simex-x0` on the same samples
+# noise draws at each of SIMEX_DOSES, all measured at the run's settings (the default n = 128: a smaller sample set
+# than the study's) for the tables the zero-rounding readings read (SIMEX_SELECTION): each draw is a paired difference from `simex-x0` on the same samples
 # (resdyn.simex). label -> (dose, seed of the draw)
 SIMEX_BASELINE = "simex-x0"
 SIMEX_DOSES = (1.0, 2.0, 3.0)
 SIMEX_DRAWS = 5
 SIMEX_REVISIONS = {SIMEX_BASELINE: (0.0, 0), **{f"simex-x{dose:g}-{draw}": (dose, draw) for dose in SIMEX_DOSES
                                                 for draw in range(1, SIMEX_DRAWS + 1)}}
-SIMEX_SAMPLES = 128
 SIMEX_SELECTION = ("group:inputs or group:measurements or group:depth or key:eigenvalues or key:singular_values "
                    "or key:schur_forms or key:layer_metrics")
 # checkpoints made from a GGUF model's file rather than the file itself, each stored at its own label
@@ -113,8 +112,10 @@ def resolve_gguf_source(source: str) -> Path:
 
 def default_checkpoints(spec: ModelSpec) -> list[str]:
     """The checkpoints a run of ``spec`` makes when none is named: all but the SIMEX set, which runs at its own
-    settings (``resdyn run --suite simex``, or each named with --checkpoint)."""
-    return [checkpoint for checkpoint, revision in spec.checkpoints.items() if revision not in SIMEX_REVISIONS]
+    settings (``resdyn run --model NAME --simex``), and rules v4's one-draw doses, which no v5 claim reads (each
+    still runs when named with --checkpoint)."""
+    return [checkpoint for checkpoint, revision in spec.checkpoints.items()
+            if revision not in SIMEX_REVISIONS and revision not in ROUNDING_NOISE_REVISIONS]
 
 
 def partition_key(model: str, checkpoint: str) -> str:

@@ -44,6 +44,8 @@ def test_an_empty_group_makes_the_test_undefined_not_insignificant():
     result = coupling.coupling_test(np.arange(10.0), np.ones(10, bool))
     assert result.p_value == 1.0 and "no interior units" in result.reason
     assert coupling.coupling_test(np.arange(10.0), np.arange(10) < 3).defined
+    nothing = coupling.coupling_test(np.full(10, np.nan), np.arange(10) < 3, np.arange(10.0))  # degree given
+    assert not nothing.defined and nothing.p_permutation == 1.0 and nothing.stratum_boundary == ()
     # FDR over the defined tests only: undefined ones stay null and do not count as tests
     p = np.array([0.01, np.nan, 0.04, 0.03, np.nan])
     q = coupling.false_discovery(p)

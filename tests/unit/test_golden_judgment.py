@@ -15,7 +15,7 @@ import pytest
 
 from resdyn import claims
 from resdyn.dagster_project.study.claims import checkpoint_data, zero_rounding
-from resdyn.dagster_project.study.claims_inputs import load_claims_inputs
+from resdyn.dagster_project.study.claims_inputs import identity, load_claims_inputs
 
 STUDY = Path(__file__).resolve().parents[2] / "docs" / "study"
 KEPT = (("smollm2-135m", STUDY / "smollm2-135m"), ("gemma3-270m", STUDY / "gemma3-270m"),
@@ -27,16 +27,17 @@ ESTIMATES = ("null_estimate", "trained_estimate", "effect_estimate", "zero_round
 
 def rejudged(model: str, folder: Path) -> tuple[dict, list[claims.Claim], str]:
     record = json.loads((folder / "claims.json").read_text())
-    data, _ = checkpoint_data(load_claims_inputs(folder / "inputs", model))
+    frames = load_claims_inputs(folder / "inputs", model)
+    data, _ = checkpoint_data(frames)
     null, trained = data[record["null_checkpoint"]], data[record["trained_checkpoint"]]
     judged = claims.evaluate(null, trained)
     if record.get("quantized_null_checkpoint"):
         judged = claims.with_quantization_control(judged, data[record["quantized_null_checkpoint"]], trained)
     simex = STUDY / model / "simex"  # the model's SIMEX set, kept by resdyn claims --simex-inputs
     simex_frames = load_claims_inputs(simex, model) if record["simex_checkpoints"] else None
-    sha = record["source_sha256"].get(record["trained_checkpoint"]) or ""
-    judged, note, checkpoints = zero_rounding(judged, model, null, simex_frames, sha, record["null_checkpoint"],
-                                              from_kept_inputs=True)
+    judged, note, checkpoints = zero_rounding(judged, model, null, simex_frames,
+                                              identity(frames, record["trained_checkpoint"]),
+                                              record["null_checkpoint"], from_kept_inputs=True)
     assert checkpoints == record["simex_checkpoints"]
     return record, judged, note
 

@@ -216,3 +216,32 @@ def test_draws_on_other_samples_are_paired_with_the_files_own_weights_on_those_s
     assert "paired with the file's own weights on the same samples" in note and "doses 1, 2, 3" in note
     unpaired = {c.key: c for c in claims.with_zero_rounding(plain, null, draws)[0]}["early_rotation"]
     assert abs(unpaired.zero_rounding.value - plain_rotation.effect.value + 0.1) > offset / 2
+
+
+def test_a_ratio_of_ranks_carries_its_rounding_shift_as_a_factor_to_the_studys_level(fresh_seed):
+    """The compression r_first / r_last at the SIMEX set's n sits at another level than the study's; rounding scales
+    it by exp(0.05 lambda): paired on the log scale the zero-rounding compression is the study's own times
+    exp(-0.05), where an additive shift measured at the set's level would move it by the set's amount instead."""
+    from .test_claims import _checkpoint
+
+    rng = np.random.default_rng(fresh_seed)
+    n, study_level, set_level = 24, rng.uniform(8.0, 12.0), rng.uniform(3.0, 5.0)
+    kinds = ["rotation_dominated"] * n
+
+    def checkpoint(compression):
+        return _checkpoint(np.random.default_rng(fresh_seed), asymmetry_start=0.7, asymmetry_end=0.6, rotation=0.4,
+                           ranks=np.geomspace(60, 60 / compression, n), significant=[False] * n, kinds=kinds,
+                           effects=np.zeros(n))
+    null = _checkpoint(rng, asymmetry_start=0.7, asymmetry_end=0.7, rotation=0.3, ranks=np.linspace(62, 58, n),
+                       significant=[False] * n, kinds=kinds, effects=np.zeros(n))
+    plain = claims.evaluate(null, checkpoint(study_level))
+    draws = [(float(lam), checkpoint(set_level * np.exp(0.05 * lam * (1 + 0.01 * draw))))
+             for lam in (1, 2, 3) for draw in range(5)]
+    judged = {c.key: c for c in claims.with_zero_rounding(plain, null, draws, baseline=checkpoint(set_level))[0]}
+    compression = judged["cumulative_bottleneck@absolute"]
+    assert compression.trained.value == pytest.approx(study_level)
+    assert compression.zero_rounding.value == pytest.approx(study_level * np.exp(-0.0503), rel=2e-3)
+    additive = study_level + set_level * (np.exp(-0.0503) - 1)
+    assert abs(compression.zero_rounding.value - additive) > 0.05 * abs(study_level - set_level) * 0.04
+    relative = judged["cumulative_bottleneck"]  # (trained / null compression): the same factor
+    assert relative.zero_rounding.value == pytest.approx(relative.effect.value * np.exp(-0.0503), rel=2e-3)

@@ -110,3 +110,40 @@ def test_a_value_of_another_kind_is_refused_where_arrow_would_convert_it(probe_t
         row["layer"] = 4.0
         row[column] = 4.0 if column == "layer" else {"sublayer": "mlp", "value": 0.5}.get(column, 4.0)
     assert _build(build, probe_table, rows).column("layer").to_pylist() == [4] * len(rows)
+
+
+def test_a_table_written_before_its_newest_columns_reads_them_as_nulls(tmp_path, fresh_seed):
+    """A warehouse folder written before a column existed (layer_metrics before eigenvector_condition_number,
+    coupling_tests before its degree strata): DuckDB's view has the column, null in the old file's rows, beside a
+    new file's values, as the object store's schema-driven reader gives it; the SQL the claims run binds."""
+    import random
+    from types import SimpleNamespace
+
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from resdyn.dagster_project.store.views import _empty, _view
+
+    rng = random.Random(fresh_seed)
+    added = {"layer_metrics": "eigenvector_condition_number", "coupling_tests": "stratum_boundary"}
+    connection = duckdb.connect(":memory:")
+    for table, column in added.items():
+        files = []
+        for checkpoint, has_it in (("old", False), ("new", True)):
+            schema = _empty(table).drop_columns(["model", "checkpoint"]).schema
+            row = {field.name: None for field in schema}
+            row.update(layer=rng.randrange(30), sublayer="attn")
+            value = [rng.randrange(9), rng.randrange(9)] if column.startswith("stratum") else rng.uniform(1, 99)
+            row[column] = value
+            written = pa.Table.from_pylist([row], schema=schema)
+            if not has_it:
+                written = written.drop_columns([column])
+            path = tmp_path / table / "model=m" / f"checkpoint={checkpoint}" / "part.parquet"
+            path.parent.mkdir(parents=True)
+            pq.write_table(written, path)
+            files.append(str(path))
+        _view(connection, SimpleNamespace(arrow_filesystem=None), table, files[:1])  # a warehouse of old files only
+        assert dict(connection.sql(f"SELECT checkpoint, {column} FROM {table}").fetchall()) == {"old": None}
+        _view(connection, SimpleNamespace(arrow_filesystem=None), table, files)
+        got = dict(connection.sql(f"SELECT checkpoint, {column} FROM {table}").fetchall())
+        assert got == {"old": None, "new": value}, (table, got)

@@ -377,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="materialize every asset for some model checkpoints")
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--suite", help="an embedded suite: 'tiny' (the tiny model suite), 'smollm2' (SmolLM2-135M, "
-                        "init and trained) or 'default' (both)")
+                        "init, init-quantized and trained), 'default' (the tiny suite and SmolLM2's init and trained), "
+                        "'study' (SmolLM2-135M's and Gemma 3 270M's init and trained) or 'simex' (their SIMEX sets)")
     source.add_argument("--model", action="append", help="registered name, local HF directory, hub id, or a GGUF file "
                         "(or a directory holding one .gguf) (repeatable)")
     run.add_argument("--checkpoint", action="append", help="checkpoint(s) to run (repeatable); default: all. For a new "

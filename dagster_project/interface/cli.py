@@ -104,8 +104,9 @@ def command_models(arguments) -> int:
     registry = store.registry()
     status = {(r["model"], r["checkpoint"]): r for r in store.query("SELECT * FROM partitions").to_pylist()}
     _warn_problems(store)
-    keys = registry.partition_keys()
-    _register_with_dagster(keys)
+    # what the UI offers: what a run of each model makes by default, and whatever has data (the sensor's rule)
+    _register_with_dagster(sorted({key for name in registry.specs for key in registry.default_partition_keys(name)}
+                                  | {partition_key(model, checkpoint) for model, checkpoint in status}))
     for name in sorted(registry.specs):
         spec = registry.specs[name]
         for checkpoint, revision in spec.checkpoints.items():

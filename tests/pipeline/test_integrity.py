@@ -631,11 +631,16 @@ def test_the_sensor_keeps_partition_keys_equal_to_the_registry(built, tmp_path):
 
     _, root = built
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(model_checkpoint_partitions.name, ["tiny-llama@step-000300", "m@local"])
+    typed = ["tiny-llama@step-000300", "m@local", "smollm2-135m@simex-x2-3"]
+    instance.add_dynamic_partitions(model_checkpoint_partitions.name, typed)
     context = dg.build_sensor_context(instance=instance)
     result = registry_partitions(context, warehouse=WarehouseResource(root=str(root)))
     requests = {type(r).__name__: set(r.partition_keys) for r in result.dynamic_partitions_requests}
-    registered = set(ModelRegistry(root / "registry.json").partition_keys())
+    registry = ModelRegistry(root / "registry.json")
+    registered = set(registry.partition_keys())
+    offered = {key for name in registry.specs for key in registry.default_partition_keys(name)}
     assert requests["DeleteDynamicPartitionsRequest"] == {"tiny-llama@step-000300"}  # typed in the UI, names nothing
-    assert requests["AddDynamicPartitionsRequest"] == registered - {"m@local"}
+    # the SIMEX set's 16 draws are offered once they have data (a registered one typed in stays)
+    assert requests["AddDynamicPartitionsRequest"] == offered - {"m@local"}
+    assert "smollm2-135m@simex-x1-1" in registered - offered and "smollm2-135m@trained" in offered
     assert "tiny-llama@step-000400" in registered and "llama-3.1-8b@main" in registered

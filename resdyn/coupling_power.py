@@ -720,10 +720,9 @@ def unit_test_p_values_normal(n_boundary: int, n_interior: int, planted_effect: 
     if kappa <= 0.0:  # no bin holds both groups: no shuffle moves a label, p = 1
         return np.ones(n_simulations)
     spread = np.sqrt(kappa * sigma_squared)
-    if kappa == 1.0:  # one stratum, or bins of one boundary share: the permutation law is centred at 0
-        estimate = planted_effect + spread * rng.standard_normal(n_simulations)
-        return np.maximum(2.0 * scipy.stats.norm.sf(np.abs(estimate) / spread), 1.0 / (1 + n_permutations))
-    centre = planted_effect * (1.0 - kappa) + np.sqrt((1.0 - kappa) * sigma_squared) * rng.standard_normal(n_simulations)
+    # at kappa = 1 (one stratum, or bins of one boundary share) the centre is 0 and draws nothing from ``rng``
+    centre = planted_effect * (1.0 - kappa) + (np.sqrt((1.0 - kappa) * sigma_squared) * rng.standard_normal(n_simulations)
+                                               if kappa < 1.0 else 0.0)
     estimate = np.abs(centre + planted_effect * kappa + spread * rng.standard_normal(n_simulations))
     p = scipy.stats.norm.cdf((-estimate - centre) / spread) + scipy.stats.norm.sf((estimate - centre) / spread)
     return np.maximum(np.minimum(p, 1.0), 1.0 / (1 + n_permutations))

@@ -105,7 +105,7 @@ def command_models(arguments) -> int:
     status = {(r["model"], r["checkpoint"]): r for r in store.query("SELECT * FROM partitions").to_pylist()}
     _warn_problems(store)
     # what the UI offers: what a run of each model makes by default, and whatever has data (the sensor's rule)
-    _register_with_dagster(sorted({key for name in registry.specs for key in registry.default_partition_keys(name)}
+    _register_with_dagster(sorted(set(registry.default_partition_keys())
                                   | {partition_key(model, checkpoint) for model, checkpoint in status}))
     for name in sorted(registry.specs):
         spec = registry.specs[name]
@@ -220,6 +220,7 @@ def command_claims(arguments) -> int:
     from resdyn.dagster_project.study.claims_inputs import (
         claims_inputs,
         keep_claims_inputs,
+        kept_checkpoints,
         load_claims_inputs,
         simex_inputs,
     )
@@ -259,8 +260,7 @@ def command_claims(arguments) -> int:
                         print(f"claims inputs kept (SIMEX set): {folder}")
 
             def kept_simex_set():  # None where nothing was kept (the claims then say why there is no reading)
-                held = simex_kept is not None and simex_kept.is_dir() and any(
-                    path.is_dir() and not path.name.startswith(".") for path in simex_kept.iterdir())
+                held = simex_kept is not None and kept_checkpoints(simex_kept)
                 return load_claims_inputs(simex_kept, arguments.model, recovered) if held else None
             if arguments.inputs:  # the small frames kept by --save-inputs: no warehouse, no matrices
                 frames = load_claims_inputs(kept, arguments.model, recovered)
@@ -340,7 +340,6 @@ def command_run(arguments) -> int:
     """``resdyn run``: the partitions of a suite or of models, then (for a suite) every named question."""
     from resdyn.dagster_project.configuration.settings import SETTINGS
     from resdyn.models.registration import Request
-
     from resdyn.models.registry import SIMEX_REVISIONS
 
     checkpoints = tuple(arguments.checkpoint or ())

@@ -25,7 +25,7 @@ def partition_key_changes(current: set[str], registered: set[str], with_data: se
 def registry_partitions(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
     store, registry = warehouse.open(), warehouse.registry()
     registered = set(registry.partition_keys())
-    offered = {key for name in registry.specs for key in registry.default_partition_keys(name)}
+    offered = set(registry.default_partition_keys())
     with_data = {f"{model}@{checkpoint}" for model, checkpoint in store.partitions()}
     current = set(context.instance.get_dynamic_partitions(model_checkpoint_partitions.name))
     added, deleted = partition_key_changes(current, registered, with_data, offered)

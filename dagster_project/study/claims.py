@@ -360,14 +360,13 @@ def zero_rounding(claims: list, model: str, null: CheckpointData, simex_frames: 
     judged, note = with_zero_rounding(claims, null, [(SIMEX_REVISIONS[c][0], data[c]) for c in draws],
                                       data[SIMEX_BASELINE])
     measured = f"the SIMEX set measured at n = {data[SIMEX_BASELINE].n_samples} (settings {baseline['settings_hash']})"
-    return judged, "; ".join(filter(None, [note, measured, _set_against_study(simex_frames, trained), left])), \
+    return judged, "; ".join(filter(None, [note, measured, _set_against_study(baseline, trained), left])), \
         [SIMEX_BASELINE, *draws]
 
 
-def _set_against_study(simex_frames: dict[str, pl.DataFrame], trained: dict) -> str:
+def _set_against_study(baseline: dict, trained: dict) -> str:
     """Where the SIMEX set's baseline was measured on another corpus or other spectral settings than the trained
-    checkpoint (beside n, which the design lowers), one clause saying so; else ""."""
-    baseline = identity(simex_frames, SIMEX_BASELINE)
+    checkpoint (beside n, which the design lowers; both :func:`identity`), one clause saying so; else ""."""
     ours, theirs = baseline["settings"], trained["settings"]
     clauses = [f"{name} {ours[name]} (the trained checkpoint's: {theirs[name]})" for name in SPECTRAL_SETTINGS
                if name in ours and name in theirs and ours[name] != theirs[name]]

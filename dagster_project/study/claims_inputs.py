@@ -49,7 +49,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 
 # kept columns added after kept folders existed: a frame kept before lacks them and is read with nulls there (the
 # claims say the measure was not recorded, naming it); any other absent column is an error
-ADDED_SINCE_KEPT = {"sublayers": ("eigenvector_condition_number", "stratum_boundary", "stratum_interior")}
+ADDED_SINCE_KEPT = {"sublayers": {"eigenvector_condition_number": pl.Float64, "stratum_boundary": pl.List(pl.Int32),
+                                   "stratum_interior": pl.List(pl.Int32)}}
 
 # the kept columns that are not numbers; every other kept column must be one (a number kept as text is an error)
 NOT_NUMBERS = {"model", "checkpoint", "sublayer", "operator_type", "operator_type_henrici", "schur_ordering",
@@ -67,17 +68,15 @@ def claims_inputs(store: Warehouse, model: str, *, complete_only: bool = True) -
     study's partitions may be run in different sessions)."""
     from resdyn.depth import SCHUR_ORDERING
 
-    every = complete_only
-
-    def answer(sql: str, complete_only: bool = every) -> pl.DataFrame:
-        return pl.from_arrow(store.query(sql, complete_only=complete_only)).filter(pl.col("model") == model)
+    def answer(sql: str, complete: bool = complete_only) -> pl.DataFrame:
+        return pl.from_arrow(store.query(sql, complete_only=complete)).filter(pl.col("model") == model)
 
     frames = {name: answer((SQL_DIRECTORY / "claims" / f"{name}.sql").read_text()) for name in INPUTS}
     frames["surgery_by_depth"] = answer(
         "SELECT model, checkpoint, alpha, depth, effective_rank FROM schur_surgery "
         f"WHERE schur_ordering = '{SCHUR_ORDERING}' ORDER BY depth")
     frames["partitions"] = answer("SELECT model, checkpoint, status, source_sha256, registered_sha256, d_model "
-                                  "FROM partitions", complete_only=False)
+                                  "FROM partitions", complete=False)
     # the runs that made the tables the claims read (their provenance columns), not merely the latest runs
     frames["runs"] = answer(
         "SELECT t.model, t.checkpoint, t.settings_hash, any_value(r.settings) AS settings, "
@@ -256,6 +255,11 @@ def _kept_identities(directory: Path) -> dict[str, dict]:
             for folder in _checkpoint_folders(directory)}
 
 
+def kept_checkpoints(directory: Path) -> list[str]:
+    """The checkpoints kept under ``directory`` (none where it is missing or empty)."""
+    return [folder.name for folder in _checkpoint_folders(Path(directory))]
+
+
 def _checkpoint_folders(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
@@ -275,9 +279,8 @@ def _read(folder: Path, name: str, *, every_column: bool = True) -> pl.DataFrame
     except Exception as error:  # polars' own errors (ComputeError, ...) are not ValueErrors
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ValueError(f"{path} cannot be read as Parquet ({type(error).__name__}: {first_line}); {fix}") from None
-    added = [column for column in ADDED_SINCE_KEPT.get(name, ()) if column not in frame.columns]
-    frame = frame.with_columns(*(pl.lit(None, pl.List(pl.Int32) if column.startswith("stratum_") else pl.Float64)
-                                 .alias(column) for column in added))
+    frame = frame.with_columns(*(pl.lit(None, kind).alias(column) for column, kind in ADDED_SINCE_KEPT.get(name, {}).items()
+                                 if column not in frame.columns))
     absent = [column for column in COLUMNS[name] if column not in frame.columns]
     if absent and not every_column:
         frame = frame.with_columns(*(pl.lit(None).alias(column) for column in absent))

@@ -11,7 +11,7 @@ import numpy as np
 from .. import simex
 from .checkpoint import CheckpointData
 from .claim import Claim, guarded
-from .evaluation import evaluate
+from .evaluation import evaluate, spectral_and_depth_claims
 from .rules import SIZES, UNDECIDED_ROUNDING, rule_for
 from .statistics import Estimate, finite, side
 
@@ -106,8 +106,9 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
     gap = rounding_design_gap([dose for dose, _ in draws])
     if gap:
         return claims, gap
-    on_draws = [{claim.key: claim for claim in evaluate(null, data)} for _, data in draws]
-    paired_with = {claim.key: claim for claim in evaluate(null, baseline)} if baseline is not None else None
+    on_draws = [{claim.key: claim for claim in spectral_and_depth_claims(null, data)} for _, data in draws]
+    paired_with = {claim.key: claim for claim in spectral_and_depth_claims(null, baseline)} \
+        if baseline is not None else None
     doses = np.array([dose for dose, _ in draws], dtype=np.float64)
     result = []
     for claim in claims:

@@ -13,7 +13,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .registry import SIMEX_REVISIONS, ModelRegistry, ModelSpec, check_name, default_checkpoints, partition_key
+from .registry import (
+    SIMEX_REVISIONS,
+    ModelRegistry,
+    ModelSpec,
+    check_name,
+    default_checkpoints,
+    partition_key,
+    runs_by_default,
+)
 
 
 class RegistrationError(ValueError):
@@ -61,7 +69,7 @@ def _suite_partitions(request: Request, registry: ModelRegistry) -> list[str]:
     keys = []
     for name in names:  # a model (every checkpoint it registers) or one model@checkpoint
         check_source_present(registry.get(name.split("@", 1)[0]))
-        keys += [name] if "@" in name else registry.default_partition_keys(name)
+        keys += [name] if "@" in name else registry.default_partition_keys([name])
     return [key for key in keys if not request.checkpoints or key.split("@")[1] in request.checkpoints]
 
 
@@ -146,8 +154,9 @@ def _register_gguf(path: Path, request: Request, registry: ModelRegistry,
     stale = stale_checkpoints(name)
     rerun = [label for label, revision in (previous.checkpoints.items() if previous is not None else ())
              if revision in MADE_REVISIONS and label not in checkpoints and label in stale]
+    revisions = {**(previous.checkpoints if previous is not None else {}), **checkpoints}
     chosen = [c for c in [*checkpoints, *rerun]
-              if c in request.checkpoints or (not request.checkpoints and c not in SIMEX_REVISIONS)]
+              if c in request.checkpoints or (not request.checkpoints and runs_by_default(revisions[c]))]
     remade = [c for c in rerun if c in chosen]
     simex = [c for c in checkpoints if c in SIMEX_REVISIONS]
     say(f"registered {name} -> {path} (GGUF {description.architecture}, {description.quantization_summary}, sha256 "

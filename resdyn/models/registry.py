@@ -110,12 +110,16 @@ def resolve_gguf_source(source: str) -> Path:
                                   "pinned version (requirements-models.txt)")
     return path.resolve()
 
+def runs_by_default(revision: str) -> bool:
+    """Whether a run of a model makes a checkpoint of this revision when no checkpoint is named: not the SIMEX set,
+    which runs at its own settings (``resdyn run --model NAME --simex``), nor rules v4's one-draw doses, which no v5
+    claim reads (each still runs when named with --checkpoint)."""
+    return revision not in SIMEX_REVISIONS and revision not in ROUNDING_NOISE_REVISIONS
+
+
 def default_checkpoints(spec: ModelSpec) -> list[str]:
-    """The checkpoints a run of ``spec`` makes when none is named: all but the SIMEX set, which runs at its own
-    settings (``resdyn run --model NAME --simex``), and rules v4's one-draw doses, which no v5 claim reads (each
-    still runs when named with --checkpoint)."""
-    return [checkpoint for checkpoint, revision in spec.checkpoints.items()
-            if revision not in SIMEX_REVISIONS and revision not in ROUNDING_NOISE_REVISIONS]
+    """The checkpoints a run of ``spec`` makes when none is named (:func:`runs_by_default`)."""
+    return [checkpoint for checkpoint, revision in spec.checkpoints.items() if runs_by_default(revision)]
 
 
 def partition_key(model: str, checkpoint: str) -> str:
@@ -175,9 +179,11 @@ class ModelRegistry:
         names = models if models is not None else sorted(self.specs)
         return [partition_key(name, checkpoint) for name in names for checkpoint in self.get(name).checkpoints]
 
-    def default_partition_keys(self, name: str) -> list[str]:
-        """The partitions a run of model ``name`` makes when no checkpoint is named (:func:`default_checkpoints`)."""
-        return [partition_key(name, checkpoint) for checkpoint in default_checkpoints(self.get(name))]
+    def default_partition_keys(self, models: list[str] | None = None) -> list[str]:
+        """The partitions a run of each of ``models`` (default: every registered one) makes when no checkpoint is
+        named (:func:`default_checkpoints`): what the UI offers before a partition has data."""
+        names = models if models is not None else sorted(self.specs)
+        return [partition_key(name, checkpoint) for name in names for checkpoint in default_checkpoints(self.get(name))]
 
     def tiny_suite(self) -> list[str]:
         return sorted(name for name, spec in self.specs.items() if spec.is_tiny)

@@ -638,7 +638,7 @@ def test_the_sensor_keeps_partition_keys_equal_to_the_registry(built, tmp_path):
     requests = {type(r).__name__: set(r.partition_keys) for r in result.dynamic_partitions_requests}
     registry = ModelRegistry(root / "registry.json")
     registered = set(registry.partition_keys())
-    offered = {key for name in registry.specs for key in registry.default_partition_keys(name)}
+    offered = set(registry.default_partition_keys())
     assert requests["DeleteDynamicPartitionsRequest"] == {"tiny-llama@step-000300"}  # typed in the UI, names nothing
     # the SIMEX set's 16 draws are offered once they have data (a registered one typed in stays)
     assert requests["AddDynamicPartitionsRequest"] == offered - {"m@local"}

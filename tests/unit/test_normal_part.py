@@ -261,7 +261,7 @@ def test_the_eigenvector_condition_number_is_that_of_numpys_unit_eigenvectors(fr
         condition = normal_part.eigenvector_condition_number(schur_form)
         assert condition == pytest.approx(reference, rel=1e-8)
         assert normal_part.polar_normal_form(schur_form).eigenvector_condition == pytest.approx(condition, rel=1e-12)
-        spectrum = analyse_matrix(SimpleNamespace(load=lambda: jacobian))  # the spectral stage's unit of work
+        spectrum = analyse_matrix(SimpleNamespace(load=lambda matrix=jacobian: matrix))  # the spectral stage's unit of work
         assert spectrum.metrics["eigenvector_condition_number"] == pytest.approx(reference, rel=1e-8)
         assert "eigenvector_condition_number" not in spectra.analyse_sublayer(jacobian).metrics  # per-sample: not asked
 

@@ -61,14 +61,11 @@ def _statistic(claim: Claim) -> Estimate | None:
     return claim.effect or claim.trained
 
 
-# the claims whose statistic is a ratio of ranks (> 0): their rounding shift is one of log(statistic), paired and
-# extrapolated on that scale and applied as a factor, so that a shift measured at the SIMEX set's level (another
-# n) carries to the study's level as the same relative change
-MULTIPLICATIVE = ("cumulative_bottleneck", "bottleneck_learned")
-
-
 def _multiplicative(key: str) -> bool:
-    return key.split("@", 1)[0] in MULTIPLICATIVE
+    """A claim whose statistic is a ratio of ranks (> 0; declared in rules.SIZES): its rounding shift is one of
+    log(statistic), paired and extrapolated on that scale and applied as a factor, so that a shift measured at the
+    SIMEX set's level (another n) carries to the study's level as the same relative change."""
+    return key.split("@", 1)[0] in SIZES["simex_log_scale_claims"]
 
 
 def _extrapolated(estimate: Estimate, shift: simex.RoundingShift, multiplicative: bool = False) -> Estimate:
@@ -96,7 +93,7 @@ def with_zero_rounding(claims: list[Claim], null: CheckpointData, draws: list[tu
     on the same samples as ``baseline``, the file's own weights (the SIMEX set, resdyn.models.registry; without a
     baseline, on the trained checkpoint's samples). Each claim's statistic (its effect, else its trained value) is
     recomputed on every draw and on the baseline; its paired differences draw - baseline (without one, draw - the
-    claim's own value; for a ratio of ranks, MULTIPLICATIVE, of the logs) are extrapolated to dose -1 (no rounding)
+    claim's own value; for a ratio of ranks, rules.SIZES' simex_log_scale_claims, of the logs) are extrapolated to dose -1 (no rounding)
     by resdyn.simex, linear and quadratic side by side, the primary one declared in rules.SIZES, and the shift is
     added to the claim's own estimate (a ratio's multiplies it). The
     zero-rounding verdict is the claim's own rule (bound, direction, null guard) on the extrapolated estimate; where

@@ -17,10 +17,12 @@ from dataclasses import asdict, dataclass
 
 from .. import simex
 
-RULES_VERSION = 5
+RULES_VERSION = 6
 
 # Sizes the rules decide with (all in the hash). Rules v4 fixed the effect sizes (docs/study.md, "Rules v4"); v5 adds
-# the absolute near-symmetric bound to the types, the spread an operator-type arm needs and the SIMEX design.
+# the absolute near-symmetric bound to the types, the spread an operator-type arm needs and the SIMEX design; v6 the
+# SIMEX set's pairing (draws against the file's own weights on their own samples, ratios of ranks in log) and the
+# unit test's power over its degree strata.
 SIZES = {
     "n_bootstrap": 2000,
     "bootstrap_seed": 0,
@@ -49,6 +51,13 @@ SIZES = {
     "simex_min_doses": simex.MIN_DOSES_BEYOND_ZERO,  # doses of the file's own rounding beyond zero
     "simex_min_draws": simex.MIN_DRAWS_PER_DOSE,  # noise draws per dose
     "simex_primary_extrapolant": simex.PRIMARY_EXTRAPOLANT,
+    # each draw a paired difference from the file's own weights measured on the same samples (the SIMEX set's
+    # simex-x0), the extrapolated shift carried to the claim's own estimate; these claims' statistics (ratios of
+    # ranks) paired and extrapolated in log and applied as a factor, the others' as a difference
+    "simex_pairing": "the file's own weights on the same samples",
+    "simex_log_scale_claims": ["cumulative_bottleneck", "bottleneck_learned"],
+    # the unit test's power: its degree bins as observed (coupling_tests.stratum_*), one bin where not recorded
+    "unit_power_strata": "observed degree bins",
 }
 
 UNDECIDED_ORDERING = "undecided (ordering-dependent)"
@@ -183,15 +192,15 @@ _RULES = (
          "mean rank-biserial effect over rotation-dominated sublayers (rotation share above the null model's by 0.05) "
          "< -0.05 (v4's reading of 'strongly non-normal')", -_S["min_rank_biserial"], False,
          "no holds unless below the null model's over the same sublayers"),
-    Rule("coupling_absent_at_init", 5, ABSENT_SENTENCE,
+    Rule("coupling_absent_at_init", 6, ABSENT_SENTENCE,
          "null model's BH-significant share (BH on the degree-stratified permutation p) < 0.05, with power >= 0.8 of "
-         "the BH family (its sublayers' sizes) to reject any test when every sublayer has a rank-biserial effect of "
+         "the BH family (its sublayers' sizes and degree bins as observed) to reject any test when every sublayer has a rank-biserial effect of "
          "0.2; undecided (no power) below it; undecided on noise graphs (null model); the minimum detectable effect "
          "printed", 0.05, False, "the null model is the subject", "BH across sublayers",
          "BH family power >= 0.8 at rank-biserial 0.2"),
-    Rule("coupling_learned", 5, ABSENT_SENTENCE,
+    Rule("coupling_learned", 6, ABSENT_SENTENCE,
          "BH-significant share (degree-stratified permutation p), trained - null > 0.1; does not hold only with power "
-         ">= 0.8 of the trained BH family to exceed that share with an effect of 0.2 in every sublayer, otherwise "
+         ">= 0.8 of the trained BH family (its sizes and degree bins as observed) to exceed that share with an effect of 0.2 in every sublayer, otherwise "
          "undecided (no power); the noise gate applies to a checkpoint only where its graphs can change the verdict "
          "(a trained share <= 0.1 cannot exceed the null's by 0.1 whatever the null shows)", 0.1, True,
          "trained - null", "BH across sublayers", "BH family power >= 0.8 at rank-biserial 0.2"),

@@ -14,7 +14,7 @@ from resdyn.figures import training_loss_figure
 from .common import partition
 
 
-@partition_asset(MODEL, group_name="inputs", tables=[
+@partition_asset(MODEL, group_name="inputs", settings=("dtype",), tables=[
     dg.AssetSpec("model_checkpoints", code_version="3", description="One row describing the checkpoint (from its "
                  "config and safetensors headers); trains the tiny suite member, imports a GGUF file or initialises a "
                  "null model on first use."),

@@ -61,6 +61,7 @@ def _grouped(table: pa.Table, keys: tuple[str, str]) -> dict[tuple, pa.Table]:
 
 
 @partition_asset(ANALYSIS, group_name="coupling", code_version="5",
+                 settings=("n_permutations", "seed", "workers"),
           description="Boundary vs interior amplification per sublayer: Mann-Whitney U, rank-biserial effect, "
                       "degree-stratified permutation p, BH q within the model checkpoint, operator type.")
 def coupling_tests(context, settings, outputs, unit_amplification: TableHandle, communities: TableHandle,
@@ -121,6 +122,7 @@ def _coupling_tests(context, settings, outputs, unit_amplification, communities,
 
 
 @partition_asset(ANALYSIS, group_name="coupling", code_version="2",
+                 settings=("n_permutations", "seed"),
           description="Community position (mean participation) vs community gain ||J P_C||_F / ||P_C||_F per sublayer: "
                       "Spearman rho, permutation p (J, its symmetric part, J - I), BH q within the model checkpoint.")
 def community_coupling(context, settings, communities: TableHandle, graph_edges: TableHandle,

@@ -63,7 +63,8 @@ def _matrix_batch(table: str, layer: int, sublayer: str, matrix: np.ndarray, wid
                                              "row": rows, "values": fixed_size_lists(matrix), **extra})
 
 
-@partition_asset(MODEL, group_name="measurements", tables=[
+@partition_asset(MODEL, group_name="measurements", settings=(
+        "backend", "batch_size", "device", "dtype", "fold_max_width", "folds", "per_sample_subsample", "seed"), tables=[
         dg.AssetSpec("activations", code_version="2",
                      description="Residual stream at the analysed positions, one row per (layer, boundary, sample, position)."),
         dg.AssetSpec("jacobians", code_version="2",

@@ -30,7 +30,7 @@ NUMERIC_METRICS = ("spectral_radius", "sigma_max", "numerical_abscissa", "log10_
                    "participation_ratio", "stable_rank")
 
 
-@partition_asset(ANALYSIS, code_version="6", group_name="spectra",
+@partition_asset(ANALYSIS, code_version="6", group_name="spectra", settings=("seed", "workers"),
           description="Per-sample metric means with 95% percentile-bootstrap intervals, beside the mean-Jacobian value.")
 def layer_metrics_per_sample(context, settings, sample_jacobians: MatrixTable, layer_metrics: TableHandle,
                              transient_dynamics: TableHandle):

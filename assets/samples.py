@@ -9,7 +9,8 @@ from resdyn.corpus import beginning_of_sequence, sample_windows, tokenize
 from resdyn.dagster_project.asset_layer import ANALYSIS, partition_asset, table_output
 
 
-@partition_asset(ANALYSIS, code_version="3", group_name="inputs", deps=["model_checkpoints"],
+@partition_asset(ANALYSIS, code_version="3", group_name="inputs",
+                 settings=("bos", "n_samples", "positions", "seed", "sequence_length", "warmup"), deps=["model_checkpoints"],
           description="WikiText-2 test windows (token ids kept) and their analysed positions.")
 def samples(context, settings, checkpoint, corpus):
     yield _draw_samples(context, checkpoint, corpus, settings)

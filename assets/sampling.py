@@ -42,7 +42,7 @@ from .spectral_worker import FOLD_SURGERY_ORDERINGS, fold_through_depth
 # form and one more product chain (a fold's step 1.4x at d = 576, 1.6x at d = 640, measured on one BLAS thread).
 
 
-@partition_asset(ANALYSIS, code_version="2", group_name="spectra",
+@partition_asset(ANALYSIS, code_version="2", group_name="spectra", settings=("workers",),
           description="Sampling intervals of every layer_metrics measure, the cumulative ranks and the alpha = 0 "
                       "surgery: block jackknife over the fold means (resdyn/sampling.py).")
 def sampling_intervals(context, settings, jacobians: MatrixTable, jacobian_folds: MatrixTable,

@@ -58,7 +58,7 @@ def jacobians_in_depth_order(jacobians: MatrixTable, settings) -> tuple[list, in
     return order, width, workers
 
 
-@partition_asset(ANALYSIS, tables=[
+@partition_asset(ANALYSIS, settings=("workers",), tables=[
         dg.AssetSpec("eigenvalues", code_version="2", group_name="spectra",
                      description="Every eigenvalue of every mean Jacobian (read off its real Schur form)."),
         dg.AssetSpec("singular_values", code_version="2", group_name="spectra",

@@ -76,6 +76,7 @@ def edges_by_boundary(graph_edges, activations, model_checkpoints):
 
 
 @partition_asset(ANALYSIS, code_version="2", group_name="topology",
+                 settings=("graph_construction", "graph_k", "graph_threshold"),
           description="Signed correlation graph of residual units per layer and boundary (kNN by |r| by default).")
 def graph_edges(context, settings, activations: TableHandle, model_checkpoints: TableHandle):
     k = neighbours(settings, model_checkpoints.first("d_model"))
@@ -102,7 +103,7 @@ def _graph_edges(settings, activations, k: int, progress=None):
             progress.done(f"{layer}/{boundary}")
 
 
-@partition_asset(ANALYSIS, group_name="topology", tables=[dg.AssetSpec("communities", code_version="5",
+@partition_asset(ANALYSIS, group_name="topology", settings=("leiden_seeds", "seed", "workers"), tables=[dg.AssetSpec("communities", code_version="5",
                         description="Signed Leiden CPM community, participation and boundary flags of every unit."),
            dg.AssetSpec("gamma_scan", code_version="5",
                         description="The resolution scan behind each graph's chosen gamma (modularity, stability).")])

@@ -37,7 +37,7 @@ from .spectral_worker import transient_of_matrix
 TABLES = ("transient_dynamics", "pseudospectra", "transient_growth")
 
 
-@partition_asset(ANALYSIS, tables=[
+@partition_asset(ANALYSIS, settings=("device", "workers"), tables=[
         dg.AssetSpec("transient_dynamics", code_version="3",
                      group_name="transient",
                      description="Per sublayer: numerical abscissa (J and J - I), numerical radius (bracketed), "

@@ -1,6 +1,9 @@
 -- Derived views. Every table of dagster_project/store/schema.py is already a view over exactly the files its
 -- partitions' manifests publish (dagster_project/store/views.py), plus two registered relations:
---   published_tables(model, checkpoint, table_name, run_id, settings_hash, generation, rows, intact)
+--   published_tables(model, checkpoint, table_name, run_id, settings_hash, generation, rows, intact, identity,
+--     code_version, settings, current, stale_reason, partition_settings, settings_conflicts): each published table
+--     with its recorded identity (its stage's code version, the settings it declares, its inputs' identities:
+--     dagster_project/store/table_identity.py) and whether it is current by lineage, with the reason where not
 --   study_tables(table_name, required)
 --   partition_sources(model, checkpoint, source_sha256, registered_sha256, d_model): the sha256 of the GGUF file a
 --     partition was made from (its null model and quantized control too) and the one its model is registered with now
@@ -14,8 +17,10 @@ CREATE OR REPLACE MACRO checkpoint_order(checkpoint) AS
          ELSE coalesce(try_cast(regexp_extract(checkpoint, '(\d+)$', 1) AS DOUBLE), 'infinity'::DOUBLE) END;
 
 -- partitions: one row per partition that has published tables or a recorded run.
---   complete      every required table published and intact, all written by one run with one settings hash
---   inconsistent  every required table there, but from several runs or several settings (a partial rerun)
+--   complete      every required table published, intact and current (its code version the stage's now, made from
+--                 its inputs as published now), whichever runs made them, their settings agreeing
+--   inconsistent  every required table there, but one is not current (stale_tables says which and why; `resdyn run
+--                 --resume` reruns exactly those) or two tables record one setting with different values
 --   incomplete    a required table missing or damaged (a run in progress publishes only at its end)
 --   failed        not complete and the partition's latest run failed
 --   stale         made (wholly or in part) from a source file other than the one its model is registered with now
@@ -27,6 +32,12 @@ WITH required AS (
     SELECT p.model, p.checkpoint,
            count(*) FILTER (WHERE s.required AND p.intact)  AS n_required_published,
            count(*) FILTER (WHERE NOT p.intact)              AS n_damaged,
+           count(*) FILTER (WHERE s.required AND p.intact AND NOT p.current) AS n_not_current,
+           string_agg(p.table_name || ': ' || p.stale_reason, ' | ' ORDER BY p.table_name)
+               FILTER (WHERE s.required AND NOT p.current)    AS stale_tables,
+           any_value(p.partition_settings)                    AS settings,
+           any_value(p.settings_conflicts)                    AS settings_conflicts,
+           arg_max(p.run_id, p.generation)                    AS latest_run_id,
            count(DISTINCT p.run_id)                          AS n_runs,
            count(DISTINCT p.settings_hash)                   AS n_settings,
            min(p.run_id)                                     AS run_id,
@@ -51,15 +62,16 @@ SELECT model, checkpoint,
            WHEN p.n_required_published IS NULL OR p.n_required_published < (SELECT n FROM required)
                 OR p.n_damaged > 0
                THEN CASE WHEN r.last_run_status = 'failed' THEN 'failed' ELSE 'incomplete' END
-           WHEN p.n_runs > 1 OR p.n_settings > 1 THEN 'inconsistent'
+           WHEN p.n_not_current > 0 OR p.settings_conflicts IS NOT NULL THEN 'inconsistent'
            ELSE 'complete'
        END AS status,
-       CASE WHEN p.n_runs = 1 THEN p.run_id END               AS run_id,
+       CASE WHEN p.n_runs = 1 THEN p.run_id ELSE p.latest_run_id END AS run_id,
        CASE WHEN p.n_settings = 1 THEN p.settings_hash END    AS settings_hash,
        coalesce(p.n_required_published, 0)                     AS required_tables_published,
        (SELECT n FROM required)                                AS required_tables,
        coalesce(p.n_runs, 0)                                   AS runs_in_published_tables,
        coalesce(p.n_damaged, 0)                                AS damaged_tables,
+       p.stale_tables, p.settings, p.settings_conflicts,
        p.generation, p.total_rows,
        r.last_run_id, r.last_run_status, r.last_error,
        s.source_sha256, s.registered_sha256, s.d_model

@@ -34,16 +34,36 @@ from resdyn.dagster_project.asset_layer.partition_run import partition_run
 from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
 from resdyn.dagster_project.asset_layer.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.asset_layer.steps import MODEL_RUNNER_POOL, STEP_KIND_TAG, STEP_RETRIES
+from resdyn.dagster_project.configuration.settings import BY_NAME
 from resdyn.dagster_project.store.schema import TABLES
+from resdyn.dagster_project.store.table_identity import StageDeclaration, declare
 
 MODEL, ANALYSIS = "model", "analysis"  # loads and runs the network / numerics on tables
 BODY_PARAMETERS = ("context", "outputs", "settings", "checkpoint", "corpus")
 
 
+class DeclaredSettings:
+    """The settings a stage declared, and only those: reading another is an error naming the declaration to
+    change, so a table's identity (store/table_identity.py) can never miss a setting its stage reads."""
+
+    def __init__(self, resource: AnalysisSettings, stage: str, declared: tuple[str, ...]) -> None:
+        self._resource, self._stage, self._declared = resource, stage, frozenset(declared)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._declared:
+            raise AttributeError(f"{self._stage} reads the setting {name!r} without declaring it: add it to "
+                                 f"settings=(...) of its @partition_asset (a setting a stage reads is part of its "
+                                 "tables' identity)")
+        return getattr(self._resource, name)
+
+
 class PartitionAsset:
     """A partitioned asset (or multi-asset: ``tables``) whose Dagster definition is made per set of op tags."""
 
-    def __init__(self, body: Callable, kind: str, tables: list[dg.AssetSpec] | None, arguments: dict) -> None:
+    def __init__(self, body: Callable, kind: str, tables: list[dg.AssetSpec] | None, arguments: dict,
+                 settings: tuple[str, ...] = ()) -> None:
         if kind not in (MODEL, ANALYSIS):
             raise ValueError(f"step kind {kind!r}: {MODEL!r} or {ANALYSIS!r}")
         asked = list(inspect.signature(body).parameters)
@@ -62,6 +82,22 @@ class PartitionAsset:
                             "after a table is already an input; deps= is for a table it waits on without reading")
         self.name = body.__name__
         self.__doc__ = body.__doc__
+        unknown_settings = sorted(set(settings) - set(BY_NAME))
+        if unknown_settings:
+            raise TypeError(f"{self.name} declares unknown settings {unknown_settings}: the settings are those of "
+                            "dagster_project/configuration/settings.py")
+        if settings and "settings" not in asked:
+            raise TypeError(f"{self.name} declares settings but does not ask for them (a `settings` parameter)")
+        self.settings = tuple(settings)
+        self.declaration = StageDeclaration(self.name, self.table_versions(), self.settings,
+                                            tuple(self.inputs) + tuple(declared), "corpus" in asked)
+        declare(self.declaration)
+
+    def table_versions(self) -> dict[str, str]:
+        """Each table this asset writes, with its code version."""
+        if self.tables is None:
+            return {self.name: str(self.arguments.get("code_version") or "")}
+        return {spec.key.to_user_string(): str(spec.code_version or "") for spec in self.tables}
 
     def definition(self, tags: Mapping[str, str] | None = None) -> dg.AssetsDefinition:
         """The Dagster definition with ``tags`` added to the step kind's op tags."""
@@ -70,7 +106,8 @@ class PartitionAsset:
     def _compute(self, context: dg.AssetExecutionContext, warehouse: WarehouseResource, settings: AnalysisSettings,
                  inputs: dict):
         with partition_run(context, warehouse, settings) as outputs:
-            given = {"context": context, "outputs": outputs, "settings": settings, **inputs}
+            given = {"context": context, "outputs": outputs,
+                     "settings": DeclaredSettings(settings, self.name, self.settings), **inputs}
             if "checkpoint" in self.asked:
                 given["checkpoint"] = partition_checkpoint(warehouse, outputs.model, outputs.checkpoint)
             if "corpus" in self.asked:
@@ -120,14 +157,16 @@ def study_asset(**arguments) -> Callable:
     return decorate
 
 
-def partition_asset(kind: str, *, tables: list[dg.AssetSpec] | None = None, **arguments) -> Callable:
+def partition_asset(kind: str, *, tables: list[dg.AssetSpec] | None = None, settings: tuple[str, ...] = (),
+                    **arguments) -> Callable:
     """Decorator: ``body`` as a :class:`PartitionAsset` of step ``kind`` (:data:`MODEL` or :data:`ANALYSIS`);
-    ``tables``: one spec per table of a multi-asset; ``arguments``: the rest of ``dg.asset``'s (code_version,
-    group_name, deps, description)."""
+    ``tables``: one spec per table of a multi-asset; ``settings``: the names of the settings the body reads (the
+    only ones it can read; those that change numbers are part of its tables' identity); ``arguments``: the rest of
+    ``dg.asset``'s (code_version, group_name, deps, description)."""
     def decorate(body: Callable) -> PartitionAsset:
-        return PartitionAsset(body, kind, tables, arguments)
+        return PartitionAsset(body, kind, tables, arguments, settings)
 
     return decorate
 
 
-__all__ = ["ANALYSIS", "MODEL", "PartitionAsset", "partition_asset", "study_asset"]
+__all__ = ["ANALYSIS", "MODEL", "DeclaredSettings", "PartitionAsset", "partition_asset", "study_asset"]

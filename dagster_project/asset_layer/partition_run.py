@@ -27,13 +27,14 @@ from typing import NoReturn
 
 from resdyn.dagster_project.asset_layer import interrupts
 from resdyn.dagster_project.asset_layer.steps import STEP_RETRIES
-from resdyn.dagster_project.configuration.settings import settings_hash
+from resdyn.dagster_project.configuration.settings import IN_HASH, settings_hash
 from resdyn.dagster_project.store.errors import LeaseLostError, PartitionBusyError, SchemaMismatchError
 from resdyn.dagster_project.store.leases import now
 from resdyn.dagster_project.store.manifests import run_ending
 from resdyn.dagster_project.store.outputs import PartitionOutputs
-from resdyn.dagster_project.store.run_records import record_run_row
+from resdyn.dagster_project.store.run_records import corpus_record, record_run_row
 from resdyn.dagster_project.store.schema import TABLES
+from resdyn.dagster_project.store.table_identity import expected_identities
 from resdyn.models.registry import split_partition_key
 
 log = logging.getLogger(__name__)
@@ -111,9 +112,16 @@ def bind(context, warehouse, settings) -> PartitionRun:
     """This run's hold on the context's partition (no lease taken: :func:`partition_run` takes it)."""
     model, checkpoint = split_partition_key(context.partition_key)
     values = settings.values()
-    store = warehouse.open(run_id=context.run_id, settings_hash=settings_hash(values))
+    store = warehouse.open(run_id=context.run_id, settings_hash=settings_hash(values),
+                           identities=run_identities(values, warehouse.wikitext_directory or None))
     return PartitionRun(store, model, checkpoint, values, context.job_def.executor_def.name,
                         warehouse.wikitext_directory or None)
+
+
+def run_identities(values: dict, corpus_directory: str | None) -> dict:
+    """Every declared table's identity as this run makes it (store/table_identity.py): its stage's code version, the
+    declared settings' values, its inputs' identities; the corpus's hash for the stages that read it."""
+    return expected_identities(values, IN_HASH, corpus_record(corpus_directory)["corpus_sha256"])
 
 
 def attempt_number(context) -> int:

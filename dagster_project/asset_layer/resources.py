@@ -24,10 +24,10 @@ class WarehouseResource(dg.ConfigurableResource):
     wikitext_directory: str = ""  # holds wiki.test.raw (else: datasets, else the fallback corpus)
     wikitext_tokenized_directory: str = ""  # holds valid.txt, the tiny suite's training text
 
-    def open(self, run_id: str | None = None, settings_hash: str = ""):
+    def open(self, run_id: str | None = None, settings_hash: str = "", identities: dict | None = None):
         """The warehouse (a folder's or an object store's); with ``run_id``, writes are that run's and reads see its
-        own staged tables before published ones."""
-        return open_warehouse(self.root or None, run_id=run_id, settings_hash=settings_hash)
+        own staged tables before published ones, each table recorded with its identity in ``identities``."""
+        return open_warehouse(self.root or None, run_id=run_id, settings_hash=settings_hash, identities=identities)
 
     def registry(self) -> ModelRegistry:
         return self.open().registry()

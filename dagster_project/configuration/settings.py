@@ -118,6 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
             "(each fold costs one more factorization per sublayer: about 8x the spectral stage at d = 4096)", minimum=0),
 )
 BY_NAME = {setting.name: setting for setting in SETTINGS}
+IN_HASH = frozenset(setting.name for setting in SETTINGS if setting.in_hash)  # the settings that change numbers
 
 PRESET_FLAG, PRESET_VARIABLE = "--preset", "RESDYN_PRESET"
 # Named sets of values below the flags and variables: each lists only what differs from the defaults, with why.

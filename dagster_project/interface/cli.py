@@ -357,7 +357,8 @@ def command_run(arguments) -> int:
 
     outcome = run_request(request, {**flags, "warehouse": arguments.warehouse, "executor": arguments.executor,
                                     "ray_address": arguments.ray_address, "preset": arguments.preset},
-                          selection=arguments.select, resume=arguments.resume, log_level=arguments.log_level,
+                          selection=arguments.select, resume=arguments.resume, fresh=arguments.fresh,
+                          log_level=arguments.log_level,
                           parallel_runs=arguments.parallel_runs, summary_file=arguments.summary)
     if outcome.stopped:
         return outcome.stopped
@@ -415,8 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--summary", help="write per-partition step seconds and peak memory as JSON to this file")
     run.add_argument("--preset", help="a named set of settings below the flags and RESDYN_* variables: "
                      "'paper' (1,000 windows, the study's sample size) [RESDYN_PRESET]")
-    run.add_argument("--resume", action="store_true", help="skip partitions already complete at these settings "
-                     "(same settings_hash): a stopped study goes on where it stopped")
+    run.add_argument("--resume", action="store_true", help="what a plain run does, said for scripts: of a partition "
+                     "the warehouse holds, only the tables that are not current (their code version, the settings "
+                     "their stage reads or their inputs changed, or never published) and their downstream are made, "
+                     "each named with why; a stopped study goes on where it stopped")
+    run.add_argument("--fresh", action="store_true", help="make every table of the partitions named again, current "
+                     "or not")
     run.set_defaults(handler=command_run)
 
     sql = commands.add_parser("sql", help="run read-only SQL (a string or a .sql file) over the warehouse views")

@@ -70,7 +70,8 @@ def _stale_checkpoints(warehouse: str | None, model: str) -> set[str]:
 
 
 def run_request(request, flags: dict, progress=None, *, selection: str | None = None, resume: bool = False,
-                log_level: str | None = None, parallel_runs: int = 0, summary_file: str | None = None):
+                log_level: str | None = None, parallel_runs: int = 0, summary_file: str | None = None,
+                fresh: bool = False):
     """Resolve the configuration (``flags``: settings and the launch's own values, None where not given), find the
     partitions ``request`` names (registering a new source), and run them: what ``resdyn run`` and
     ``resdyn.run`` both do, with Python values. Returns the :class:`RunOutcome`."""
@@ -87,16 +88,17 @@ def run_request(request, flags: dict, progress=None, *, selection: str | None = 
         selection = SIMEX_SELECTION
         print(f"resdyn: the SIMEX set: only the tables its zero-rounding readings read ({SIMEX_SELECTION})", flush=True)
     return run_partitions(config, keys, selection, progress, resume=resume, log_level=log_level,
-                          parallel_runs=parallel_runs, summary_file=summary_file)
+                          parallel_runs=parallel_runs, summary_file=summary_file, fresh=fresh)
 
 
 def run_partitions(config: StudyConfig, keys: list[str], selection: str | None = None,
                   progress: Progress | None = None, *, resume: bool = False, log_level: str | None = None,
-                   parallel_runs: int = 0, summary_file: str | Path | None = None) -> RunOutcome:
+                   parallel_runs: int = 0, summary_file: str | Path | None = None, fresh: bool = False) -> RunOutcome:
     """Materialize ``keys`` under ``config`` (made ready by :func:`~.study_definitions.prepare`, as :func:`run_request` does):
-    every asset, or the assets of
-    ``selection`` (Dagster's selection syntax; their upstream tables must be published). With ``resume``, the
-    partitions the warehouse holds complete at these settings are left out. Every Dagster event of the runs goes to
+    of each partition the tables that are not current at these settings and code (.rerun_plan: their stages and
+    what is downstream; a partition with every table current is not run again), or with ``fresh`` every table, or
+    the assets of ``selection`` (Dagster's selection syntax; their upstream tables must be published). ``resume`` is
+    what a plain run does (kept for the flag). Every Dagster event of the runs goes to
     the launch's event-log file (its path printed first); ``log_level`` also shows them on the console at that level,
     and None draws resdyn's progress display instead (.progress). A table of the partitions ends it."""
     import dagster as dg
@@ -105,11 +107,14 @@ def run_partitions(config: StudyConfig, keys: list[str], selection: str | None =
     from resdyn.dagster_project.launch.selection import check_inputs, partition_asset_keys
 
     quiet_failures(log_level or NO_CONSOLE_LEVEL)  # each failed step is one line of this launch's own
-    selected_keys = partition_asset_keys(selection)
     store = open_warehouse(config.warehouse)
     store.prepare_for_writing()  # an object store that ignores conditional writes is refused before any write
-    if resume:
-        keys = not_yet_complete(store, keys, result_identity(config), selection)
+    if selection is None and not fresh:
+        groups = _stale_groups(store, keys, config)
+        if list(groups) != [None]:
+            return _run_groups(config, groups, progress, log_level=log_level, parallel_runs=parallel_runs,
+                               summary_file=summary_file)
+    selected_keys = partition_asset_keys(selection)
     if selected_keys:
         for key in keys:
             check_inputs(selection, selected_keys, store.published_table_names(*split_partition_key(key)), key)
@@ -310,88 +315,41 @@ def _record_and_print(number: int, total: int, key: str, outcome: dict, started:
         launch.failed.append(key)
 
 
-# what identifies a partition's results beside its key, as --resume compares it (docs/operations.md)
-RESULT_IDENTITY = {"settings_hash": "analysis settings (n, seed, window, ...)",
-                   "corpus_sha256": "analysis corpus",
-                   "tables_code_version": "table code version (an asset's code_version)"}
+def _stale_groups(store, keys: list[str], config) -> dict[str | None, list[str]]:
+    """Partitions grouped by the selection of tables they must make (.rerun_plan), each partition's plan said;
+    ``{None: keys}`` where every partition is new to the warehouse (a whole run, said by nothing)."""
+    from resdyn.dagster_project.launch.assets_index import ALL_ASSETS
+    from resdyn.dagster_project.launch.rerun_plan import plan_partitions
 
-
-def result_identity(config) -> dict:
-    """What a partition run now under ``config`` would be identified by (:data:`RESULT_IDENTITY`); the model
-    file's hash is judged by the partitions view (a partition made from another file is ``stale``)."""
-    from resdyn.dagster_project.configuration.settings import settings_hash
-    from resdyn.dagster_project.launch.assets_index import tables_code_version
-    from resdyn.dagster_project.store.run_records import code_environment, corpus_record
-
-    return {"settings_hash": settings_hash(dict(config.settings)),
-            "corpus_sha256": corpus_record(config.wikitext_directory or None)["corpus_sha256"],
-            "tables_code_version": tables_code_version(), "git_commit": code_environment()["git_commit"]}
-
-
-def _directory_rewritten(model_source: str | None) -> bool:
-    """Was the local model directory a partition was made from changed since (``runs.model_source`` records
-    its fingerprint)? A directory that is gone is not judged here (the run names it)."""
-    from resdyn.models.sources import directory_fingerprint
-
-    try:
-        origin = json.loads(model_source) if model_source else {}
-    except ValueError:
-        return False
-    recorded = origin.get("directory_fingerprint") if isinstance(origin, dict) else None
-    if not recorded:
-        return False
-    now = directory_fingerprint(origin.get("source") or "")
-    return now is not None and now != recorded
-
-
-def not_yet_complete(store, keys: list[str], wanted: dict, select: str | None) -> list[str]:
-    """``keys`` less the partitions the warehouse holds complete (every required table, one run) with the same
-    identity as ``wanted`` (:func:`result_identity`); each partition kept or rerun is said, and why. What a
-    partition's run did not record (made by an older resdyn) is not a difference: the table code version is then
-    judged by the commit, where both are known, and otherwise the partition is kept with a note."""
-    if select:
-        print("resdyn: --resume judges whole partitions: with --select the selected assets run on every partition "
-              "named")
-        return keys
     if not store.exists():
-        return keys
-    made = {f"{row['model']}@{row['checkpoint']}": row for row in store.query(
-        "SELECT p.model, p.checkpoint, p.settings_hash, r.corpus_sha256, r.corpus, r.tables_code_version, "
-        "r.model_source, r.git_commit "
-        "FROM partitions p LEFT JOIN runs r ON r.run_id = p.run_id AND r.model = p.model "
-        "AND r.checkpoint = p.checkpoint WHERE p.status = 'complete'").to_pylist()}
-    remaining = []
-    for key in keys:
-        row = made.get(key)
-        if row is None:
-            remaining.append(key)
-            continue
-        unknown = [name for name in RESULT_IDENTITY if row.get(name) in (None, "")]
-        if "tables_code_version" in unknown and row.get("git_commit") and wanted.get("git_commit") \
-                and "+dirty" not in row["git_commit"] + wanted["git_commit"]:
-            unknown.remove("tables_code_version")  # the commit decides: the same commit made the same tables
-            row = {**row, "tables_code_version": wanted["tables_code_version"] if row["git_commit"] ==
-                   wanted["git_commit"] else f"commit {row['git_commit'][:12]}"}
-        differing = [meaning for name, meaning in RESULT_IDENTITY.items()
-                     if name not in unknown and row.get(name) != wanted[name]]
-        if _directory_rewritten(row.get("model_source")):
-            differing.append("model directory (rewritten in place since)")
-        damaged = store.damaged_figures(store.manifest(row["model"], row["checkpoint"]))
-        if damaged and not differing:
-            print(f"resdyn: {key} is complete, but {len(damaged)} of its published figures are damaged or missing "
-                  f"({damaged[0].split(' (figure')[0]}): run again (--resume)")
-            remaining.append(key)
-            continue
-        if differing:
-            print(f"resdyn: {key} is complete, but its {'; '.join(differing)} differ from this run's: run again "
-                  "(--resume)")
-            remaining.append(key)
-            continue
-        note = (f" (its run recorded no {'; no '.join(RESULT_IDENTITY[name] for name in unknown)}: an older resdyn; "
-                f"`resdyn forget {key}` first to remake it)") if unknown else ""
-        print(f"resdyn: {key} is complete with these settings, corpus and table code "
-              f"({wanted['settings_hash']}): not run again (--resume){note}")
-    return remaining
+        return {None: keys}
+    tables = {key.to_user_string() for definition in ALL_ASSETS for key in definition.keys}
+    groups: dict[str | None, list[str]] = {}
+    for plan in plan_partitions(store, keys, config, tables):
+        if plan.reused or not plan.run or set(plan.reasons.values()) != {"not published"}:
+            for line in plan.lines():
+                print(line, flush=True)
+        if plan.run:
+            groups.setdefault(None if not plan.reused else plan.selection(), []).append(plan.key)
+    return groups
+
+
+def _run_groups(config, groups: dict[str | None, list[str]], progress, **options) -> RunOutcome:
+    """Each group of partitions run with its own selection (None: every table); one outcome for them all."""
+    outcome = RunOutcome()
+    summary_file = options.pop("summary_file", None)
+    for selection, keys in groups.items():
+        part = run_partitions(config, keys, selection, progress, fresh=True, **options)
+        outcome.failed += part.failed
+        outcome.summary.update(part.summary)
+        if part.stopped:
+            outcome.stopped = part.stopped
+            break
+    if not groups:
+        print("resdyn: nothing to run: every table of every partition named is current", flush=True)
+    if summary_file:
+        Path(summary_file).write_text(json.dumps(outcome.summary, indent=2))
+    return outcome
 
 
 def _run_in_process(keys, store, instance, job, run_config, signals, launch, progress=None, display=None) -> int:

@@ -86,7 +86,9 @@ def partition_job(config: StudyConfig, selected_keys=None) -> dg.JobDefinition:
     (``dg.materialize`` takes none). Its steps are those of the study job's run of the same selection."""
     from resdyn.dagster_project.launch.checks import ALL_CHECKS
 
-    selection = dg.AssetSelection.assets(*selected_keys) if selected_keys else None
+    # a selection's assets with their checks (as execute_job's asset_selection runs them out of process)
+    selection = dg.AssetSelection.assets(*selected_keys) | dg.AssetSelection.checks_for_assets(*selected_keys) \
+        if selected_keys else None
     return dg.Definitions(jobs=[dg.define_asset_job(IN_PROCESS_JOB, selection=selection)],
                           assets=[*study_assets(config), *ALL_CHECKS], resources=study_resources(config),
                           loggers=LOGGERS).resolve_job_def(IN_PROCESS_JOB)

@@ -38,7 +38,7 @@ def open_for_reading(given=None):
     return Warehouse(location.path).require_existing()
 
 
-def open_warehouse(given=None, *, run_id: str | None = None, settings_hash: str = ""):
+def open_warehouse(given=None, *, run_id: str | None = None, settings_hash: str = "", identities: dict | None = None):
     """The warehouse ``given`` names (as :func:`open_for_reading`), to write or read, whether or not it exists yet:
     a :class:`~.warehouse.Warehouse` for a folder, an :class:`~.object_warehouse.ObjectWarehouse` for ``s3://``;
     ``run_id`` binds its writes to one run."""
@@ -49,7 +49,7 @@ def open_warehouse(given=None, *, run_id: str | None = None, settings_hash: str 
     if isinstance(location, ObjectLocation):
         from resdyn.dagster_project.store.object_warehouse import ObjectWarehouse
 
-        return ObjectWarehouse(location, run_id=run_id, settings_hash=settings_hash)
+        return ObjectWarehouse(location, run_id=run_id, settings_hash=settings_hash, identities=identities)
     from resdyn.dagster_project.store.warehouse import Warehouse
 
-    return Warehouse(location.path, run_id=run_id, settings_hash=settings_hash)
+    return Warehouse(location.path, run_id=run_id, settings_hash=settings_hash, identities=identities)

@@ -68,6 +68,7 @@ from resdyn.dagster_project.store.manifests import (
 from resdyn.dagster_project.store.object_leases import lease_key
 from resdyn.dagster_project.store.object_store import ObjectInfo, ObjectStore, ObjectStoreError
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES, rows_table, table_spec
+from resdyn.dagster_project.store.table_identity import identity_field
 from resdyn.dagster_project.store.warehouse import (
     LOG_TABLES,
     TableWriter,
@@ -160,8 +161,10 @@ class ObjectTables:
     """The tables of a warehouse on ``store``. ``run_id`` binds writes to one run: its tables are staged and published
     together by :meth:`publish`; without it every write publishes its table at once (as :class:`~.Warehouse`)."""
 
-    def __init__(self, store: ObjectStore, *, run_id: str | None = None, settings_hash: str = "") -> None:
+    def __init__(self, store: ObjectStore, *, run_id: str | None = None, settings_hash: str = "",
+                 identities: dict | None = None) -> None:
         self.store, self.run_id, self.settings_hash = store, run_id, settings_hash
+        self.identities = identities or {}  # table -> TableIdentity of this run (store/table_identity.py)
 
     @cached_property
     def filesystem(self):
@@ -196,7 +199,7 @@ class ObjectTables:
                                        f"written ({uploaded}); the store lost a completed upload")
             entry = {"file": relative, "rows": written.rows, "bytes": written.bytes, "sha256": written.sha256,
                      "content_hash": written.content_hash, "etag": uploaded.etag, "run_id": run_id,
-                     "settings_hash": self.settings_hash}
+                     "settings_hash": self.settings_hash, **identity_field(self.identities, name)}
             if name not in LOG_TABLES:
                 if self.run_id is None:
                     self._publish_entries(model, checkpoint, {name: entry})

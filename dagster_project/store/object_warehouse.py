@@ -56,11 +56,12 @@ class ObjectWarehouse(PublishedPartitions):
     its tables and figures are staged and published together by :meth:`publish` (as on disk)."""
 
     def __init__(self, location: ObjectLocation, *, run_id: str | None = None, settings_hash: str = "",
-                 store: ObjectStore | None = None) -> None:
+                 store: ObjectStore | None = None, identities: dict | None = None) -> None:
         self.location = location
         self.store = store or ObjectStore(location)
         self.run_id, self.settings_hash = run_id, settings_hash
-        self.tables = ObjectTables(self.store, run_id=run_id, settings_hash=settings_hash)
+        self.identities = identities or {}
+        self.tables = ObjectTables(self.store, run_id=run_id, settings_hash=settings_hash, identities=self.identities)
         self.problems: list[str] = []
 
     def __str__(self) -> str:
@@ -153,7 +154,7 @@ class ObjectWarehouse(PublishedPartitions):
                 rows.append({"model": manifest["model"], "checkpoint": manifest["checkpoint"], "table_name": table,
                              "run_id": entry.get("run_id"), "settings_hash": entry.get("settings_hash"),
                              "generation": generation if isinstance(generation, int) else None,
-                             "rows": entry["rows"], "intact": problem is None})
+                             "rows": entry["rows"], "identity": entry.get("identity"), "intact": problem is None})
         return files, rows, problems
 
     def readable_run_files(self) -> list[str]:

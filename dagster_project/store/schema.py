@@ -191,6 +191,13 @@ _table("schur_surgery", "(schur_ordering, alpha, depth)", "depth",
            "(|lambda| along the diagonal, reordered by LAPACK's DTREXC; alphas 0 and 1); or `polar-normal`, no "
            "ordering: N = U Lambda U^* for U the unitary polar factor of the unit-column eigenvectors V = U H of "
            "J = V Lambda V^-1 (resdyn/normal_part.py; alphas 0 and 1)"))
+_table("volume_changes", "sublayer", "spectra",
+       LAYER, SUBLAYER, DEPTH,
+       _c("log_abs_determinant", F64, "log |det J| = sum log |lambda_i(J)|, float64 LU (numpy.linalg.slogdet): the "
+          "log of the factor by which the map scales a small volume of the residual stream (resdyn/volume.py)"),
+       _c("determinant_sign", I32, "sign of det J: -1, 0 or 1 (an orientation-reversing map is -1)"),
+       _c("mean_log_abs_eigenvalue", F64, "log |det J| / d: the mean log-modulus of J's eigenvalues"),
+       _c("trace_j_minus_i", F64, "trace(J - I): the divergence of the residual update at first order"))
 _table("transient_dynamics", "sublayer", "transient",
        LAYER, SUBLAYER, DEPTH, _c("spectral_radius", F64, "rho(J) = max |lambda|"),
        _c("spectral_norm", F64, "||J||_2"),

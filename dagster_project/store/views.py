@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import logging
 import re
 import shutil
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
 from resdyn.dagster_project.store.errors import QueryError, ReadOnlySqlError
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES
+from resdyn.dagster_project.store.table_identity import declarations, lineage_reasons, merged_settings
 
 READ_STATEMENTS = ("SELECT", "EXPLAIN")
 
@@ -114,10 +116,7 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
     for problem in problems:
         warn_once(store, problem)
     store.problems = problems
-    published_schema = pa.schema([("model", pa.string()), ("checkpoint", pa.string()), ("table_name", pa.string()),
-                                  ("run_id", pa.string()), ("settings_hash", pa.string()),
-                                  ("generation", pa.int64()), ("rows", pa.int64()), ("intact", pa.bool_())])
-    connection.register("published_tables", pa.Table.from_pylist(published, schema=published_schema))
+    connection.register("published_tables", published_tables(published))
     connection.register("partition_sources", partition_sources(store, files.get("model_checkpoints", [])))
     connection.register("study_tables", pa.table({"table_name": list(TABLES),
                                                   "required": [TABLES[t].required for t in TABLES]}))
@@ -135,6 +134,41 @@ def build_connection(store, *, complete_only: bool = False) -> duckdb.DuckDBPyCo
             _view(connection, store, table, kept)
     connection.execute("SET lock_configuration = true")
     return connection
+
+
+PUBLISHED_TABLES_SCHEMA = pa.schema([
+    ("model", pa.string()), ("checkpoint", pa.string()), ("table_name", pa.string()), ("run_id", pa.string()),
+    ("settings_hash", pa.string()), ("generation", pa.int64()), ("rows", pa.int64()), ("intact", pa.bool_()),
+    ("identity", pa.string()), ("code_version", pa.string()), ("settings", pa.string()), ("current", pa.bool_()),
+    ("stale_reason", pa.string()), ("partition_settings", pa.string()), ("settings_conflicts", pa.string())])
+
+
+def published_tables(rows: list[dict]) -> pa.Table:
+    """The ``published_tables`` relation: one row per published table of a partition, with its recorded identity
+    (store/table_identity.py) and whether it is current by lineage (its code version the stage's now, where the
+    asset modules are imported in this process; made from its inputs as they are published now), and per partition
+    the settings its tables were made with (their declared settings merged) and any conflict between them."""
+    versions = {table: version for stage in declarations().values() for table, version in stage.tables.items()}
+    by_partition: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        by_partition.setdefault((row["model"], row["checkpoint"]), []).append(row)
+    out = []
+    for partition_rows in by_partition.values():
+        entries = {row["table_name"]: {"identity": row.get("identity")} for row in partition_rows}
+        intact = {row["table_name"]: row["intact"] for row in partition_rows}
+        reasons = lineage_reasons(entries, versions, intact)
+        merged, conflicts = merged_settings(entries)
+        for row in partition_rows:
+            identity = row.get("identity") if isinstance(row.get("identity"), dict) else {}
+            reason = reasons.get(row["table_name"])
+            out.append({**{key: row.get(key) for key in ("model", "checkpoint", "table_name", "run_id",
+                                                         "settings_hash", "generation", "rows", "intact")},
+                        "identity": identity.get("hash"), "code_version": identity.get("code_version"),
+                        "settings": json.dumps(identity["settings"], sort_keys=True) if identity else None,
+                        "current": reason is None, "stale_reason": reason,
+                        "partition_settings": json.dumps(merged, sort_keys=True),
+                        "settings_conflicts": "; ".join(conflicts) or None})
+    return pa.Table.from_pylist(out, schema=PUBLISHED_TABLES_SCHEMA)
 
 
 def partition_sources(store, model_checkpoint_files: list[str]) -> pa.Table:

@@ -81,6 +81,7 @@ from resdyn.dagster_project.store.schema import (
     rows_table,
     table_spec,
 )
+from resdyn.dagster_project.store.table_identity import identity_field
 from resdyn.files import (
     HOST,
     IN_PROGRESS_SUFFIX,
@@ -257,10 +258,11 @@ class Warehouse(PublishedPartitions):
     and published by :meth:`publish`; without it every write publishes its table at once."""
 
     def __init__(self, root: str | os.PathLike | None = None, *, run_id: str | None = None,
-                 settings_hash: str = "") -> None:
+                 settings_hash: str = "", identities: dict | None = None) -> None:
         self.root = warehouse_root(root)
         self.run_id = run_id
         self.settings_hash = settings_hash
+        self.identities = identities or {}  # table -> TableIdentity of this run (store/table_identity.py)
 
     def __str__(self) -> str:
         return str(self.root)
@@ -554,7 +556,7 @@ class Warehouse(PublishedPartitions):
         def on_written(name: str, written: WrittenTable) -> None:
             entry = {"file": str(written.path.relative_to(self.root)), "rows": written.rows, "bytes": written.bytes,
                      "sha256": written.sha256, "content_hash": written.content_hash, "run_id": run_id,
-                     "settings_hash": self.settings_hash}
+                     "settings_hash": self.settings_hash, **identity_field(self.identities, name)}
             if self.run_id is None:
                 self._publish_entries(model, checkpoint, {name: entry})
             else:
@@ -848,7 +850,7 @@ class Warehouse(PublishedPartitions):
                 rows.append({"model": manifest["model"], "checkpoint": manifest["checkpoint"], "table_name": table,
                              "run_id": entry.get("run_id"), "settings_hash": entry.get("settings_hash"),
                              "generation": generation if isinstance(generation, int) else None,
-                             "rows": entry["rows"], "intact": intact})
+                             "rows": entry["rows"], "identity": entry.get("identity"), "intact": intact})
         verified.save()
         return files, rows, problems
 

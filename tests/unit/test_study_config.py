@@ -39,64 +39,6 @@ def test_a_preset_sits_below_flags_and_variables_and_above_the_defaults(tmp_path
     assert StudyConfig.resolve({}, exported.environment()) == exported  # a child process gets the preset's values
 
 
-def test_resume_skips_only_partitions_complete_with_the_same_settings_corpus_and_table_code(tmp_path, capsys):
-    import pyarrow as pa
-
-    from resdyn.dagster_project.launch.run_loop import not_yet_complete
-
-    wanted = {"settings_hash": "s1", "corpus_sha256": "c1", "tables_code_version": "t1", "git_commit": "abc"}
-    rows = [{"model": "m", "checkpoint": "init", **wanted},
-            {"model": "m", "checkpoint": "trained", **wanted, "settings_hash": "another-hash"},
-            {"model": "m", "checkpoint": "fallback", **wanted, "corpus_sha256": "c2"},  # made on the fallback text
-            {"model": "m", "checkpoint": "older", **wanted, "tables_code_version": None},  # same commit, unrecorded
-            {"model": "m", "checkpoint": "oldest", **wanted, "tables_code_version": None, "git_commit": None},
-            {"model": "m", "checkpoint": "other-commit", **wanted, "tables_code_version": None, "git_commit": "def"},
-            {"model": "m", "checkpoint": "damaged", **wanted}]
-
-    class Store:  # the partitions view of a warehouse holding these partitions complete
-        def exists(self):
-            return True
-
-        def query(self, sql):
-            assert "status = 'complete'" in sql and "corpus_sha256" in sql and "tables_code_version" in sql
-            return pa.Table.from_pylist(rows)
-
-        def manifest(self, model, checkpoint):
-            return {"model": model, "checkpoint": checkpoint}
-
-        def damaged_figures(self, manifest):  # m@damaged's figure was damaged after publication
-            return ["/w/f.png (figure f of m@init) is damaged"] if manifest["checkpoint"] == "damaged" else []
-
-    keys = ["m@init", "m@trained", "m@fallback", "m@older", "m@oldest", "m@other-commit", "m@damaged", "n@init"]
-    assert not_yet_complete(Store(), keys, wanted, None) == ["m@trained", "m@fallback", "m@other-commit", "m@damaged",
-                                                             "n@init"]
-    said = capsys.readouterr().out
-    assert "m@init is complete" in said and "not run again" in said
-    assert "m@trained is complete, but its analysis settings" in said
-    assert "m@fallback is complete, but its analysis corpus" in said
-    assert "m@older is complete with these settings" in said  # the same commit made it
-    assert "m@oldest is complete with these settings" in said and "recorded no table code version" in said
-    assert "m@other-commit is complete, but its table code version" in said
-    assert "m@damaged is complete, but 1 of its published figures are damaged or missing (/w/f.png)" in said
-    # a local model directory rewritten in place: its recorded fingerprint no longer matches
-    import json
-    import os
-
-    from resdyn.models.sources import directory_fingerprint
-
-    directory = tmp_path / "model"
-    directory.mkdir()
-    (directory / "model.safetensors").write_bytes(os.urandom(64))
-    source = json.dumps({"source": str(directory), "directory_fingerprint": directory_fingerprint(directory)})
-    rows[:] = [{"model": "d", "checkpoint": "local", **wanted, "model_source": source}]
-    assert not_yet_complete(Store(), ["d@local"], wanted, None) == []
-    (directory / "model.safetensors").write_bytes(os.urandom(65))  # new weights, same name
-    assert not_yet_complete(Store(), ["d@local"], wanted, None) == ["d@local"]
-    assert "d@local is complete, but its model directory (rewritten in place since)" in capsys.readouterr().out
-    assert not_yet_complete(Store(), keys, wanted, "group:inputs") == keys  # a partial run: run what was asked
-    assert "--resume judges whole partitions" in capsys.readouterr().out
-
-
 def test_it_is_frozen_and_survives_json():
     config = StudyConfig.resolve({"n_samples": 9, "ray_address": "http://127.0.0.1:8265"},
                                  {"RESDYN_RAY_NODE_CPUS": "6", "RESDYN_RAY_GPUS": "1"})

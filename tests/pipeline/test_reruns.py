@@ -1,0 +1,119 @@
+"""Rerun only what changed (issue 60's acceptance on the tiny suite): one partition made once, then (d) a table the
+warehouse never had, (a) a stage's code version bumped, (b) a setting only the coupling stages read, (c) the sample
+size; each run makes exactly the stale tables and their downstream, the rest kept byte for byte and untouched."""
+
+import contextlib
+import dataclasses
+import io
+import os
+
+import pytest
+
+from resdyn.dagster_project.configuration.config import StudyConfig
+from resdyn.dagster_project.store.warehouse import Warehouse
+from resdyn.models.registry import split_partition_key
+
+from ..pipeline_helpers import SMALL, TINY_PARTITION
+
+MEASUREMENT_TABLES = ("activations", "jacobians", "sample_jacobians", "jacobian_folds", "finite_difference_probe")
+
+
+def run(root, selection=None, **settings) -> tuple[dict, str]:
+    """(the partition's summary, what the run printed) of an in-process `resdyn run` of TINY_PARTITION."""
+    from resdyn.dagster_project.launch.run_loop import run_partitions
+    from resdyn.dagster_project.launch.study_definitions import prepare
+
+    config = prepare(StudyConfig.resolve({**SMALL, **settings, "warehouse": str(root), "executor": "in_process"}))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        outcome = run_partitions(config, [TINY_PARTITION], selection)
+    assert not outcome.failed, printed.getvalue()
+    return outcome.summary.get(TINY_PARTITION, {}), printed.getvalue()
+
+
+def stages_run(summary: dict) -> set[str]:
+    """The asset steps a run executed (its checks' steps left out)."""
+    from resdyn.dagster_project.store.table_identity import declarations
+
+    return {step for step in summary.get("steps", {}) if step in declarations()}
+
+
+def file_states(root, tables) -> dict[str, tuple]:
+    """Per table: its published file, size, modification time (ns) and sha256, as the manifest and disk say."""
+    store = Warehouse(root)
+    entries = store.manifest(*split_partition_key(TINY_PARTITION))["tables"]
+    return {table: (entries[table]["file"], entries[table]["sha256"], os.stat(root / entries[table]["file"]).st_size,
+                    os.stat(root / entries[table]["file"]).st_mtime_ns) for table in tables}
+
+
+def status(root) -> dict:
+    import resdyn.dagster_project.launch.assets_index  # noqa: F401 - the stages' code versions, for the views
+
+    return Warehouse(root).query("SELECT status, stale_tables FROM partitions").to_pylist()[0]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A warehouse holding TINY_PARTITION made before `volume_changes` existed (every other table)."""
+    root = tmp_path_factory.mktemp("reruns")
+    run(root, "not key:volume_changes")
+    return root
+
+
+@contextlib.contextmanager
+def bumped_code_version(stage: str):
+    """``stage``'s tables at code version + 1, as an edit of its module would declare them."""
+    from resdyn.dagster_project.store import table_identity
+
+    before = table_identity.declarations()[stage]
+    table_identity.declare(dataclasses.replace(before, tables={table: str(int(version) + 1)
+                                                                for table, version in before.tables.items()}))
+    try:
+        yield
+    finally:
+        table_identity.declare(before)
+
+
+def test_reruns_make_exactly_the_stale_tables_and_their_downstream(made):
+    from resdyn.dagster_project.launch.assets_index import PARTITION_ASSETS
+
+    root = made
+    assert status(root)["status"] == "incomplete"
+    kept = file_states(root, MEASUREMENT_TABLES)
+
+    # (d) a table the warehouse never had: only it runs, and the partition is complete again
+    summary, said = run(root)
+    assert stages_run(summary) == {"volume_changes"}, said
+    assert "volume_changes: not published" in said and "reuses 25 current table(s), makes 1" in said
+    assert status(root) == {"status": "complete", "stale_tables": None}
+
+    # a second run finds every table current and runs nothing
+    summary, said = run(root)
+    assert summary == {} and "every table current (26 reused): not run again" in said
+
+    # (a) the transient stage's code version bumped (and kept so: the code is now that version): it and what
+    # reads its tables rerun, nothing else
+    with bumped_code_version("transient_analysis"):
+        assert status(root)["status"] == "inconsistent"
+        assert "transient_dynamics: code version '3' -> '4'" in status(root)["stale_tables"]
+        summary, said = run(root)
+        assert stages_run(summary) == {"transient_analysis", "layer_metrics_per_sample"}, said
+        assert "transient_dynamics: code version '3' -> '4'" in said
+        assert "layer_metrics_per_sample: input transient_dynamics is stale" in said
+        assert status(root)["status"] == "complete"
+        assert file_states(root, MEASUREMENT_TABLES) == kept  # the same files, bytes and modification times
+
+        # (b) a setting only the coupling stages read
+        summary, said = run(root, n_permutations=SMALL["n_permutations"] // 2)
+        assert stages_run(summary) == {"coupling_tests", "community_coupling"}, said
+        assert f"setting --permutations {SMALL['n_permutations']} -> {SMALL['n_permutations'] // 2}" in said
+        assert status(root)["status"] == "complete" and file_states(root, MEASUREMENT_TABLES) == kept
+
+        # (c) the sample size: every stage from the samples on runs again; the model step (the checkpoint and its
+        # training loss) reads no sample and is kept
+        summary, said = run(root, n_samples=SMALL["n_samples"] - 2, n_permutations=SMALL["n_permutations"] // 2)
+        assert stages_run(summary) == {asset.name for asset in PARTITION_ASSETS} - {"model_checkpoints"}, said
+        assert "reuses 2 current table(s), makes 24" in said and "samples: setting --samples 12 -> 10" in said
+        assert summary["n_checks"] == 6 and not summary["failing_checks"]
+        assert status(root)["status"] == "complete"
+        assert all(state[0] != kept[table][0] for table, state in file_states(root, MEASUREMENT_TABLES).items())

@@ -103,16 +103,11 @@ def _coupling_tests(context, settings, outputs, unit_amplification, communities,
                      "p_value": result.p_value, "p_permutation": result.p_permutation,
                      "direction": result.direction, "reason": result.reason or None,
                      "operator_type": operator[(layer, sublayer)], "amplification_measure": "log_column_norm"})
-    # FDR over the defined tests only: an undefined one is not a test (coupling module docstring)
-    mask = [row["reason"] is None for row in rows]
-    q = coupling.false_discovery([r["p_value"] if m else np.nan for r, m in zip(rows, mask)])
-    q_by = coupling.false_discovery([r["p_value"] if m else np.nan for r, m in zip(rows, mask)], "by")
-    q_permutation = coupling.false_discovery([r["p_permutation"] if m else np.nan for r, m in zip(rows, mask)])
-    for row, value, value_by, value_permutation, defined in zip(rows, q, q_by, q_permutation, mask):
-        row.update(q_value=float(value) if defined else None, q_value_by=float(value_by) if defined else None,
-                   q_value_permutation=float(value_permutation) if defined else None,
-                   # BH on the degree-stratified permutation p: the p that guards against a boundary/degree confound
-                   significant=bool(value_permutation < coupling.SIGNIFICANCE) if defined else None)
+    decisions = coupling.family_decisions([r["p_value"] for r in rows], [r["reason"] is None for r in rows],
+                                          decided_on=[r["p_permutation"] for r in rows])
+    for row, decision in zip(rows, decisions):
+        row.update(q_value=decision["q_value"], q_value_by=decision["q_value_by"],
+                   q_value_permutation=decision["q_value_decided"], significant=decision["significant"])
     table = rows_table("coupling_tests", rows)
     frames = {checkpoint: pl.from_arrow(table)}  # across checkpoints: the coupling_by_checkpoint asset
     png = figure_frames.coupling_figure(model, frames, outputs.figures)
@@ -167,12 +162,9 @@ def _community_coupling(context, settings, communities, graph_edges, activations
                      "reason": "; ".join(reasons) or None, "defined": primary.defined})
         progress.done(f"{layer}/{sublayer}")
     rows.sort(key=lambda row: row["depth"])
-    # BH over the defined tests only (resdyn/community_coupling.py: an undefined test is not a test)
-    q = coupling.false_discovery([r["p_permutation"] if r["defined"] else np.nan for r in rows])
-    for row, value in zip(rows, q):
-        defined = row.pop("defined")
-        row.update(q_value=float(value) if defined else None,
-                   significant=bool(value < coupling.SIGNIFICANCE) if defined else None)
+    decisions = coupling.family_decisions([r["p_permutation"] for r in rows], [r.pop("defined") for r in rows])
+    for row, decision in zip(rows, decisions):
+        row.update(q_value=decision["q_value"], significant=decision["significant"])
     table = rows_table("community_coupling", rows)
     return table_output(table, metadata={"significant_sublayers": int(sum(bool(r["significant"]) for r in rows)),
                                          "undefined_tests": int(sum(r["q_value"] is None for r in rows))})

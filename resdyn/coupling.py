@@ -171,6 +171,25 @@ def _permuted_rank_sums(ranks: np.ndarray, is_boundary: np.ndarray, strata: np.n
     return sums
 
 
+def family_decisions(p_values, defined, decided_on=None) -> list[dict]:
+    """One family's decisions (a model checkpoint's sublayers): per test, q by Benjamini-Hochberg (``q_value``) and
+    Benjamini-Yekutieli (``q_value_by``) of ``p_values``, and ``significant`` = BH q of ``decided_on`` (default:
+    ``p_values``; the coupling tests pass the degree-stratified permutation p, which guards against a boundary/degree
+    confound) below :data:`SIGNIFICANCE`. Only the ``defined`` tests count and get values (an undefined test is not
+    a test); the others get None. Benjamini & Hochberg (1995), JRSS B 57:289; Benjamini & Yekutieli (2001), Ann.
+    Stat. 29:1165."""
+    def over_defined(values):
+        return [value if known else np.nan for value, known in zip(values, defined)]
+
+    q = false_discovery(over_defined(p_values))
+    q_by = false_discovery(over_defined(p_values), "by")
+    q_decided = q if decided_on is None else false_discovery(over_defined(decided_on))
+    return [{"q_value": float(a), "q_value_by": float(b), "q_value_decided": float(c),
+             "significant": bool(c < SIGNIFICANCE)} if known else
+            {"q_value": None, "q_value_by": None, "q_value_decided": None, "significant": None}
+            for a, b, c, known in zip(q, q_by, q_decided, defined)]
+
+
 def false_discovery(p_values, method: str = "bh") -> np.ndarray:
     """Adjusted p-values (q) by Benjamini-Hochberg ("bh") or Benjamini-Yekutieli ("by"); nan entries (undefined
     tests) stay nan and are not counted among the tests."""

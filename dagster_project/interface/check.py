@@ -1,6 +1,7 @@
 """``resdyn check``: every published file read back against its manifest, what failed or killed runs left (removed
-with ``--reclaim``), and the partitions whose manifest is damaged or missing, whose files are kept until ``--restore``
-restores it (dagster_project/store/manifest_recovery.py)."""
+with ``--reclaim``), the partitions whose manifest is damaged or missing, whose files are kept until ``--restore``
+restores it (dagster_project/store/manifest_recovery.py), and the published tables that are not current (stale:
+listed, not counted as problems)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,26 @@ def command_check(arguments) -> int:
     for problem in problems:
         print(problem)
     print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")
+    stale = stale_tables_said(store)
+    for line in stale:
+        print(line)
+    if stale:
+        print(f"resdyn check: {len(stale)} stale table(s) (not damage: `resdyn run` of their partition makes them and "
+              "what reads them again, nothing else)")
     return 1 if problems else 0
+
+
+def stale_tables_said(store) -> list[str]:
+    """One line per published table that is not current (store/table_identity.py): no recorded identity, another
+    code version than its stage's now, or made from an input that has changed since."""
+    import resdyn.dagster_project.launch.assets_index  # noqa: F401 - each stage's code version, for the judgment
+
+    if not store.exists():
+        return []
+    rows = store.query("SELECT model, checkpoint, table_name, stale_reason FROM published_tables "
+                       "WHERE NOT current AND intact ORDER BY model, checkpoint, table_name").to_pylist()
+    return [f"stale: {row['model']}@{row['checkpoint']} {row['table_name']}: {row['stale_reason']}; `resdyn run "
+            f"--model {row['model']} --checkpoint {row['checkpoint']}` remakes it" for row in rows]
 
 
 def restoration_said(restored, model: str, checkpoint: str) -> str:

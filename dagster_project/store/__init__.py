@@ -18,10 +18,21 @@ function): the asset layer above stages, loads and publishes through it.
     artefacts     where figures live, and their URL in the UI
     object_store, object_leases, object_generations, object_warehouse
                   the same on S3: atomic and conditional puts, leases, generations, read-only SQL
+    warehouse_interface
+                  WarehouseStore: the one interface both implement (what every caller may call)
+    table_identity
+                  each table's identity (code version, declared settings, inputs) and when it is current
 """
 
+from __future__ import annotations
 
-def open_for_reading(given=None):
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from resdyn.dagster_project.store.warehouse_interface import WarehouseStore
+
+
+def open_for_reading(given=None) -> WarehouseStore:
     """The warehouse ``given`` names (a --warehouse value; else RESDYN_WAREHOUSE, else the default), for reading:
     a :class:`~.warehouse.Warehouse` for a folder, an :class:`~.object_warehouse.ObjectWarehouse` for
     ``s3://BUCKET/PREFIX``; refused when it is not there."""
@@ -38,7 +49,8 @@ def open_for_reading(given=None):
     return Warehouse(location.path).require_existing()
 
 
-def open_warehouse(given=None, *, run_id: str | None = None, settings_hash: str = "", identities: dict | None = None):
+def open_warehouse(given=None, *, run_id: str | None = None, settings_hash: str = "",
+                   identities: dict | None = None) -> WarehouseStore:
     """The warehouse ``given`` names (as :func:`open_for_reading`), to write or read, whether or not it exists yet:
     a :class:`~.warehouse.Warehouse` for a folder, an :class:`~.object_warehouse.ObjectWarehouse` for ``s3://``;
     ``run_id`` binds its writes to one run."""

@@ -380,8 +380,9 @@ class ObjectWarehouse(PublishedPartitions):
         asked after a run stopped, or by a person)."""
         return self.tables.leftovers(model, checkpoint, grace=timedelta(0))
 
-    def reclaim(self, leftovers: list) -> int:
-        return sum(found.size for found in leftovers if self.store.delete(found.relative, etag=found.etag))
+    def reclaim(self, found: list) -> int:
+        """Remove leftovers found by :meth:`unpublished` (each only while it is the object found); the bytes freed."""
+        return sum(item.size for item in found if self.store.delete(item.relative, etag=item.etag))
 
     def sweep_partition(self, model: str, checkpoint: str) -> int:
         """Before a run writes: remove what runs of the partition that are not live left, once older than the grace

@@ -37,6 +37,7 @@ TITLES = {
     "communities_scan": "The gamma scan, coarse to fine against every seed at every gamma (`benchmarks/communities_scan.py`)",
     "caller_blas_threads": "The spectral stage with its own process at its share of the BLAS threads against every core, side by side (`benchmarks/caller_blas_threads.py`)",
     "object_store": "The tiny suite and one matrix table on the test S3 server against local disk, side by side (`benchmarks/object_store.py`)",
+    "reruns": "Rerun only what changed: one SmolLM2-135M partition made whole, then each change's rerun (`benchmarks/reruns.py`)",
 }
 
 
@@ -159,6 +160,18 @@ def _redesign_steps(runs: list[dict]) -> list[str]:
     return lines
 
 
+def _reruns(results: dict) -> list[str]:
+    lines = [f"{results['model']}, {results['settings']}, {results['executor']} executor, {results['machine']}, "
+             f"corpus {results['corpus']}.", "", "| run | seconds | / full run | stages run (seconds) | measurement "
+             "files unchanged |", "|---|---|---|---|---|"]
+    for case in ("full", "code_version_bumped", "permutations_halved"):
+        run = results[case]
+        stages = ", ".join(f"{name} {seconds:.1f}" for name, seconds in run["stages_run"].items())
+        lines.append(f"| {case} | {run['seconds']:.1f} | {_cell(run.get('over_full', 1.0))} | {stages} | "
+                     f"{_cell(run.get('measurement_files_unchanged', ''))} |")
+    return lines
+
+
 def _paper_scale(results: dict) -> list[str]:
     lines = ["| checkpoint | selection | run | seconds | peak RSS GB | checks |", "|---|---|---|---|---|---|"]
     for model, runs in results.items():
@@ -195,6 +208,8 @@ def render() -> str:
             lines += _analysis_floor(results)
         elif path.stem == "object_store":
             lines += _object_store(results)
+        elif path.stem == "reruns":
+            lines += _reruns(results)
         elif isinstance(results, list) and results:
             lines += _records(results)
         elif isinstance(results, dict):

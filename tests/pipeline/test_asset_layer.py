@@ -10,7 +10,6 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pytest
-import scipy.linalg
 
 from resdyn.dagster_project.asset_layer.io_manager import table_output
 from resdyn.dagster_project.asset_layer.partition_assets import ANALYSIS, partition_asset
@@ -121,36 +120,30 @@ def test_an_asset_body_invoked_directly_with_its_input_handles(tiny_study, fresh
 
 
 def test_the_asset_the_architecture_page_adds_is_one_module_and_one_schema_entry(tiny_study, tmp_path):
-    """The code block of docs/architecture.md, run as written, beside a schema entry, on a copy of the session
-    warehouse: its departures equal the strictly upper part of each Jacobian's complex Schur form (an
-    independent factorization: resdyn's is the real one)."""
+    """The code block of docs/architecture.md is assets/volume.py as it is (less its docstring), and materialized
+    alone on a copy of the session warehouse its log |det J| equals the sum of log |eigenvalue| of each Jacobian
+    (an independent factorization: numpy's eigenvalues against resdyn's LU)."""
     page = (REPOSITORY / "docs" / "architecture.md").read_text()
     code = re.search(r"### Adding an asset.*?```python\n(.*?)```", page, re.S).group(1)
+    module = (REPOSITORY / "assets" / "volume.py").read_text()
+    assert module.split('"""', 2)[2].strip() == code.strip()
     store, _, _ = tiny_study
     root = tmp_path / "warehouse"
     shutil.copytree(store.root, root)
-    schema._table("departure_bounds", "sublayer", "spectra", schema.LAYER, schema.SUBLAYER, schema.DEPTH,
-                  schema._c("departure", schema.F64, "Henrici's departure of the mean Jacobian"))
-    try:
-        namespace: dict = {}
-        exec(compile(code, "docs/architecture.md", "exec"), namespace)
-        asset = namespace["departure_bounds"]
-        config = StudyConfig.resolve({"warehouse": str(root)}, {})
-        instance = dg.DagsterInstance.ephemeral()
-        register_partitions(instance, [TINY_PARTITION])
-        result = dg.materialize([*study_assets(config), asset.definition()], partition_key=TINY_PARTITION,
-                                instance=instance, resources=study_resources(config),
-                                selection=[dg.AssetKey("departure_bounds")])
-        assert result.success
-        model, checkpoint = TINY_PARTITION.split("@")
-        rows = Warehouse(root).read("departure_bounds", model, checkpoint).to_pylist()
-        matrices = dict(Warehouse(root).matrix_table("jacobians", model, checkpoint).matrices())
-        assert len(rows) == len(matrices)
-        for row in rows:
-            upper, _ = scipy.linalg.schur(matrices[row["layer"], row["sublayer"]].astype(complex), output="complex")
-            assert row["departure"] == pytest.approx(np.linalg.norm(np.triu(upper, 1)), rel=1e-8, abs=1e-12)
-    finally:
-        schema.TABLES.pop("departure_bounds", None)
+    config = StudyConfig.resolve({"warehouse": str(root)}, {})
+    instance = dg.DagsterInstance.ephemeral()
+    register_partitions(instance, [TINY_PARTITION])
+    result = dg.materialize([*study_assets(config)], partition_key=TINY_PARTITION, instance=instance,
+                            resources=study_resources(config), selection=[dg.AssetKey("volume_changes")])
+    assert result.success
+    model, checkpoint = TINY_PARTITION.split("@")
+    rows = Warehouse(root).read("volume_changes", model, checkpoint).to_pylist()
+    matrices = dict(Warehouse(root).matrix_table("jacobians", model, checkpoint).matrices())
+    assert len(rows) == len(matrices) and [row["depth"] for row in rows] == sorted(row["depth"] for row in rows)
+    for row in rows:
+        eigenvalues = np.linalg.eigvals(matrices[row["layer"], row["sublayer"]].astype(np.float64))
+        assert row["log_abs_determinant"] == pytest.approx(np.sum(np.log(np.abs(eigenvalues))), rel=1e-8, abs=1e-9)
+        assert row["trace_j_minus_i"] == pytest.approx(np.sum(eigenvalues.real) - len(eigenvalues), abs=1e-8)
 
 
 def test_a_metric_added_to_a_body_without_its_schema_entry_fails_the_step_naming_it(tiny_study, tmp_path,

@@ -313,11 +313,12 @@ def test_a_damaged_published_figure_is_named_by_check_and_rerun_by_resume(wareho
     assert str(damaged) in report and f"figure {name} of m@local" in report and "changed since published" in report
     resumed = run_cli_in_process("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root), "--resume")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "published figures are damaged or missing" in resumed.stdout and "not run again" not in resumed.stdout
+    assert "published figure(s) damaged or missing" in resumed.stdout and "not run again" not in resumed.stdout
     assert main(["check", "--warehouse", str(root)]) == 0, capsys.readouterr().out
     again = run_cli_in_process("run", "--model", str(model), "--samples", "6", *QUICK, "--warehouse", str(root),
                                "--resume")
-    assert again.returncode == 0 and "not run again (--resume)" in again.stdout, again.stdout[-3000:]
+    assert again.returncode == 0 and "every table current" in again.stdout and "not run again" in again.stdout, \
+        again.stdout[-3000:]
 
 
 def test_a_manifest_write_killed_midway_is_listed_and_reclaimed_but_a_live_one_is_left_alone(warehouse_copy,

@@ -137,3 +137,31 @@ def test_null_model_flags_almost_nothing(fresh_seed):
     # 400,000 draws of 20 uniform p-values); <= 1 failed 2 fresh seeds in 360
     assert np.sum(q < 0.05) <= 2
     assert np.mean([r.p_permutation for r in results]) > 0.2
+
+
+def test_family_decisions_are_bh_over_the_defined_tests_only(fresh_seed):
+    """q against a step-up Benjamini-Hochberg written here from its definition (q_(i) = min_{j >= i} m p_(j) / j),
+    over the defined tests only; the decision on the second p; undefined tests get None."""
+    from resdyn.coupling import SIGNIFICANCE, family_decisions
+
+    rng = np.random.default_rng(fresh_seed)
+    p = rng.uniform(0, 0.2, size=40)
+    decided_on = rng.uniform(0, 0.1, size=40)
+    defined = rng.uniform(size=40) > 0.2
+
+    def bh(values):
+        order = np.argsort(values)
+        m = len(values)
+        adjusted = np.minimum.accumulate((np.asarray(values)[order] * m / np.arange(1, m + 1))[::-1])[::-1]
+        out = np.empty(m)
+        out[order] = np.minimum(adjusted, 1.0)
+        return out
+
+    decisions = family_decisions(p, defined, decided_on=decided_on)
+    expected_q, expected_decided = bh(p[defined]), bh(decided_on[defined])
+    got = [d for d, known in zip(decisions, defined) if known]
+    np.testing.assert_allclose([d["q_value"] for d in got], expected_q, rtol=1e-12)
+    assert [d["significant"] for d in got] == [bool(q < SIGNIFICANCE) for q in expected_decided]
+    assert all(d == {"q_value": None, "q_value_by": None, "q_value_decided": None, "significant": None}
+               for d, known in zip(decisions, defined) if not known)
+    assert all(d["q_value_by"] >= d["q_value"] for d in got)  # BY pays the dependence factor sum 1/i >= 1

@@ -53,8 +53,6 @@ def command_check(arguments) -> int:
 def stale_tables_said(store) -> list[str]:
     """One line per published table that is not current (store/table_identity.py): no recorded identity, another
     code version than its stage's now, or made from an input that has changed since."""
-    import resdyn.dagster_project.launch.assets_index  # noqa: F401 - each stage's code version, for the judgment
-
     if not store.exists():
         return []
     rows = store.query("SELECT model, checkpoint, table_name, stale_reason FROM published_tables "

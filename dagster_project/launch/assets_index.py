@@ -10,6 +10,7 @@ import dagster as dg
 
 from resdyn.dagster_project.asset_layer.partition_assets import PartitionAsset
 from resdyn.dagster_project.store import run_records
+from resdyn.dagster_project.store.table_identity import DECLARATIONS_FILE, declarations_text
 
 
 def _collect() -> tuple[list[PartitionAsset], list[dg.AssetsDefinition]]:
@@ -48,4 +49,19 @@ def tables_code_version() -> str:
 
 
 run_records.TABLES_CODE_VERSION = tables_code_version()  # what every run records (runs.tables_code_version)
-__all__ = ["ALL_ASSETS", "PARTITION_ASSETS", "STUDY_ASSETS", "tables_code_version"]
+
+
+def write_stage_declarations() -> bool:
+    """Write store/stage_declarations.json from the assets (what a process that does not import them reads);
+    True when it changed."""
+    text = declarations_text({asset.name: asset.declaration for asset in PARTITION_ASSETS})
+    if DECLARATIONS_FILE.is_file() and DECLARATIONS_FILE.read_text() == text:
+        return False
+    DECLARATIONS_FILE.write_text(text)
+    return True
+
+
+if __name__ == "__main__":
+    print(f"{'rewrote' if write_stage_declarations() else 'unchanged:'} {DECLARATIONS_FILE}")
+
+__all__ = ["ALL_ASSETS", "PARTITION_ASSETS", "STUDY_ASSETS", "tables_code_version", "write_stage_declarations"]

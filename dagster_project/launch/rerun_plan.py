@@ -54,8 +54,6 @@ def expected_for(config) -> dict:
 def plan_partitions(store, keys: list[str], config, tables: set[str]) -> list[PartitionPlan]:
     """A :class:`PartitionPlan` per key: of ``tables`` (the run's selection, table names), the stale ones and their
     stages. An optional table (written for some partitions only, as training_loss) is judged only where published."""
-    from resdyn.dagster_project.launch import assets_index  # noqa: F401 - the stages' declarations
-
     expected = expected_for(config)
     maker = stage_of_tables()
     intact, whole = _published_state(store)

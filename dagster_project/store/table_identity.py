@@ -16,17 +16,23 @@ reads the corpus, the corpus's sha256. Each published table records its identity
   its code version is the stage's now, and each input it was made from is the input's recorded identity now (and
   that input is current): what a partition's consumers need, whichever runs made its tables.
 
-The declarations are registered by the asset layer when the asset modules are imported (:func:`declare`); this
-module imports neither Dagster nor the asset layer (the store never reaches it).
+The declarations are registered by the asset layer when the asset modules are imported (:func:`declare`); a process
+that has not imported them (``resdyn sql``: importing every asset module would take seconds) reads the same
+declarations from ``stage_declarations.json`` beside this module, which ``python -m
+resdyn.dagster_project.launch.assets_index`` writes from the assets and a unit test keeps equal to them. This module
+imports neither Dagster nor the asset layer (the store never reaches it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
 
 NO_IDENTITY = "no recorded identity (published before tables carried one)"
+DECLARATIONS_FILE = Path(__file__).with_name("stage_declarations.json")
 
 
 @dataclass(frozen=True)
@@ -76,15 +82,29 @@ def declare(declaration: StageDeclaration) -> None:
     """Register a stage (the asset layer does, for each asset module imported). A table declared by two stages is
     refused: a table has one maker."""
     for table in declaration.tables:
-        for other in _DECLARATIONS.values():
+        for other in declarations().values():
             if table in other.tables and other.stage != declaration.stage:
                 raise ValueError(f"table {table!r} is declared by both {other.stage} and {declaration.stage}")
     _DECLARATIONS[declaration.stage] = declaration
 
 
 def declarations() -> dict[str, StageDeclaration]:
-    """Every registered stage by name (empty where no asset module was imported in this process)."""
-    return dict(_DECLARATIONS)
+    """Every stage by name: those of ``stage_declarations.json`` (written from the assets), each replaced by the
+    stage the asset modules registered in this process, where they did."""
+    return {**_declarations_file(), **_DECLARATIONS}
+
+
+@cache
+def _declarations_file() -> dict[str, StageDeclaration]:
+    stages = json.loads(DECLARATIONS_FILE.read_text())
+    return {name: StageDeclaration(name, dict(stage["tables"]), tuple(stage["settings"]), tuple(stage["inputs"]),
+                                   bool(stage["reads_corpus"])) for name, stage in stages.items()}
+
+
+def declarations_text(stages: dict[str, StageDeclaration]) -> str:
+    """``stage_declarations.json`` as it should read for ``stages``."""
+    return json.dumps({name: {key: value for key, value in asdict(stage).items() if key != "stage"}
+                       for name, stage in sorted(stages.items())}, indent=1, sort_keys=True) + "\n"
 
 
 def stage_of_tables(stages: dict[str, StageDeclaration] | None = None) -> dict[str, StageDeclaration]:
@@ -259,5 +279,5 @@ def merged_settings(entries: dict[str, dict]) -> tuple[dict, list[str]]:
     return merged, conflicts
 
 
-__all__ = ["NO_IDENTITY", "StageDeclaration", "TableIdentity", "declarations", "declare", "expected_identities",
+__all__ = ["DECLARATIONS_FILE", "NO_IDENTITY", "StageDeclaration", "TableIdentity", "declarations", "declarations_text", "declare", "expected_identities",
            "identity_field", "identity_hash", "lineage_reasons", "merged_settings", "stage_of_tables", "stale_tables"]

@@ -145,8 +145,8 @@ PUBLISHED_TABLES_SCHEMA = pa.schema([
 
 def published_tables(rows: list[dict]) -> pa.Table:
     """The ``published_tables`` relation: one row per published table of a partition, with its recorded identity
-    (store/table_identity.py) and whether it is current by lineage (its code version the stage's now, where the
-    asset modules are imported in this process; made from its inputs as they are published now), and per partition
+    (store/table_identity.py) and whether it is current by lineage (its code version the stage's now; made from its
+    inputs as they are published now), and per partition
     the settings its tables were made with (their declared settings merged) and any conflict between them."""
     versions = {table: version for stage in declarations().values() for table, version in stage.tables.items()}
     by_partition: dict[tuple[str, str], list[dict]] = {}

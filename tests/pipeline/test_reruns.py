@@ -47,8 +47,6 @@ def file_states(root, tables) -> dict[str, tuple]:
 
 
 def status(root) -> dict:
-    import resdyn.dagster_project.launch.assets_index  # noqa: F401 - the stages' code versions, for the views
-
     return Warehouse(root).query("SELECT status, stale_tables FROM partitions").to_pylist()[0]
 
 

@@ -180,3 +180,14 @@ def test_volume_change_is_the_sum_of_log_eigenvalue_moduli_and_the_trace(fresh_s
     assert volume_change(np.diag([1.0, -2.0]))["determinant_sign"] == -1
     with pytest.raises(ValueError, match="square"):
         volume_change(np.ones((2, 3)))
+
+
+def test_the_declarations_file_is_what_the_assets_declare():
+    """stage_declarations.json (what `resdyn sql` reads without importing the assets) equals the assets' own
+    declarations: a bumped code version or a new setting without `python -m
+    resdyn.dagster_project.launch.assets_index` fails here."""
+    from resdyn.dagster_project.launch.assets_index import PARTITION_ASSETS
+    from resdyn.dagster_project.store.table_identity import DECLARATIONS_FILE, declarations_text
+
+    assert DECLARATIONS_FILE.read_text() == declarations_text({a.name: a.declaration for a in PARTITION_ASSETS}), (
+        "run `python -m resdyn.dagster_project.launch.assets_index` to rewrite it")

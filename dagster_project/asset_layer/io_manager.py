@@ -70,7 +70,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         if obj is None:  # an asset without a table of its own (the study report)
             return
         step = context.step_context
-        run = bind(step, self.warehouse, self.settings)
+        # the settings the body ran with: the step's own resource, which a run's config (the UI's launchpad) may
+        # have changed; this manager's nested copy keeps the definitions' values
+        run = bind(step, self.warehouse, getattr(step.resources, "settings", self.settings))
         table = context.asset_key.to_user_string()
         try:
             # a body draws its figures before it yields its tables: on an object store they are uploaded and staged

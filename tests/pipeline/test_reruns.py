@@ -5,6 +5,7 @@ size; each run makes exactly the stale tables and their downstream, the rest kep
 import contextlib
 import dataclasses
 import io
+import json
 import os
 
 import pytest
@@ -115,3 +116,39 @@ def test_reruns_make_exactly_the_stale_tables_and_their_downstream(made):
         assert summary["n_checks"] == 6 and not summary["failing_checks"]
         assert status(root)["status"] == "complete"
         assert all(state[0] != kept[table][0] for table, state in file_states(root, MEASUREMENT_TABLES).items())
+
+
+def test_settings_a_run_config_changes_are_the_ones_recorded_in_the_identity(made, tmp_path):
+    """The UI's launchpad changes a setting through run config: the table written records that value in its
+    identity (and its rows' settings hash), so what reads the old table is no longer current."""
+    import shutil
+
+    import dagster as dg
+
+    from resdyn.dagster_project.asset_layer.partitions import register_partitions
+    from resdyn.dagster_project.configuration.settings import settings_hash
+    from resdyn.dagster_project.launch.study_definitions import study_assets, study_resources
+
+    root = tmp_path / "warehouse"
+    shutil.copytree(made, root)
+    instance = dg.DagsterInstance.ephemeral()
+    register_partitions(instance, [TINY_PARTITION])
+    config = StudyConfig.resolve({**SMALL, "warehouse": str(root)})
+    seed = config.settings["seed"] + 1
+    result = dg.materialize(study_assets(config), partition_key=TINY_PARTITION, resources=study_resources(config),
+                            instance=instance, selection=[dg.AssetKey("samples")],
+                            run_config={"resources": {"settings": {"config": {"seed": seed}}}})
+    assert result.success
+    store = Warehouse(root)
+    entry = store.manifest(*split_partition_key(TINY_PARTITION))["tables"]["samples"]
+    assert entry["identity"]["settings"]["seed"] == seed
+    # a run config replaces the resource's whole config (the rest at their defaults): the run's record says what ran
+    ran = json.loads(store.query("SELECT settings FROM runs WHERE run_id = $run",
+                                 parameters={"run": result.run_id}).to_pylist()[0]["settings"])
+    assert ran["seed"] == seed
+    assert store.query("SELECT DISTINCT settings_hash FROM samples").to_pylist() == [
+        {"settings_hash": settings_hash(ran)}]
+    assert {name: ran[name] for name in entry["identity"]["settings"] if name in ran} == {
+        name: value for name, value in entry["identity"]["settings"].items() if name in ran}
+    assert store.query("SELECT current, stale_reason FROM published_tables WHERE table_name = 'activations'"
+                       ).to_pylist() == [{"current": False, "stale_reason": "input samples changed since"}]

@@ -13,9 +13,7 @@ benchmarks/results/reruns.json.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import io
 import json
 import os
 import platform
@@ -37,21 +35,20 @@ def file_states(root: Path, model: str, checkpoint: str) -> dict:
 
 
 def timed_run(config, key: str) -> dict:
+    """One plain run of ``key`` under ``config``: its seconds, the asset steps it ran, and its plan as it says it."""
+    from resdyn.dagster_project.launch.rerun_plan import plan_partitions
     from resdyn.dagster_project.launch.run_loop import run_partitions
-    from resdyn.dagster_project.store.table_identity import declarations
+    from resdyn.dagster_project.store import open_warehouse
+    from resdyn.dagster_project.store.table_identity import declarations, stage_of_tables
 
-    printed = io.StringIO()
+    plan = plan_partitions(open_warehouse(config.warehouse), [key], config, set(stage_of_tables()))[0]
     started = time.perf_counter()
-    with contextlib.redirect_stdout(printed):
-        outcome = run_partitions(config, [key])
+    outcome = run_partitions(config, [key])
     seconds = time.perf_counter() - started
     steps = outcome.summary.get(key, {}).get("steps", {})
-    said = printed.getvalue()
-    print(said, flush=True)
     return {"seconds": round(seconds, 1), "failed": outcome.failed,
             "stages_run": {name: step["seconds"] for name, step in steps.items() if name in declarations()},
-            "plan": [line for line in said.splitlines() if line.startswith("resdyn: " + key) or line.startswith("    ")
-                     and ":" in line and "step" not in line][:12]}
+            "plan": plan.lines()}
 
 
 def main() -> int:

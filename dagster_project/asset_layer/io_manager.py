@@ -30,7 +30,6 @@ import pyarrow as pa
 
 from resdyn.dagster_project.asset_layer.metadata import written_metadata
 from resdyn.dagster_project.asset_layer.partition_run import bind, fail_step
-from resdyn.dagster_project.asset_layer.resources import AnalysisSettings, WarehouseResource
 from resdyn.dagster_project.store.handles import TableHandle, table_handle
 from resdyn.dagster_project.store.warehouse import WrittenTable, hash_batch
 from resdyn.models.registry import split_partition_key
@@ -61,18 +60,15 @@ def written_output(written: WrittenTable, name: str = "result", metadata: dict |
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):
-    """Stages what partitioned assets return in the warehouse, and loads their inputs as lazy handles."""
-
-    warehouse: WarehouseResource
-    settings: AnalysisSettings
+    """Stages what partitioned assets return in the warehouse, and loads their inputs as lazy handles. The warehouse
+    and the settings are the step's own resources (every partitioned asset asks for both), the ones its body ran with
+    as a run's config (the UI's launchpad) made them: a copy held here would keep the definitions' values."""
 
     def handle_output(self, context: dg.OutputContext, obj) -> None:
         if obj is None:  # an asset without a table of its own (the study report)
             return
         step = context.step_context
-        # the settings the body ran with: the step's own resource, which a run's config (the UI's launchpad) may
-        # have changed; this manager's nested copy keeps the definitions' values
-        run = bind(step, self.warehouse, getattr(step.resources, "settings", self.settings))
+        run = bind(step, step.resources.warehouse, step.resources.settings)
         table = context.asset_key.to_user_string()
         try:
             # a body draws its figures before it yields its tables: on an object store they are uploaded and staged
@@ -107,7 +103,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         if not context.has_asset_partitions:
             raise TypeError(f"{context.asset_key.to_user_string()}: resdyn's tables are partitioned by model@checkpoint")
         model, checkpoint = split_partition_key(context.asset_partition_key)
-        store = self.warehouse.open(run_id=context.step_context.run_id)
+        store = context.step_context.resources.warehouse.open(run_id=context.step_context.run_id)
         return table_handle(store, context.asset_key.to_user_string(), model, checkpoint)
 
 

@@ -60,11 +60,12 @@ def plan_partitions(store, keys: list[str], config, tables: set[str]) -> list[Pa
     plans = []
     for key in keys:
         model, checkpoint = split_partition_key(key)
-        entries = _entries(store, model, checkpoint)
-        judged = [table for table in tables if table in expected
+        manifest = _manifest(store, model, checkpoint)
+        entries = dict(manifest.get("tables", {}))
+        judged = [table for table in sorted(tables) if table in expected
                   and (TABLES[table].required or table in entries)]
         plan = PartitionPlan(key)
-        remade = whole.get((model, checkpoint)) or _damaged_figures(store, model, checkpoint, entries)
+        remade = whole.get((model, checkpoint)) or (_damaged_figures(store, manifest) if entries else None)
         if remade:
             plan.reasons = {table: remade for table in judged}
         else:
@@ -77,17 +78,15 @@ def plan_partitions(store, keys: list[str], config, tables: set[str]) -> list[Pa
     return plans
 
 
-def _damaged_figures(store, model: str, checkpoint: str, entries: dict) -> str | None:
-    if not entries:
-        return None
-    damaged = store.damaged_figures(store.manifest(model, checkpoint))
+def _damaged_figures(store, manifest: dict) -> str | None:
+    damaged = store.damaged_figures(manifest)
     return f"{len(damaged)} published figure(s) damaged or missing ({damaged[0].split(' (figure')[0]})" \
         if damaged else None
 
 
-def _entries(store, model: str, checkpoint: str) -> dict:
+def _manifest(store, model: str, checkpoint: str) -> dict:
     try:
-        return dict(store.manifest(model, checkpoint).get("tables", {}))
+        return store.manifest(model, checkpoint)
     except (OSError, ValueError, AttributeError):
         return {}
 

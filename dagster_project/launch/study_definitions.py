@@ -60,7 +60,7 @@ def study_resources(config: StudyConfig) -> dict:
                                   wikitext_tokenized_directory=config.wikitext_tokenized_directory)
     settings = AnalysisSettings(**config.settings)
     return {"warehouse": warehouse, "settings": settings,
-            "io_manager": WarehouseIOManager(warehouse=warehouse, settings=settings)}
+            "io_manager": WarehouseIOManager()}
 
 
 def build_definitions(config: StudyConfig) -> dg.Definitions:

@@ -28,7 +28,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, cached_property
+from graphlib import TopologicalSorter
 from pathlib import Path
 
 NO_IDENTITY = "no recorded identity (published before tables carried one)"
@@ -53,7 +54,7 @@ class TableIdentity:
     settings: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)  # input table -> its identity hash
 
-    @property
+    @cached_property
     def hash(self) -> str:
         return identity_hash(self.code_version, self.settings, self.inputs)
 
@@ -113,25 +114,12 @@ def stage_of_tables(stages: dict[str, StageDeclaration] | None = None) -> dict[s
 
 
 def _depth_order(stages: dict[str, StageDeclaration]) -> list[StageDeclaration]:
-    """Stages ordered so that each comes after the stages making its inputs (inputs no stage makes are ignored)."""
+    """Stages ordered so that each comes after the stages making its inputs (inputs no stage makes are ignored);
+    a cycle is graphlib's CycleError."""
     maker = stage_of_tables(stages)
-    ordered, placed, visiting = [], set(), set()
-
-    def place(stage: StageDeclaration) -> None:
-        if stage.stage in placed:
-            return
-        if stage.stage in visiting:
-            raise ValueError(f"stage {stage.stage} reads its own output through a cycle")
-        visiting.add(stage.stage)
-        for table in stage.inputs:
-            if table in maker:
-                place(maker[table])
-        placed.add(stage.stage)
-        ordered.append(stage)
-
-    for stage in sorted(stages.values(), key=lambda s: s.stage):
-        place(stage)
-    return ordered
+    graph = {name: {maker[table].stage for table in stage.inputs if table in maker}
+             for name, stage in sorted(stages.items())}
+    return [stages[name] for name in TopologicalSorter(graph).static_order()]
 
 
 def expected_identities(settings: dict, in_hash: set[str], corpus_sha256: str = "",
@@ -146,7 +134,8 @@ def expected_identities(settings: dict, in_hash: set[str], corpus_sha256: str = 
             read["corpus_sha256"] = corpus_sha256
         inputs = {table: identities[table].hash for table in stage.inputs if table in identities}
         for table, version in stage.tables.items():
-            identities[table] = TableIdentity(str(version or ""), dict(sorted(read.items())), dict(sorted(inputs.items())))
+            identities[table] = TableIdentity(str(version or ""), dict(sorted(read.items())),
+                                              dict(sorted(inputs.items())))
     return identities
 
 
@@ -185,21 +174,9 @@ def stale_tables(entries: dict[str, dict], expected: dict[str, TableIdentity], t
 
 def _tables_in_order(expected: dict[str, TableIdentity], tables: list[str] | None) -> list[str]:
     """``tables`` (default: every expected one) with each table's inputs judged before it."""
-    wanted = list(expected) if tables is None else [t for t in tables if t in expected]
-    order, seen = [], set()
-
-    def visit(table: str) -> None:
-        if table in seen or table not in expected:
-            return
-        seen.add(table)
-        for upstream in expected[table].inputs:
-            visit(upstream)
-        order.append(table)
-
-    for table in wanted:
-        visit(table)
-    chosen = set(wanted)
-    return [table for table in order if table in chosen]
+    chosen = set(expected if tables is None else tables) & set(expected)
+    order = TopologicalSorter({table: set(identity.inputs) & set(expected) for table, identity in expected.items()})
+    return [table for table in order.static_order() if table in chosen]
 
 
 def _difference(recorded: dict, want: TableIdentity, stale: dict[str, str], flags: dict[str, str]) -> str:
@@ -279,5 +256,6 @@ def merged_settings(entries: dict[str, dict]) -> tuple[dict, list[str]]:
     return merged, conflicts
 
 
-__all__ = ["DECLARATIONS_FILE", "NO_IDENTITY", "StageDeclaration", "TableIdentity", "declarations", "declarations_text", "declare", "expected_identities",
-           "identity_field", "identity_hash", "lineage_reasons", "merged_settings", "stage_of_tables", "stale_tables"]
+__all__ = ["DECLARATIONS_FILE", "NO_IDENTITY", "StageDeclaration", "TableIdentity", "declarations",
+           "declarations_text", "declare", "expected_identities", "identity_field", "identity_hash", "lineage_reasons",
+           "merged_settings", "stage_of_tables", "stale_tables"]

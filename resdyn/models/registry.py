@@ -110,6 +110,7 @@ def resolve_gguf_source(source: str) -> Path:
                                   "pinned version (requirements-models.txt)")
     return path.resolve()
 
+
 def runs_by_default(revision: str) -> bool:
     """Whether a run of a model makes a checkpoint of this revision when no checkpoint is named: not the SIMEX set,
     which runs at its own settings (``resdyn run --model NAME --simex``), nor rules v4's one-draw doses, which no v5

@@ -92,8 +92,8 @@ def _permutation_floor(amplification, is_boundary, degree, n_permutations: int, 
 
 def measure(d: int, n_samples: int, per_sample: int, seed: int) -> dict:
     from resdyn import coupling, spectra, topology, transient
-    from resdyn.assets.spectral_worker import sample_metrics
     from resdyn.depth import CumulativeProduct, SchurSurgery
+    from resdyn.stages.workers import sample_metrics
 
     rng = np.random.default_rng(seed)
     jacobian = np.eye(d) + rng.normal(size=(d, d)) / (2 * np.sqrt(d))

@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow.parquet as pq
 from threadpoolctl import threadpool_limits
 
-from resdyn.assets.spectra import SURGERY_ALPHAS
 from resdyn.dagster_project.asset_layer import ordered_parallel_map
 from resdyn.dagster_project.store.matrices import matrix_of
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
+from resdyn.stages.spectral import SURGERY_ALPHAS
 from resdyn.threads import usable_cores
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "caller_blas_threads.json"
@@ -51,7 +51,7 @@ def _analyse(matrix: np.ndarray):
 
 
 def _stage(matrices: list[np.ndarray], every_core: bool) -> float:
-    """Seconds of the pool's analyses and the caller's products through depth, as assets/spectra.py runs them."""
+    """Seconds of the pool's analyses and the caller's products through depth, as resdyn/stages/spectral.py runs them."""
     started = time.perf_counter()
     measured, surgery = CumulativeProduct(), SchurSurgery(SURGERY_ALPHAS)
     for matrix, result in zip(matrices, ordered_parallel_map(_analyse, matrices, workers=usable_cores())):

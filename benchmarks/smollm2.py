@@ -85,9 +85,9 @@ def floors(warehouse: Path, checkpoint: str) -> dict:
 
     sys.path.insert(0, str(REPOSITORY))
     from resdyn import topology
-    from resdyn.assets.topology import edges_by_boundary
     from resdyn.dagster_project.store.handles import table_handle
     from resdyn.dagster_project.store.warehouse import Warehouse
+    from resdyn.stages.topology import edges_by_boundary
 
     store = Warehouse(warehouse)
     schur = 0.0

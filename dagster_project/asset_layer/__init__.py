@@ -19,16 +19,15 @@ Below it: ``store/`` (the warehouse, no Dagster), ``study/`` (report and claims 
 ``configuration/``. Above it: ``launch/`` (definitions, the run loop, executors) and ``interface/``.
 """
 
-from resdyn.dagster_project.asset_layer import interrupts
+from resdyn import figure_frames, interrupts
 from resdyn.dagster_project.asset_layer.io_manager import table_output, written_output
 from resdyn.dagster_project.asset_layer.metadata import figure, preview
-from resdyn.dagster_project.asset_layer.parallel import ChainWorkers, default_workers, ordered_parallel_map
 from resdyn.dagster_project.asset_layer.partition_assets import ANALYSIS, MODEL, partition_asset, study_asset
 from resdyn.dagster_project.store.arrow_tables import fixed_size_lists, matrix_rows, nullable_lists, record_batch
 from resdyn.dagster_project.store.handles import MatrixReference, MatrixTable, TableHandle
 from resdyn.dagster_project.store.schema import conform, rows_table
-from resdyn.dagster_project.study import figure_frames
 from resdyn.dagster_project.study.report import COMPARISONS, SECTIONS
+from resdyn.parallel import ChainWorkers, default_workers, ordered_parallel_map
 
 __all__ = ["ANALYSIS", "COMPARISONS", "MODEL", "SECTIONS", "ChainWorkers", "MatrixReference", "MatrixTable", "TableHandle", "conform",
            "default_workers", "figure", "figure_frames", "fixed_size_lists", "interrupts", "matrix_rows",

@@ -1,16 +1,19 @@
 """The partition-asset factory: what every asset of a ``model@checkpoint`` partition repeats, said once.
 
-An asset module writes only its body::
+An asset module declares a stage (resdyn/stages/: a pure function of its input tables, the settings it declares
+and its tools, returning a StageResult)::
 
-    @partition_asset(ANALYSIS, tables=[dg.AssetSpec("eigenvalues", ...), ...])
-    def spectral_analysis(context, settings, outputs, jacobians: MatrixTable):
-        ...yield table_output(table, "eigenvalues")...
+    spectral_analysis = partition_asset(ANALYSIS, settings=("workers",), tables=[
+        dg.AssetSpec("eigenvalues", ...), ...])(spectral.spectral_analysis)
 
-and the factory owns the rest: the partitions, the step kind and its tags, the retry policy, the
+and the factory owns the rest: the stage's tools (the worker count the run's settings allow, the step's log,
+streamed writers, the figure folder: asset_layer/stage_outputs.py), each table conformed to its schema, the
+figures and counts as metadata, the partitions, the step kind and its tags, the retry policy, the
 model-runner pool of model steps, and the body's run inside :func:`~.partition_run.partition_run` (the
 partition's lease, the run's provenance row, interrupt checks, the failure recorded on the run, and the
-publication once the run's selection is staged). The body asks for what it needs by parameter name:
-``context``, ``outputs`` (:class:`~resdyn.dagster_project.store.outputs.PartitionOutputs`: streamed writers and the figure folder),
+publication once the run's selection is staged). A stage asks for ``settings``, ``tools`` and its input tables by
+parameter name. The steps that load a model (measurements, samples, model_checkpoints) are bodies that yield their
+outputs themselves and may also ask for ``context``, ``outputs`` (:class:`~resdyn.dagster_project.store.outputs.PartitionOutputs`: streamed writers and the figure folder),
 ``settings``, ``checkpoint`` (:class:`~.body_inputs.PartitionCheckpoint`: the registry entry and the weights to
 load), ``corpus`` (:class:`~.body_inputs.Corpora`: the analysis and training texts), and its input tables: a parameter
 named after a table (``jacobians``, ``layer_metrics``) is an input of the asset, which the IO manager loads as
@@ -33,13 +36,16 @@ from resdyn.dagster_project.asset_layer.io_manager import table_outs
 from resdyn.dagster_project.asset_layer.partition_run import partition_run
 from resdyn.dagster_project.asset_layer.partitions import model_checkpoint_partitions
 from resdyn.dagster_project.asset_layer.resources import AnalysisSettings, WarehouseResource
+from resdyn.dagster_project.asset_layer.stage_outputs import AssetStageTools, stage_outputs
 from resdyn.dagster_project.asset_layer.steps import MODEL_RUNNER_POOL, STEP_KIND_TAG, STEP_RETRIES
 from resdyn.dagster_project.configuration.settings import BY_NAME
 from resdyn.dagster_project.store.schema import TABLES
 from resdyn.dagster_project.store.table_identity import StageDeclaration, declare
+from resdyn.parallel import default_workers
+from resdyn.stages import StageResult
 
 MODEL, ANALYSIS = "model", "analysis"  # loads and runs the network / numerics on tables
-BODY_PARAMETERS = ("context", "outputs", "settings", "checkpoint", "corpus")
+BODY_PARAMETERS = ("context", "outputs", "settings", "checkpoint", "corpus", "tools")
 
 
 class DeclaredSettings:
@@ -86,7 +92,8 @@ class PartitionAsset:
         if unknown_settings:
             raise TypeError(f"{self.name} declares unknown settings {unknown_settings}: the settings are those of "
                             "dagster_project/configuration/settings.py")
-        if settings and "settings" not in asked:
+        factory_reads = {"workers"} if "tools" in asked else set()  # the pool's size: the stage's tools hold it
+        if set(settings) - factory_reads and "settings" not in asked:
             raise TypeError(f"{self.name} declares settings but does not ask for them (a `settings` parameter)")
         self.settings = tuple(settings)
         self.declaration = StageDeclaration(self.name, self.table_versions(), self.settings,
@@ -112,8 +119,14 @@ class PartitionAsset:
                 given["checkpoint"] = partition_checkpoint(warehouse, outputs.model, outputs.checkpoint)
             if "corpus" in self.asked:
                 given["corpus"] = corpora(warehouse)
+            if "tools" in self.asked:  # the pool is the factory's: a stage only says where a pool pays
+                workers = (settings.workers or default_workers()) if "workers" in self.settings else 1
+                given["tools"] = AssetStageTools(context, outputs, workers)
             result = self.body(**{name: given[name] for name in self.asked})
-            if inspect.isgenerator(result):
+            if isinstance(result, StageResult):
+                skippable = frozenset(spec.key.to_user_string() for spec in self.tables or [] if spec.skippable)
+                yield from stage_outputs(result, list(self.table_versions()), self.tables is None, skippable)
+            elif inspect.isgenerator(result):
                 yield from result
             elif result is not None:
                 yield result

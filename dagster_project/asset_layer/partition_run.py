@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn
 
-from resdyn.dagster_project.asset_layer import interrupts
+from resdyn import interrupts
 from resdyn.dagster_project.asset_layer.steps import STEP_RETRIES
 from resdyn.dagster_project.configuration.settings import IN_HASH, settings_hash
 from resdyn.dagster_project.store.errors import LeaseLostError, PartitionBusyError, SchemaMismatchError
@@ -170,11 +170,13 @@ def fail_step(run: PartitionRun, context, error: BaseException) -> NoReturn:
     """Record ``error``, the exception being handled, as the failure of ``context``'s step on ``run``, and raise. A
     schema mismatch (the same data would not fit a second time) and a lost lease (another run took the partition
     over: store/fencing.py) become a Dagster failure its retry policy does not rerun, recorded as the last attempt;
-    any other error is raised again as it is, recorded with its attempt (a retry may still publish)."""
-    if isinstance(error, (SchemaMismatchError, LeaseLostError)):
+    any other error is raised again as it is, recorded with its attempt (a retry may still publish). A requested
+    stop (resdyn/interrupts.py) is such a failure too, described by its own message."""
+    if isinstance(error, (SchemaMismatchError, LeaseLostError, interrupts.StopRequested)):
         import dagster as dg
 
         run.fail(step_name(context), error)
-        raise dg.Failure(description=f"{type(error).__name__}: {error}", allow_retries=False) from error
+        description = str(error) if isinstance(error, interrupts.StopRequested) else f"{type(error).__name__}: {error}"
+        raise dg.Failure(description=description, allow_retries=False) from error
     run.fail(step_name(context), error, attempt_number(context))
     raise  # noqa: PLE0704 - called inside the caller's except block: re-raises ``error`` with its traceback

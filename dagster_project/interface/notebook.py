@@ -36,12 +36,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from resdyn import figure_frames
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
 from resdyn.dagster_project.store import open_for_reading
 from resdyn.dagster_project.store.schema import PROVENANCE_COLUMNS, TABLES
 from resdyn.dagster_project.store.views import sql_text
 from resdyn.dagster_project.store.warehouse import LOG_TABLES, partition_key_of
-from resdyn.dagster_project.study import figure_frames
 from resdyn.models.registry import split_partition_key
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from resdyn.dagster_project.asset_layer import interrupts
+from resdyn import interrupts
 from resdyn.dagster_project.configuration.config import StudyConfig, dagster_home, use_dagster_home
 from resdyn.dagster_project.launch.console import TRACE_LEVEL_HINT, configure_logging, quiet_failures
 from resdyn.dagster_project.launch.event_log_file import NO_CONSOLE_LEVEL, event_log_path, run_config_loggers

@@ -1,9 +1,5 @@
-"""numpy <-> Arrow without Python lists: record batches built from buffers, matrices read back zero-copy.
-
-A d x d float64 matrix becomes a ``FixedSizeList<double>[d]`` column whose child array *is* the
-matrix's buffer (``pa.array`` on a contiguous numpy array does not copy); reading back,
-``flatten().to_numpy(zero_copy_only=True)`` returns a view of the decoded Arrow buffer. Constant
-columns are ``pa.repeat`` scalars, index columns ``np.arange``.
+"""Record batches of a table's schema built from numpy buffers without Python lists: matrices as list columns
+(resdyn/arrow_matrices.py, zero-copy), constant columns as ``pa.repeat`` scalars, index columns ``np.arange``.
 """
 
 from __future__ import annotations
@@ -11,24 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from resdyn.arrow_matrices import fixed_size_lists, matrix_rows, nullable_lists
 from resdyn.dagster_project.store.schema import check_column_names, column_mismatch, same_kind, table_spec
-
-
-def fixed_size_lists(matrix: np.ndarray, dtype=np.float64) -> pa.FixedSizeListArray:
-    """Rows of a 2-d array as a fixed-size-list array sharing the array's buffer."""
-    matrix = np.ascontiguousarray(matrix, dtype=dtype)
-    return pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1])
-
-
-def nullable_lists(matrix: np.ndarray | None, n_rows: int) -> pa.ListArray:
-    """Rows of a 2-d float64 array as a list array (sharing its buffer), or ``n_rows`` nulls that cost no
-    values when ``matrix`` is None (a null fixed-size list would still hold n_rows x d values)."""
-    if matrix is None:
-        offsets = pa.array(np.zeros(n_rows + 1, dtype=np.int32))
-        return pa.ListArray.from_arrays(offsets, pa.array(np.zeros(0)), mask=pa.array(np.ones(n_rows, dtype=bool)))
-    matrix = np.ascontiguousarray(matrix, dtype=np.float64)
-    offsets = pa.array(np.arange(0, matrix.size + 1, matrix.shape[1], dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1)))
 
 
 def constant(value, n_rows: int, arrow_type: pa.DataType) -> pa.Array:
@@ -54,6 +34,8 @@ def record_batch(table: str, width: int | None, columns: dict) -> pa.RecordBatch
     for field in schema:
         value = columns[field.name]
         try:
+            if isinstance(value, np.ndarray) and value.ndim == 2:  # a matrix: one row a list (a stage's plain array)
+                value = _list_rows(value, field.type)
             array = value if isinstance(value, pa.Array) else pa.array(value) if isinstance(value, np.ndarray) else None
             if array is not None and not same_kind(array.type, field.type):
                 raise TypeError(f"values of type {array.type}")
@@ -67,11 +49,13 @@ def record_batch(table: str, width: int | None, columns: dict) -> pa.RecordBatch
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def matrix_rows(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A fixed-size-list column back to an (n_rows, d) numpy array, without copying when it is one chunk."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if column.null_count:
-        raise ValueError("the matrix column holds nulls")
-    values = column.flatten().to_numpy(zero_copy_only=True)
-    return values.reshape(len(column), -1) if len(column) else values.reshape(0, 0)
+def _list_rows(matrix: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
+    """The rows of a 2-d array as the list column ``arrow_type`` (fixed-size or not), sharing its buffer."""
+    if pa.types.is_fixed_size_list(arrow_type):
+        return fixed_size_lists(matrix, arrow_type.value_type.to_pandas_dtype())
+    if pa.types.is_list(arrow_type):
+        return nullable_lists(matrix, len(matrix))
+    raise TypeError(f"a {matrix.shape[0]} x {matrix.shape[1]} array for a column of type {arrow_type}")
+
+
+__all__ = ["constant", "fixed_size_lists", "matrix_rows", "nullable_lists", "record_batch"]

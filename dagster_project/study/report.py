@@ -26,7 +26,7 @@ import pyarrow as pa
 from resdyn.dagster_project.configuration.config import SQL_DIRECTORY
 from resdyn.dagster_project.store.artefacts import index_figures
 from resdyn.dagster_project.store.warehouse import Warehouse
-from resdyn.dagster_project.study.figure_frames import partition_curves
+from resdyn.figure_frames import partition_curves
 from resdyn.figures import study_bars, study_lines
 from resdyn.files import atomic_write_text
 
@@ -160,7 +160,7 @@ def checkpoint_comparisons(store: Warehouse, artefacts: Path | None = None) -> d
     """Per comparison, per model: the figure of ``table`` through depth with one line per checkpoint that has it
     published (drawn by :mod:`.figure_frames`, as the notebook draws it), under ``ARTEFACTS/comparisons/<model>``
     (default: the warehouse's ``_artefacts``; an object-store warehouse has none: give a local folder)."""
-    from resdyn.dagster_project.study import figure_frames
+    from resdyn import figure_frames
 
     artefacts = Path(artefacts) if artefacts is not None else report_artefacts(store)
     drawn: dict[str, dict[str, Path]] = {}

@@ -94,20 +94,21 @@ def test_a_failed_run_publishes_nothing_and_leaves_nothing(tmp_path, toy_tables)
     assert unpublished_files(Warehouse(tmp_path)) == []
 
 
-def test_an_asset_body_invoked_directly_with_its_input_handles(tiny_study, fresh_seed):
-    """unit_amplification's body on the stored Jacobians, outside any run: what it yields equals the column,
-    row and diagonal norms numpy gives for each stored matrix."""
-    from resdyn.assets.coupling import unit_amplification
+def test_a_stage_called_directly_with_the_warehouse_input_handles(tiny_study, fresh_seed):
+    """unit_amplification's stage on the stored Jacobians, outside any run (the warehouse's lazy handles as its
+    frames): its batches equal the column, row and diagonal norms numpy gives for each stored matrix."""
+    from resdyn.stages import StageTools
+    from resdyn.stages.coupling import unit_amplification
 
     store, _, _ = tiny_study
     model, checkpoint = TINY_PARTITION.split("@")
     jacobians = table_handle(store, "jacobians", model, checkpoint)
     assert isinstance(jacobians, MatrixTable)
-    context = dg.build_asset_context(partition_key=TINY_PARTITION)
-    (output,) = list(unit_amplification.body(context=context, jacobians=jacobians,
-                                             model_checkpoints=table_handle(store, "model_checkpoints", model,
-                                                                            checkpoint)))
-    batches = list(output.value)
+    result = unit_amplification(StageTools(TINY_PARTITION), jacobians=jacobians,
+                                model_checkpoints=table_handle(store, "model_checkpoints", model, checkpoint))
+    batches = [pa.record_batch(columns if not isinstance(columns["sublayer"], str) else
+                               {**columns, "sublayer": [columns["sublayer"]] * len(columns["unit"])})
+               for columns in result.tables["unit_amplification"]]
     matrices = list(jacobians.matrices())
     assert len(batches) == len(matrices)
     pick = np.random.default_rng(fresh_seed).integers(len(matrices))
@@ -153,8 +154,8 @@ def test_a_metric_added_to_a_body_without_its_schema_entry_fails_the_step_naming
     strict schema, ``from_pylist(rows, schema=...)`` dropped the column and the run succeeded)."""
     import dataclasses
 
-    import resdyn.assets.spectral_worker as worker
-    from resdyn.assets.spectra import TABLES as SPECTRAL_TABLES
+    import resdyn.stages.workers as worker
+    from resdyn.stages.spectral import TABLES as SPECTRAL_TABLES
 
     analyse = worker.analyse_sublayer
 

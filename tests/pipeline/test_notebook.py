@@ -170,7 +170,7 @@ def test_a_notebook_figure_is_the_uis_figure(study_root, tmp_path):
     from matplotlib.figure import Figure
     from PIL import Image
 
-    from resdyn.dagster_project.study import figure_frames
+    from resdyn import figure_frames
 
     study = resdyn.open(study_root)
     published = Warehouse(study_root).published_figures("n", "local")

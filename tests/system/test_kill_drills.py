@@ -368,16 +368,14 @@ def test_a_stop_inside_a_worker_pool_ends_it_long_before_its_items_and_terminate
     is benchmarks/stop_latency.py's."""
     import multiprocessing
 
-    import dagster as dg
-
-    from resdyn.dagster_project.asset_layer import interrupts
-    from resdyn.dagster_project.asset_layer.parallel import ordered_parallel_map
+    from resdyn import interrupts
+    from resdyn.parallel import ordered_parallel_map
 
     children_before = set(multiprocessing.active_children())  # other tests' children are not this pool's
     interrupts.watch(_StopAfter(2.0))
     started = time.perf_counter()
     try:
-        with pytest.raises(dg.Failure, match="SIGTERM received during the work items of _sleep_then_return"):
+        with pytest.raises(interrupts.StopRequested, match="SIGTERM received during the work items of _sleep_then_return"):
             for _ in ordered_parallel_map(_sleep_then_return, [60.0] * 4, workers=2):
                 pass
     finally:

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from resdyn.dagster_project.asset_layer.parallel import ChainWorkers
 from resdyn.depth import SchurSurgery
+from resdyn.parallel import ChainWorkers
 
 
 class _RunningProduct:
@@ -90,8 +90,10 @@ def test_the_spectral_stage_surgery_in_workers_equals_one_schur_surgery_bit_for_
     """One worker per normal part, rows reassembled in the order of one SchurSurgery: the same numbers."""
     from threadpoolctl import threadpool_limits
 
-    from resdyn.assets.spectra import SURGERY_ALPHAS, _surgery_chains, _surgery_rows
     from resdyn.spectra import analyse_sublayer
+    from resdyn.stages.spectral import SURGERY_ALPHAS
+    from resdyn.stages.spectral import surgery_chains as _surgery_chains
+    from resdyn.stages.spectral import surgery_rows as _surgery_rows
 
     rng = np.random.default_rng(fresh_seed)
     spectra = [analyse_sublayer(np.eye(30) + rng.normal(size=(30, 30)) / 8) for _ in range(4)]
@@ -120,7 +122,7 @@ def test_workers_end_when_their_consumer_is_killed_outright(tmp_path):
     script = tmp_path / "consumer.py"
     script.write_text(
         "import time\n"
-        "from resdyn.dagster_project.asset_layer.parallel import ChainWorkers\n"
+        "from resdyn.parallel import ChainWorkers\n"
         "from resdyn.depth import CumulativeProduct\n"
         "if __name__ == '__main__':\n"
         "    with ChainWorkers([(CumulativeProduct, ()), (CumulativeProduct, ())], threads=1, where='x') as chains:\n"

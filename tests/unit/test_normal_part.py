@@ -10,7 +10,7 @@ import scipy.linalg
 import scipy.optimize
 
 from resdyn import depth, normal_part, spectra
-from resdyn.assets.spectral_worker import analyse_matrix
+from resdyn.stages.workers import analyse_matrix
 
 
 def _non_normal(rng, d):
@@ -228,7 +228,7 @@ class _Loaded:
 def test_each_fold_replicates_the_polar_normal_surgery(fresh_seed):
     """fold_through_depth (the sampling stage's worker) returns the alpha = 0 ranks under LAPACK's ordering and the
     polar normal part, each that of the product of the leave-one-fold-out means' normal parts."""
-    from resdyn.assets import spectral_worker
+    from resdyn.stages import workers as spectral_worker
 
     rng = np.random.default_rng(fresh_seed)
     d, layers, n, n_k = 12, 3, 10, 4

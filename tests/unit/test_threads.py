@@ -1,8 +1,8 @@
 """Worker processes get the BLAS thread limit for every BLAS their work loads (numpy's and scipy's OpenBLAS are
 two libraries), not only for what was loaded when the pool started them."""
 
-from resdyn.dagster_project.asset_layer.parallel import ordered_parallel_map
 from resdyn.dagster_project.configuration.config import child_environment
+from resdyn.parallel import ordered_parallel_map
 from resdyn.threads import THREAD_VARIABLES, usable_cores
 
 

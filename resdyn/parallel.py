@@ -23,7 +23,7 @@ from itertools import islice
 
 from threadpoolctl import threadpool_limits
 
-from resdyn.dagster_project.asset_layer import interrupts
+from resdyn import interrupts
 from resdyn.lifeline import die_with_parent
 from resdyn.threads import limit_blas_threads, threads_per_part, usable_cores
 

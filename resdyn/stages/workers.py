@@ -1,4 +1,4 @@
-"""The per-sublayer unit of spectral work, importable by worker processes without Dagster."""
+"""The per-sublayer units of spectral work that worker processes run: each loads its matrices where it runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from resdyn.normal_part import eigenvector_condition_number
 from resdyn.spectra import analyse_sublayer
 
 # the normal parts whose alpha = 0 surgery each fold replicates (sampling_intervals): LAPACK's Schur ordering and the
-# polar normal part, which depends on no ordering; the two modulus orderings carry no interval (assets/sampling.py)
+# polar normal part, which depends on no ordering; the two modulus orderings carry no interval (resdyn/stages/sampling.py)
 FOLD_SURGERY_ORDERINGS = (SCHUR_ORDERING, POLAR_NORMAL)
 
 

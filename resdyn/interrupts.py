@@ -4,8 +4,10 @@ Dagster installs its own SIGINT handler while a run executes and, inside some an
 pools shutting down, generators closing), the interrupt it raises is swallowed ("Exception ignored
 in ..."): the step ran on and the partition was published. The CLI therefore records every SIGINT /
 SIGTERM through the interpreter's wakeup fd (``run_loop.SignalRecorder``, whatever handler runs), and the
-steps call :func:`check` between sublayers and before publishing: a requested stop becomes a step
-failure there, so the run fails, nothing of it is published, and the CLI exits 128 + the signal.
+steps call :func:`check` between sublayers and before publishing: a requested stop raises
+:class:`StopRequested` there, which the partition's run turns into a step failure that is not retried
+(dagster_project/asset_layer/partition_run.py), so the run fails, nothing of it is published, and the CLI exits
+128 + the signal. This module knows no Dagster: the stages and the worker pools (resdyn/parallel.py) check it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from __future__ import annotations
 import signal
 
 _recorder = None
+
+
+class StopRequested(Exception):
+    """A signal asked the run to stop (raised by :func:`check`)."""
 
 
 def watch(recorder) -> None:
@@ -31,12 +37,10 @@ def requested() -> int | None:
 
 
 def check(where: str) -> None:
-    """Fail the step if a stop was requested: a Dagster failure that is not retried (an interrupt Dagster may drop,
+    """Raise :class:`StopRequested` if a stop was requested (an exception of its own: an interrupt Dagster may drop,
     a plain error its retry policy would rerun). A no-op outside a CLI run, and in step processes of the
     multiprocess and Ray executors, which do not see the CLI's signals (their runs stop as Dagster stops them)."""
     signum = requested()
     if signum is not None:
-        import dagster as dg
-
-        raise dg.Failure(description=f"{signal.Signals(signum).name} received during {where}: stopped; nothing of "
-                                     "this run is published", allow_retries=False)
+        raise StopRequested(f"{signal.Signals(signum).name} received during {where}: stopped; nothing of this run is "
+                            "published")

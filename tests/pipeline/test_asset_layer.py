@@ -120,14 +120,15 @@ def test_a_stage_called_directly_with_the_warehouse_input_handles(tiny_study, fr
     np.testing.assert_array_equal(batch["diagonal"], matrix.diagonal())
 
 
-def test_the_asset_the_architecture_page_adds_is_one_module_and_one_schema_entry(tiny_study, tmp_path):
-    """The code block of docs/architecture.md is assets/volume.py as it is (less its docstring), and materialized
-    alone on a copy of the session warehouse its log |det J| equals the sum of log |eigenvalue| of each Jacobian
-    (an independent factorization: numpy's eigenvalues against resdyn's LU)."""
+def test_the_asset_the_architecture_page_adds_is_a_stage_a_declaration_and_one_schema_entry(tiny_study, tmp_path):
+    """The two code blocks of docs/architecture.md are resdyn/stages/volume.py and assets/volume.py as they are
+    (less their docstrings), and materialized alone on a copy of the session warehouse its log |det J| equals the
+    sum of log |eigenvalue| of each Jacobian (an independent factorization: numpy's eigenvalues against resdyn's LU)."""
     page = (REPOSITORY / "docs" / "architecture.md").read_text()
-    code = re.search(r"### Adding an asset.*?```python\n(.*?)```", page, re.S).group(1)
-    module = (REPOSITORY / "assets" / "volume.py").read_text()
-    assert module.split('"""', 2)[2].strip() == code.strip()
+    section = page.split("### Adding an asset", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    modules = [(REPOSITORY / folder / "volume.py").read_text() for folder in ("resdyn/stages", "assets")]
+    assert [module.split('"""', 2)[2].strip() for module in modules] == [block.strip() for block in blocks]
     store, _, _ = tiny_study
     root = tmp_path / "warehouse"
     shutil.copytree(store.root, root)

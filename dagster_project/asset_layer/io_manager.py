@@ -43,20 +43,24 @@ def content_version(table: pa.Table) -> dg.DataVersion:
     return dg.DataVersion(digest.hexdigest()[:16])
 
 
-def _output(value, name: str, metadata: dict | None, version: dg.DataVersion) -> dg.Output:
+def versioned_output(value, name: str, metadata: dict | None, version: dg.DataVersion | None) -> dg.Output:
+    """``value`` as the output ``name`` with ``metadata`` and the data version ``version`` (None: Dagster's own)."""
     with warnings.catch_warnings():  # Output's data_version is "beta"; MaterializeResult's, used before, is not
         warnings.simplefilter("ignore", dg.BetaWarning)
         return dg.Output(value, output_name=name, metadata=metadata or {}, data_version=version)
 
 
-def table_output(table: pa.Table, name: str = "result", metadata: dict | None = None) -> dg.Output:
-    """The output ``name`` (an asset's own: ``result``; a multi-asset's: its table) with its content version."""
-    return _output(table, name, metadata, content_version(table))
+def table_output(table: pa.Table, name: str = "result", metadata: dict | None = None,
+                 version: str | None = None) -> dg.Output:
+    """The output ``name`` (an asset's own: ``result``; a multi-asset's: its table) with its data version: ``version``
+    (the table's identity, store/table_identity.py) where given, else its content's."""
+    return versioned_output(table, name, metadata, dg.DataVersion(version) if version else content_version(table))
 
 
-def written_output(written: WrittenTable, name: str = "result", metadata: dict | None = None) -> dg.Output:
-    """The output of a table the step streamed itself (:data:`WrittenTable`)."""
-    return _output(written, name, metadata, dg.DataVersion(written.content_hash))
+def written_output(written: WrittenTable, name: str = "result", metadata: dict | None = None,
+                   version: str | None = None) -> dg.Output:
+    """The output of a table the step streamed itself (:data:`WrittenTable`), versioned as :func:`table_output`."""
+    return versioned_output(written, name, metadata, dg.DataVersion(version or written.content_hash))
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):

@@ -125,7 +125,8 @@ class PartitionAsset:
             result = self.body(**{name: given[name] for name in self.asked})
             if isinstance(result, StageResult):
                 skippable = frozenset(spec.key.to_user_string() for spec in self.tables or [] if spec.skippable)
-                yield from stage_outputs(result, list(self.table_versions()), self.tables is None, skippable)
+                yield from stage_outputs(result, list(self.table_versions()), self.tables is None, skippable,
+                                         identity=outputs.identity)
             elif inspect.isgenerator(result):
                 yield from result
             elif result is not None:

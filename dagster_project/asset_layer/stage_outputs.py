@@ -9,12 +9,12 @@ tables and the worker count the run's settings allow, and :func:`stage_outputs` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import dagster as dg
 import pyarrow as pa
 
-from resdyn.dagster_project.asset_layer.io_manager import table_output, written_output
+from resdyn.dagster_project.asset_layer.io_manager import table_output, versioned_output, written_output
 from resdyn.dagster_project.asset_layer.metadata import figure, preview
 from resdyn.dagster_project.asset_layer.stage_messages import stage_message
 from resdyn.dagster_project.store.arrow_tables import record_batch
@@ -86,11 +86,17 @@ def _metadata(values: dict, table: pa.Table | None) -> dict:
     return metadata
 
 
-def stage_outputs(result: StageResult, tables: list[str], single: bool, skippable: frozenset = frozenset()) -> list:
+def stage_outputs(result: StageResult, tables: list[str], single: bool, skippable: frozenset = frozenset(),
+                  identity: Callable[[str], str | None] = lambda table: None) -> list:
     """One output per table the stage returned, in its order; ``tables``: the asset's (a table of ``skippable`` may
     be left out: training_loss, which only a tiny-suite member has); ``single``: the asset writes one table (its
     output is Dagster's ``result``). A table the stage did not return, or one the asset does not declare, is an
-    error naming both lists."""
+    error naming both lists.
+
+    Each output's data version is the table's ``identity`` (its code version, declared settings and inputs'
+    identities, as this run makes it): what the views judge current is what Dagster's staleness compares, so a
+    table rematerialized under a new identity marks its consumers stale in the UI (upstream data version changed)
+    exactly where the rerun plan reruns them."""
     if not isinstance(result, StageResult):
         raise TypeError(f"a stage returns a StageResult, not {type(result).__name__}")
     returned = set(result.tables)
@@ -100,14 +106,16 @@ def stage_outputs(result: StageResult, tables: list[str], single: bool, skippabl
     for name in result.tables:
         value, extra = result.tables[name], result.metadata.get(name, {})
         output_name = "result" if single else name
+        version = identity(name)
         if isinstance(value, WarehouseStream):
-            outputs.append(written_output(value.result, output_name, _metadata(extra, value.head)))
+            outputs.append(written_output(value.result, output_name, _metadata(extra, value.head), version))
         elif isinstance(value, (list, pa.Table)):
             table = rows_table(name, value) if isinstance(value, list) else conform(name, value)
-            outputs.append(table_output(table, output_name, _metadata(extra, table)))
+            outputs.append(table_output(table, output_name, _metadata(extra, table), version))
         elif isinstance(value, Iterable):
             batches = (record_batch(name, None, columns) for columns in value)
-            outputs.append(dg.Output(batches, output_name=output_name, metadata=_metadata(extra, None)))
+            outputs.append(versioned_output(batches, output_name, _metadata(extra, None),
+                                   dg.DataVersion(version) if version else None))
         else:
             raise TypeError(f"table {name}: rows (a list of dicts), a pyarrow.Table, column batches or a stream, "
                             f"not {type(value).__name__}")

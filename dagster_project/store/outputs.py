@@ -28,6 +28,12 @@ class PartitionOutputs:
         ``width``: the d of a matrix table's rows."""
         return self._store.open_writer(table, self.model, self.checkpoint, width=width)
 
+    def identity(self, table: str) -> str | None:
+        """The identity hash ``table`` gets from this run (its code version, declared settings and inputs'
+        identities: store/table_identity.py), or None for a table no stage declares."""
+        identity = self._store.identities.get(table)
+        return identity.hash if identity is not None else None
+
     @property
     def figures(self) -> Path:
         """This run's figure folder for the partition (created)."""

@@ -2,6 +2,8 @@
 open the asset graph, add a partition with the launch dialog's own controls, launch it, wait for
 success, find its Parquet files, open a materialization's figure and see the image load, and open the
 study's report.html with every image loaded. Screenshots go to docs/figures/ (shown in the README).
+Then a stage's code version bumped on a complete partition: the UI shows its tables unsynced with the reason,
+and materializing what it shows unsynced, from the assets' own pages, makes the partition complete again.
 
 `make test` installs Chromium when it can (root with apt); without it this test is skipped loudly.
 """
@@ -14,6 +16,7 @@ import sys
 import time
 import urllib.request
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -62,10 +65,9 @@ def _partition_keys(port: int) -> list[str]:
     return nodes[0]["partitionKeys"] if nodes else []
 
 
-@pytest.fixture
-def webserver(tmp_path):
-    """A registered random-init model m (checkpoints local and a long revision name, same weights), and
-    `resdyn ui` (webserver + daemon, the shipped dagster.yaml) on a free loopback port."""
+def _random_model_study(tmp_path: Path, checkpoints: dict[str, str]) -> tuple[Path, dict]:
+    """A registered random-init model m (``checkpoints``: revision names, all the same weights), its warehouse and
+    the environment of a small study (the shipped dagster.yaml as its Dagster instance)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -78,8 +80,7 @@ def webserver(tmp_path):
     build_byte_tokenizer().save_pretrained(tmp_path / "m")
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
-    ModelRegistry(warehouse / "registry.json").add(
-        ModelSpec("m", "llama", str(tmp_path / "m"), {"local": "local", LONG_CHECKPOINT: "local"}))
+    ModelRegistry(warehouse / "registry.json").add(ModelSpec("m", "llama", str(tmp_path / "m"), checkpoints))
     home = tmp_path / "home"
     home.mkdir()
     shutil.copy(REPOSITORY / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # as shipped
@@ -87,8 +88,14 @@ def webserver(tmp_path):
                    "DAGSTER_HOME": str(home), "RESDYN_WAREHOUSE": str(warehouse), "RESDYN_SAMPLES": "8",
                    "RESDYN_SEQ_LEN": "16", "RESDYN_LEIDEN_SEEDS": "2", "RESDYN_PERMUTATIONS": "50",
                    "RESDYN_PER_SAMPLE": "2"}
+    return warehouse, environment
+
+
+@contextmanager
+def _ui(tmp_path: Path, environment: dict, command: list[str]):
+    """``command`` (`resdyn ui` or its serve function: webserver + daemon) on a free loopback port, stopped by PID."""
     (port,) = free_ports(1)
-    process = subprocess.Popen([str(BIN / "resdyn"), "ui", "--host", "127.0.0.1", "--port", str(port)],
+    process = subprocess.Popen([*command, "--host", "127.0.0.1", "--port", str(port)],
                                cwd=REPOSITORY, env=environment, stdout=open(tmp_path / "ui.log", "w"),
                                stderr=subprocess.STDOUT)
     try:
@@ -101,13 +108,21 @@ def webserver(tmp_path):
                 if time.time() > deadline or process.poll() is not None:
                     pytest.fail("resdyn ui did not start:\n" + (tmp_path / "ui.log").read_text()[-3000:])
                 time.sleep(1)
-        yield {"port": port, "warehouse": warehouse, "environment": environment, "log": tmp_path / "ui.log"}
+        yield port
     finally:
         process.terminate()  # the PID this test started; it stops the daemon's process group it started
         try:
             process.wait(timeout=150)  # uvicorn's shutdown, then up to 2 x 30 s for the daemon's group
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture
+def webserver(tmp_path):
+    """m (checkpoints local and a long revision name, same weights), and `resdyn ui` on a free loopback port."""
+    warehouse, environment = _random_model_study(tmp_path, {"local": "local", LONG_CHECKPOINT: "local"})
+    with _ui(tmp_path, environment, [str(BIN / "resdyn"), "ui"]) as port:
+        yield {"port": port, "warehouse": warehouse, "environment": environment, "log": tmp_path / "ui.log"}
 
 
 def _metadata_value_cell(page, label: str):
@@ -212,3 +227,96 @@ def test_a_partition_launched_from_the_ui_materializes_and_its_figures_and_repor
     page.wait_for_function("() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
     page.screenshot(path=str(FIGURES / "ui-report.png"), full_page=False)
     page.close()
+
+
+BUMPED_DEFINITIONS = '''"""The study's definitions with the transient stage's code version bumped, as a developer's edit of
+assets/transient.py would make them."""
+
+import resdyn.assets.transient as transient_module
+from resdyn.dagster_project.asset_layer import ANALYSIS, partition_asset
+
+original = transient_module.transient_analysis
+transient_module.transient_analysis = partition_asset(ANALYSIS, settings=original.settings, tables=[
+    spec.replace_attributes(code_version=str(int(spec.code_version) + 1)) for spec in original.tables])(original.body)
+
+from resdyn.dagster_project.definitions import defs  # noqa: E402 - the definitions of the edited code
+'''
+
+SERVE = '''import argparse, sys
+from resdyn.dagster_project.interface.ui import serve
+parser = argparse.ArgumentParser()
+parser.add_argument("--host")
+parser.add_argument("--port", type=int)
+arguments = parser.parse_args()
+sys.exit(serve(sys.argv[0].rsplit("/", 1)[0] + "/warehouse", arguments.host, arguments.port, module="bumped_definitions"))
+'''
+
+
+def _unsynced_materialized_from_its_page(page, base: str, port: int, asset: str) -> str:
+    """Open ``asset``'s page at partition m@local, read why it is unsynced from its tag's tooltip, materialize it with
+    the page's own button and the launch dialog, wait for the run; the reason shown."""
+    page.goto(f"{base}/assets/{asset}?view=partitions&partition=m%40local")
+    tag = page.get_by_text("Unsynced (1)")
+    tag.wait_for(timeout=120000)
+    tag.hover()
+    reason = page.locator("text=has a new").first
+    reason.wait_for(timeout=30000)
+    shown = reason.inner_text()
+    before = {run["runId"] for run in _graphql(port, "{ runsOrError { ... on Runs { results { runId } } } }")[
+        "runsOrError"]["results"]}
+    page.get_by_role("button", name="Materialize…").first.click()
+    confirm = page.get_by_role("button", name="Confirm")  # a multi-asset that cannot be subset: its other tables too
+    page.wait_for_timeout(2000)
+    if confirm.count():
+        confirm.click()
+    page.get_by_role("button", name="Launch 1 run").click(timeout=60000)
+    deadline = time.time() + 600
+    while time.time() < deadline:  # queued, then started by the daemon's run queue
+        runs = [run for run in _graphql(port, "{ runsOrError { ... on Runs { results { runId status } } } }")[
+            "runsOrError"]["results"] if run["runId"] not in before]
+        if runs and runs[0]["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
+            assert runs[0]["status"] == "SUCCESS", runs
+            return shown
+        time.sleep(3)
+    raise AssertionError(f"the run materializing {asset} did not end")
+
+
+def test_a_bumped_code_version_shows_unsynced_with_its_reason_and_the_ui_completes_the_partition(
+        browser, tmp_path, monkeypatch):
+    """Issue 60 (a) in the UI: m@local complete, then the transient stage's code version bumped (the UI loads the
+    edited definitions). Its tables show "Unsynced" with "has a new code version"; materialized from the asset's
+    page, their consumer layer_metrics_per_sample shows "has a new data version" (a table's data version is its
+    identity); materialized too, the partition is complete again under the new versions, and no measurement
+    table was rewritten."""
+    from resdyn.dagster_project.store.warehouse import Warehouse
+
+    warehouse, environment = _random_model_study(tmp_path, {"local": "local"})
+    made = subprocess.run([sys.executable, "-m", "resdyn", "run", "--model", "m", "--checkpoint", "local"],
+                          cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=900)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    measured = {path: path.stat().st_mtime_ns for table in ("activations", "jacobians", "samples")
+                for path in (warehouse / table).rglob("*.parquet")}
+    (tmp_path / "bumped_definitions.py").write_text(BUMPED_DEFINITIONS)
+    (tmp_path / "serve.py").write_text(SERVE)
+    environment = {**environment, "PYTHONPATH": str(tmp_path)}
+    with _ui(tmp_path, environment, [sys.executable, str(tmp_path / "serve.py")]) as port:
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        base = f"http://127.0.0.1:{port}"
+        assert _unsynced_materialized_from_its_page(page, base, port, "transient_dynamics") == "has a new code version"
+        page.screenshot(path=str(tmp_path / "after-transient.png"))
+        assert (_unsynced_materialized_from_its_page(page, base, port, "layer_metrics_per_sample")
+                == "has a new data version")
+        page.close()
+    # the views judge with the edited code's declarations, as a process that imports the edited module would
+    import importlib
+
+    import resdyn.assets.transient as transient_module
+    from resdyn.dagster_project.store import table_identity
+
+    monkeypatch.setattr(table_identity, "_DECLARATIONS", dict(table_identity._DECLARATIONS))
+    monkeypatch.setattr(transient_module, "transient_analysis", transient_module.transient_analysis)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("bumped_definitions")
+    partitions = Warehouse(warehouse).query("SELECT status, stale_tables FROM partitions").to_pylist()
+    assert partitions == [{"status": "complete", "stale_tables": None}], partitions
+    assert {path: path.stat().st_mtime_ns for path in measured} == measured

@@ -5,7 +5,6 @@ listed, not counted as problems)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 from resdyn.dagster_project.store import open_for_reading
@@ -14,7 +13,6 @@ from resdyn.dagster_project.store import open_for_reading
 def command_check(arguments) -> int:
     """Restore damaged manifests (``--restore``), remove leftovers (``--reclaim``), then one line per problem."""
     from resdyn.dagster_project.store.integrity import scan
-    from resdyn.dagster_project.store.leftovers import describe, reclaim, unpublished_files
 
     store = open_for_reading(arguments.warehouse)
     if arguments.restore:
@@ -22,22 +20,9 @@ def command_check(arguments) -> int:
             print(f"resdyn check --restore: the manifest of {model}@{checkpoint} "
                   f"{restoration_said(store.restore_manifest(model, checkpoint), model, checkpoint)}")
     kept = kept_behind_damaged_manifests(store)
-    if store.arrow_filesystem is not None:  # an object store: its leftovers are objects (store/object_generations.py)
-        # as on disk, what no manifest names and no live run wrote is a leftover at once (no grace period: that
-        # guards the sweeps runs make while other writers may be uploading, not a person's explicit check)
-        if arguments.reclaim:
-            removed = store.tables.sweep(grace=timedelta(0))
-            print(f"resdyn check --reclaim: removed {len(removed)} unpublished object(s), "
-                  f"{sum(found.size for found in removed)} bytes")
-        unpublished = [f"unpublished: {store.tables.where(found.relative)} ({found.size} bytes); `resdyn check "
-                       "--reclaim` removes it" for found in store.tables.leftovers(grace=timedelta(0))]
-        problems = scan(store) + kept + unpublished
-    else:
-        if arguments.reclaim:
-            leftovers = unpublished_files(store)
-            freed = reclaim(store, leftovers)
-            print(f"resdyn check --reclaim: removed {len(leftovers)} unpublished file(s), {freed} bytes")
-        problems = scan(store) + kept + describe(unpublished_files(store))
+    if arguments.reclaim:
+        print(f"resdyn check --reclaim: {store.reclaim_unpublished()}")
+    problems = scan(store) + kept + store.unpublished_problems()
     for problem in problems:
         print(problem)
     print(f"resdyn check: {len(problems)} problem(s)" if problems else "resdyn check: every published file is readable")

@@ -74,6 +74,24 @@ class ObjectWarehouse(PublishedPartitions):
     def exists(self) -> bool:
         return bool(self.store.list("_published/") or self.store.list("runs/"))
 
+    @property
+    def results_folder(self) -> Path | None:
+        """None: an object store holds only what runs publish, so a report or claims need --output."""
+        return None
+
+    def unpublished_problems(self) -> list[str]:
+        """`resdyn check`'s lines for the objects no manifest names and no live run wrote
+        (store/object_generations.py)."""
+        return [f"unpublished: {self.tables.where(found.relative)} ({found.size} bytes); `resdyn check --reclaim` "
+                "removes it" for found in self.tables.leftovers(grace=timedelta(0))]
+
+    def reclaim_unpublished(self) -> str:
+        """Remove at once the objects no manifest names and no live run wrote (a person's explicit act: no grace
+        period, which guards the sweeps runs make while other writers may be uploading); what was removed, in
+        words."""
+        removed = self.tables.sweep(grace=timedelta(0))
+        return f"removed {len(removed)} unpublished object(s), {sum(found.size for found in removed)} bytes"
+
     def prepare_for_writing(self) -> None:
         """Refuse a store whose conditional writes do not hold (leases and manifests rest on them)."""
         self.store.require_conditional_writes()

@@ -284,6 +284,21 @@ class Warehouse(PublishedPartitions):
     def exists(self) -> bool:
         return self.root.is_dir()
 
+    @property
+    def results_folder(self) -> Path | None:
+        """Where a report or claims asked for without --output are written: the warehouse's own folder."""
+        return self.root
+
+    def unpublished_problems(self) -> list[str]:
+        """`resdyn check`'s lines for what no manifest names and no live run wrote (store/leftovers.py)."""
+        return leftovers.describe(leftovers.unpublished_files(self))
+
+    def reclaim_unpublished(self) -> str:
+        """Remove at once what no manifest names and no live run wrote (a person's explicit act: no grace period);
+        what was removed, in words."""
+        found = leftovers.unpublished_files(self)
+        return f"removed {len(found)} unpublished file(s), {leftovers.reclaim(self, found)} bytes"
+
     def prepare_for_writing(self) -> None:
         """Nothing to check on a folder (an object store checks it honours conditional writes)."""
 

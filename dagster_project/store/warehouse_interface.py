@@ -56,6 +56,19 @@ class WarehouseStore(Protocol):
         """Is the warehouse there (a folder, or anything under the bucket prefix)?"""
         ...
 
+    @property
+    def results_folder(self) -> Path | None:
+        """Where a report or claims asked for without --output are written (None: --output is needed)."""
+        ...
+
+    def unpublished_problems(self) -> list[str]:
+        """`resdyn check`'s lines for what no manifest names and no live run wrote."""
+        ...
+
+    def reclaim_unpublished(self) -> str:
+        """Remove at once what no manifest names and no live run wrote; what was removed, in words."""
+        ...
+
     def forget(self, model: str, checkpoint: str) -> list[Path]:
         """Remove a partition's data: its published manifest first (so readers stop seeing it at once),."""
         ...

@@ -187,7 +187,7 @@ def build_claims(store: Warehouse | None, model: str, null_checkpoint: str, trai
                          "(the null model's and the trained one's); `resdyn models` lists them")
     if output is None and store is None:
         raise ValueError("claims from saved inputs need --output DIR (there is no warehouse to write them into)")
-    if output is None and store.arrow_filesystem is not None:  # said before anything is read from the store
+    if output is None and store.results_folder is None:  # said before anything is read from the store
         raise ValueError(claims_need_output(store))
     if frames is None:
         _require_partitions(store, model)

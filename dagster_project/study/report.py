@@ -189,8 +189,8 @@ def report_artefacts(store: Warehouse, output: Path | None = None) -> Path:
     """Where the report's figures are drawn: the warehouse folder's ``_artefacts``; for a warehouse on an object
     store, which holds only what runs publish, ``<output stem>_figures/`` beside the report file ``output`` (required
     there: refused, naming --output)."""
-    if store.arrow_filesystem is None:
-        return store.root / "_artefacts"
+    if store.results_folder is not None:
+        return store.results_folder / "_artefacts"
     if output is None:
         raise ValueError(report_needs_output(store))
     return Path(output).parent / f"{Path(output).stem}_figures"

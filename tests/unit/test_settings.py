@@ -23,12 +23,12 @@ def test_readme_settings_table_is_generated_from_settings():
     text = (REPOSITORY / "docs" / "configuration.md").read_text()
     begin = text.index("<!-- settings:begin")
     block = text[text.index("\n", begin) + 1 : text.index("<!-- settings:end -->")]
-    assert block == settings.readme_table(), "regenerate docs/configuration.md's settings table from dagster_project/configuration/settings.py"
+    assert block == settings.readme_table(), "regenerate docs/configuration.md's tables: python docs/tools/configuration_tables.py"
     for setting in settings.SETTINGS:  # and every flag is one the CLI accepts
         assert setting.flag in block and setting.variable in block
     begin = text.index("<!-- presets:begin")
     block = text[text.index("\n", begin) + 1 : text.index("<!-- presets:end -->")]
-    assert block == settings.presets_table(), "regenerate docs/configuration.md's presets table from settings.py"
+    assert block == settings.presets_table(), "regenerate docs/configuration.md's tables: python docs/tools/configuration_tables.py"
 
 
 def test_every_resdyn_variable_the_code_reads_is_in_the_generated_environment_table():
@@ -39,7 +39,7 @@ def test_every_resdyn_variable_the_code_reads_is_in_the_generated_environment_ta
     text = (REPOSITORY / "docs" / "configuration.md").read_text()
     begin = text.index("<!-- environment:begin")
     block = text[text.index("\n", begin) + 1 : text.index("<!-- environment:end -->")]
-    assert block == config.environment_table(), "regenerate docs/configuration.md's environment table from config.py"
+    assert block == config.environment_table(), "regenerate docs/configuration.md's tables: python docs/tools/configuration_tables.py"
     documented = set(re.findall(r"RESDYN_[A-Z_]+", block)) | {setting.variable for setting in settings.SETTINGS}
     read = set()
     for package in ("resdyn", "dagster_project", "assets"):

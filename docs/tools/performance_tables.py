@@ -32,7 +32,7 @@ TITLES = {
     "transient": "Transient dynamics against the spectral stage (`benchmarks/transient.py`)",
     "study": "The study at the paper's n = 1000, one partition at a time (`benchmarks/study.py`)",
     "acceptance_run": "The 2-layer Llama-3.1-8B-shaped checkpoint end to end (`benchmarks/acceptance_run.py`)",
-    "redesign_equivalence": "The code before and after a redesign (issue 32's assets, issue 44's layout), side by side (`benchmarks/redesign_equivalence.py`)",
+    "redesign_equivalence": "The code before and after a redesign (issue 32's assets, issue 44's layout, issue 60's stages), side by side (`benchmarks/redesign_equivalence.py`)",
     "test_durations": "The test suite, every test's seconds, the slowest 40 shown (`make test-durations`)",
     "communities_scan": "The gamma scan, coarse to fine against every seed at every gamma (`benchmarks/communities_scan.py`)",
     "caller_blas_threads": "The spectral stage with its own process at its share of the BLAS threads against every core, side by side (`benchmarks/caller_blas_threads.py`)",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import dagster as dg
 
 from resdyn.dagster_project.asset_layer.partitions import register_partitions
@@ -29,3 +32,18 @@ def read_mean_jacobians(store, model: str, checkpoint: str) -> dict:
 
     matrices = dict(store.matrix_table("jacobians", model, checkpoint).matrices())
     return {key: matrices[key] for key in sorted(matrices, key=lambda key: sublayer_depth(*key))}
+
+
+@contextlib.contextmanager
+def bumped_code_version(stage: str):
+    """``stage``'s tables at code version + 1 in this process's declarations (what the views and the rerun plan
+    judge by), as an edit of its module would declare them."""
+    from resdyn.dagster_project.store import table_identity
+
+    before = table_identity.declarations()[stage]
+    table_identity.declare(dataclasses.replace(before, tables={table: str(int(version) + 1)
+                                                                for table, version in before.tables.items()}))
+    try:
+        yield
+    finally:
+        table_identity.declare(before)

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 import dagster as dg
 import pyarrow as pa
 
-from resdyn.dagster_project.asset_layer.metadata import written_metadata
+from resdyn.dagster_project.asset_layer.metadata import first_rows, written_metadata
 from resdyn.dagster_project.asset_layer.partition_run import bind, fail_step
 from resdyn.dagster_project.store.handles import TableHandle, table_handle
 from resdyn.dagster_project.store.warehouse import WrittenTable, hash_batch
@@ -98,7 +98,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             for batch in batches:
                 writer.write(batch)
                 if head is None and batch.num_rows:
-                    head = pa.Table.from_batches([batch.slice(0, 5)])
+                    head = first_rows(batch)
         return writer.result, head
 
     def load_input(self, context: dg.InputContext) -> TableHandle:

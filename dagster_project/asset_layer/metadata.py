@@ -49,6 +49,12 @@ def preview(table: pa.Table, rows: int = 5, max_list: int = 4, max_columns: int 
     return dg.MetadataValue.md(text)
 
 
+def first_rows(batch: pa.RecordBatch, rows: int = 5) -> pa.Table:
+    """The first ``rows`` of ``batch`` as a copy (a slice would keep the whole batch's buffers alive while a stream
+    writes on): what a streamed table's preview shows."""
+    return pa.Table.from_batches([batch.take(pa.array(range(min(rows, batch.num_rows))))])
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far (MB): per step, the running maximum."""
     import resource

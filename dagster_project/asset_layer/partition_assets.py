@@ -12,8 +12,8 @@ figures and counts as metadata, the partitions, the step kind and its tags, the 
 model-runner pool of model steps, and the body's run inside :func:`~.partition_run.partition_run` (the
 partition's lease, the run's provenance row, interrupt checks, the failure recorded on the run, and the
 publication once the run's selection is staged). A stage asks for ``settings``, ``tools`` and its input tables by
-parameter name. The steps that load a model (measurements, samples, model_checkpoints) are bodies that yield their
-outputs themselves and may also ask for ``context``, ``outputs`` (:class:`~resdyn.dagster_project.store.outputs.PartitionOutputs`: streamed writers and the figure folder),
+parameter name, and the model steps also for ``checkpoint`` and ``corpus``. A body that yields its outputs itself
+(a test's toy asset) may also ask for ``context``, ``outputs`` (:class:`~resdyn.dagster_project.store.outputs.PartitionOutputs`: streamed writers and the figure folder),
 ``settings``, ``checkpoint`` (:class:`~.body_inputs.PartitionCheckpoint`: the registry entry and the weights to
 load), ``corpus`` (:class:`~.body_inputs.Corpora`: the analysis and training texts), and its input tables: a parameter
 named after a table (``jacobians``, ``layer_metrics``) is an input of the asset, which the IO manager loads as
@@ -96,6 +96,7 @@ class PartitionAsset:
         if set(settings) - factory_reads and "settings" not in asked:
             raise TypeError(f"{self.name} declares settings but does not ask for them (a `settings` parameter)")
         self.settings = tuple(settings)
+        self.skippable = frozenset(spec.key.to_user_string() for spec in tables or [] if spec.skippable)
         self.declaration = StageDeclaration(self.name, self.table_versions(), self.settings,
                                             tuple(self.inputs) + tuple(declared), "corpus" in asked)
         declare(self.declaration)
@@ -124,9 +125,8 @@ class PartitionAsset:
                 given["tools"] = AssetStageTools(context, outputs, workers)
             result = self.body(**{name: given[name] for name in self.asked})
             if isinstance(result, StageResult):
-                skippable = frozenset(spec.key.to_user_string() for spec in self.tables or [] if spec.skippable)
-                yield from stage_outputs(result, list(self.table_versions()), self.tables is None, skippable,
-                                         identity=outputs.identity)
+                yield from stage_outputs(result, list(self.table_versions()), self.tables is None, self.skippable,
+                                         outputs.identity)
             elif inspect.isgenerator(result):
                 yield from result
             elif result is not None:

@@ -15,7 +15,7 @@ import dagster as dg
 import pyarrow as pa
 
 from resdyn.dagster_project.asset_layer.io_manager import table_output, versioned_output, written_output
-from resdyn.dagster_project.asset_layer.metadata import figure, preview
+from resdyn.dagster_project.asset_layer.metadata import figure, first_rows, preview
 from resdyn.dagster_project.asset_layer.stage_messages import stage_message
 from resdyn.dagster_project.store.arrow_tables import record_batch
 from resdyn.dagster_project.store.schema import conform, rows_table
@@ -40,7 +40,7 @@ class WarehouseStream:
         batch = record_batch(self.table, self.width, columns)
         self.writer.write(batch)
         if self.head is None and batch.num_rows:
-            self.head = pa.Table.from_batches([batch.take(pa.array(range(min(5, batch.num_rows))))])
+            self.head = first_rows(batch)
 
     @property
     def result(self):
@@ -86,8 +86,8 @@ def _metadata(values: dict, table: pa.Table | None) -> dict:
     return metadata
 
 
-def stage_outputs(result: StageResult, tables: list[str], single: bool, skippable: frozenset = frozenset(),
-                  identity: Callable[[str], str | None] = lambda table: None) -> list:
+def stage_outputs(result: StageResult, tables: list[str], single: bool, skippable: frozenset,
+                  identity: Callable[[str], str | None]) -> list:
     """One output per table the stage returned, in its order; ``tables``: the asset's (a table of ``skippable`` may
     be left out: training_loss, which only a tiny-suite member has); ``single``: the asset writes one table (its
     output is Dagster's ``result``). A table the stage did not return, or one the asset does not declare, is an
@@ -97,8 +97,6 @@ def stage_outputs(result: StageResult, tables: list[str], single: bool, skippabl
     identities, as this run makes it): what the views judge current is what Dagster's staleness compares, so a
     table rematerialized under a new identity marks its consumers stale in the UI (upstream data version changed)
     exactly where the rerun plan reruns them."""
-    if not isinstance(result, StageResult):
-        raise TypeError(f"a stage returns a StageResult, not {type(result).__name__}")
     returned = set(result.tables)
     if not returned <= set(tables) or set(tables) - returned - set(skippable):
         raise ValueError(f"the stage returned tables {sorted(returned)}; its asset declares {sorted(tables)}")

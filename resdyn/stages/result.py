@@ -43,26 +43,9 @@ class StageResult:
     metadata: dict[str, dict] = field(default_factory=dict)
 
     def rows(self, name: str) -> list[dict]:
-        """The rows of table ``name`` as dicts (a stream's or an iterable's batches expanded): what a test reads."""
+        """The rows of table ``name`` as dicts, for a table returned as rows or a ``pyarrow.Table``."""
         value = self.tables[name]
-        if isinstance(value, list):
-            return value
-        if isinstance(value, pa.Table):
-            return value.to_pylist()
-        batches = value.batches if hasattr(value, "batches") else list(value)
-        return [row for batch in batches for row in _batch_rows(batch)]
-
-
-def _batch_rows(batch: dict) -> list[dict]:
-    """A column batch (arrays and scalars broadcast over them) as row dicts."""
-    import numpy as np
-
-    arrays = {name: value for name, value in batch.items()
-              if isinstance(value, (list, np.ndarray, pa.Array, pa.ChunkedArray))}
-    length = len(next(iter(arrays.values()))) if arrays else 1
-    columns = {name: (value.to_pylist() if isinstance(value, (pa.Array, pa.ChunkedArray)) else
-                      list(value) if name in arrays else [value] * length) for name, value in batch.items()}
-    return [{name: column[i] for name, column in columns.items()} for i in range(length)]
+        return value.to_pylist() if isinstance(value, pa.Table) else list(value)
 
 
 __all__ = ["Figure", "Preview", "StageResult"]

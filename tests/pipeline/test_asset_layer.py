@@ -17,6 +17,7 @@ from resdyn.dagster_project.asset_layer.partitions import register_partitions
 from resdyn.dagster_project.configuration.config import StudyConfig
 from resdyn.dagster_project.launch.study_definitions import study_assets, study_resources
 from resdyn.dagster_project.store import schema
+from resdyn.dagster_project.store.arrow_tables import record_batch
 from resdyn.dagster_project.store.handles import MatrixTable, TableHandle, table_handle
 from resdyn.dagster_project.store.leftovers import unpublished_files
 from resdyn.dagster_project.store.warehouse import Warehouse
@@ -106,9 +107,7 @@ def test_a_stage_called_directly_with_the_warehouse_input_handles(tiny_study, fr
     assert isinstance(jacobians, MatrixTable)
     result = unit_amplification(StageTools(TINY_PARTITION), jacobians=jacobians,
                                 model_checkpoints=table_handle(store, "model_checkpoints", model, checkpoint))
-    batches = [pa.record_batch(columns if not isinstance(columns["sublayer"], str) else
-                               {**columns, "sublayer": [columns["sublayer"]] * len(columns["unit"])})
-               for columns in result.tables["unit_amplification"]]
+    batches = [record_batch("unit_amplification", None, columns) for columns in result.tables["unit_amplification"]]
     matrices = list(jacobians.matrices())
     assert len(batches) == len(matrices)
     pick = np.random.default_rng(fresh_seed).integers(len(matrices))

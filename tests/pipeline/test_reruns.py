@@ -3,7 +3,6 @@ warehouse never had, (a) a stage's code version bumped, (b) a setting only the c
 size; each run makes exactly the stale tables and their downstream, the rest kept byte for byte and untouched."""
 
 import contextlib
-import dataclasses
 import io
 import json
 import os
@@ -14,7 +13,7 @@ from resdyn.dagster_project.configuration.config import StudyConfig
 from resdyn.dagster_project.store.warehouse import Warehouse
 from resdyn.models.registry import split_partition_key
 
-from ..pipeline_helpers import SMALL, TINY_PARTITION
+from ..pipeline_helpers import SMALL, TINY_PARTITION, bumped_code_version
 
 MEASUREMENT_TABLES = ("activations", "jacobians", "sample_jacobians", "jacobian_folds", "finite_difference_probe")
 
@@ -57,20 +56,6 @@ def made(tmp_path_factory):
     root = tmp_path_factory.mktemp("reruns")
     run(root, "not key:volume_changes")
     return root
-
-
-@contextlib.contextmanager
-def bumped_code_version(stage: str):
-    """``stage``'s tables at code version + 1, as an edit of its module would declare them."""
-    from resdyn.dagster_project.store import table_identity
-
-    before = table_identity.declarations()[stage]
-    table_identity.declare(dataclasses.replace(before, tables={table: str(int(version) + 1)
-                                                                for table, version in before.tables.items()}))
-    try:
-        yield
-    finally:
-        table_identity.declare(before)
 
 
 def test_reruns_make_exactly_the_stale_tables_and_their_downstream(made):

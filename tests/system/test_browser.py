@@ -23,6 +23,8 @@ import pytest
 
 from resdyn.dagster_project.configuration.ports import free_ports
 
+from ..pipeline_helpers import bumped_code_version
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 FIGURES = REPOSITORY / "docs" / "figures"
@@ -281,8 +283,7 @@ def _unsynced_materialized_from_its_page(page, base: str, port: int, asset: str)
     raise AssertionError(f"the run materializing {asset} did not end")
 
 
-def test_a_bumped_code_version_shows_unsynced_with_its_reason_and_the_ui_completes_the_partition(
-        browser, tmp_path, monkeypatch):
+def test_a_bumped_code_version_shows_unsynced_with_its_reason_and_the_ui_completes_the_partition(browser, tmp_path):
     """Issue 60 (a) in the UI: m@local complete, then the transient stage's code version bumped (the UI loads the
     edited definitions). Its tables show "Unsynced" with "has a new code version"; materialized from the asset's
     page, their consumer layer_metrics_per_sample shows "has a new data version" (a table's data version is its
@@ -308,15 +309,7 @@ def test_a_bumped_code_version_shows_unsynced_with_its_reason_and_the_ui_complet
                 == "has a new data version")
         page.close()
     # the views judge with the edited code's declarations, as a process that imports the edited module would
-    import importlib
-
-    import resdyn.assets.transient as transient_module
-    from resdyn.dagster_project.store import table_identity
-
-    monkeypatch.setattr(table_identity, "_DECLARATIONS", dict(table_identity._DECLARATIONS))
-    monkeypatch.setattr(transient_module, "transient_analysis", transient_module.transient_analysis)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.import_module("bumped_definitions")
-    partitions = Warehouse(warehouse).query("SELECT status, stale_tables FROM partitions").to_pylist()
+    with bumped_code_version("transient_analysis"):
+        partitions = Warehouse(warehouse).query("SELECT status, stale_tables FROM partitions").to_pylist()
     assert partitions == [{"status": "complete", "stale_tables": None}], partitions
     assert {path: path.stat().st_mtime_ns for path in measured} == measured

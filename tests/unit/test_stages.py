@@ -10,7 +10,7 @@ import scipy.linalg
 import scipy.stats
 
 from resdyn.dagster_project.store.arrow_tables import record_batch
-from resdyn.dagster_project.store.schema import rows_table
+from resdyn.dagster_project.store.schema import conform, rows_table
 from resdyn.naming import sublayer_depth
 from resdyn.stages import MatrixFrames, StageTools, TableFrame, spectral, topology, transient
 from resdyn.stages import coupling as coupling_stage
@@ -28,10 +28,12 @@ def _jacobians(rng, d=8):
 
 
 def _conforms(table, result, width=None):
-    """The stage's rows of ``table`` match its schema (the factory's check): streamed batches and row lists alike."""
+    """The stage's rows of ``table`` match its schema (the factory's check): rows, tables and streams alike."""
     value = result.tables[table]
     if isinstance(value, list):
         return rows_table(table, value)
+    if isinstance(value, pa.Table):
+        return conform(table, value)
     batches = value.batches if hasattr(value, "batches") else list(value)
     return pa.Table.from_batches([record_batch(table, width, columns) for columns in batches])
 
@@ -147,8 +149,7 @@ def test_the_topology_stages_link_each_unit_to_its_strongest_correlates_and_find
                 assert (min(unit, other), max(unit, other)) in linked
     result = topology.community_tables(settings, tools, graph_edges=TableFrame(edge_table, ("layer", "boundary")),
                                        activations=activations, model_checkpoints=model_checkpoints)
-    communities = _conforms("communities", SimpleNamespace(tables={"communities": result.tables["communities"]
-                                                                   .to_pylist()}))
+    communities = _conforms("communities", result)
     for key, truth in truths.items():
         rows = [r for r in communities.to_pylist() if (r["layer"], r["boundary"]) == key]
         assert [r["unit"] for r in rows] == list(range(36))

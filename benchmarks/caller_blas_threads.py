@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow.parquet as pq
 from threadpoolctl import threadpool_limits
 
-from resdyn.dagster_project.asset_layer import ordered_parallel_map
 from resdyn.dagster_project.store.matrices import matrix_of
 from resdyn.depth import CumulativeProduct, SchurSurgery, rank_summary
+from resdyn.parallel import ordered_parallel_map
 from resdyn.stages.spectral import SURGERY_ALPHAS
 from resdyn.threads import usable_cores
 
